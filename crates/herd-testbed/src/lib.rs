@@ -1,0 +1,551 @@
+//! Client for herd's local SLURM test bed (`testbed/up`), used by the end-to-end tests.
+//!
+//! [`Bed::require`] reaches the cluster or fails the test with a message saying how to bring
+//! it up: a test against the bed never passes by skipping. Everything else is thin, logged
+//! wrappers around the real SLURM commands (`sbatch`, `scontrol`, `scancel`) with deadlines.
+
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// Errors talking to the bed. Each carries the command and what it printed.
+#[derive(Debug, thiserror::Error)]
+pub enum BedError {
+    /// A command could not be started at all (not installed, not on PATH).
+    #[error("could not run `{command}`: {source}")]
+    Spawn {
+        /// The command line.
+        command: String,
+        /// Why it could not start.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A command ran and failed.
+    #[error("`{command}` failed ({status}): {stderr}")]
+    Failed {
+        /// The command line.
+        command: String,
+        /// Its exit status.
+        status: String,
+        /// What it wrote on stderr (trimmed).
+        stderr: String,
+    },
+    /// A command did not finish within its deadline and was killed.
+    #[error("`{command}` did not finish within {timeout:?}")]
+    Timeout {
+        /// The command line.
+        command: String,
+        /// The deadline it had.
+        timeout: Duration,
+    },
+    /// The scheduler said something this client does not understand.
+    #[error("unexpected output from `{command}`: {output}")]
+    Parse {
+        /// The command line.
+        command: String,
+        /// What it printed.
+        output: String,
+    },
+    /// A job did not reach a final state in time (it has been cancelled).
+    #[error("job {job} still {state} after {timeout:?}; cancelled")]
+    JobTimeout {
+        /// The job id.
+        job: JobId,
+        /// Its last state.
+        state: String,
+        /// The deadline it had.
+        timeout: Duration,
+    },
+    /// Writing or reading the test's own files failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file or folder.
+        path: PathBuf,
+        /// What went wrong.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// A SLURM job id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct JobId(pub u64);
+
+impl fmt::Display for JobId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// A job's state as `scontrol show job` reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobInfo {
+    /// `JobState`, e.g. `COMPLETED`.
+    pub state: String,
+    /// `ExitCode` as `code:signal`, e.g. `0:0`.
+    pub exit_code: String,
+    /// `Reason`.
+    pub reason: String,
+    /// `NodeList` (a hostlist expression; empty while pending).
+    pub node_list: String,
+    /// Every `key=value` field, for assertions this struct does not name.
+    pub fields: BTreeMap<String, String>,
+}
+
+impl JobInfo {
+    /// Whether the job will not change state any more (short of a requeue).
+    pub fn is_final(&self) -> bool {
+        matches!(
+            self.state.as_str(),
+            "COMPLETED"
+                | "FAILED"
+                | "CANCELLED"
+                | "TIMEOUT"
+                | "NODE_FAIL"
+                | "PREEMPTED"
+                | "OUT_OF_MEMORY"
+                | "BOOT_FAIL"
+                | "DEADLINE"
+        )
+    }
+
+    /// Completed with exit code 0 and no signal.
+    pub fn succeeded(&self) -> bool {
+        self.state == "COMPLETED" && self.exit_code == "0:0"
+    }
+}
+
+/// Parse one line of `scontrol show job -o`: space-separated `Key=Value` fields.
+///
+/// Values never contain spaces except in `Command=`/`WorkDir=`/`Std*=` paths, which the
+/// bed's tests keep free of spaces; a token without `=` is appended to the previous value.
+pub fn parse_scontrol_job(line: &str) -> Option<JobInfo> {
+    let mut fields: BTreeMap<String, String> = BTreeMap::new();
+    let mut last: Option<String> = None;
+    for token in line.split_whitespace() {
+        match token.split_once('=') {
+            Some((key, value)) if !key.is_empty() => {
+                fields.insert(key.to_owned(), value.to_owned());
+                last = Some(key.to_owned());
+            }
+            _ => {
+                if let Some(value) = last.as_ref().and_then(|k| fields.get_mut(k)) {
+                    value.push(' ');
+                    value.push_str(token);
+                }
+            }
+        }
+    }
+    let get = |k: &str| fields.get(k).cloned();
+    Some(JobInfo {
+        state: get("JobState")?,
+        exit_code: get("ExitCode")?,
+        reason: get("Reason").unwrap_or_default(),
+        node_list: get("NodeList").unwrap_or_default(),
+        fields,
+    })
+}
+
+/// Quote `s` for a POSIX shell (single quotes; embedded ones as `'\''`).
+pub fn shell_quote(s: &str) -> String {
+    if !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,+@%".contains(&b))
+    {
+        return s.to_owned();
+    }
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+/// Quote each argument with [`shell_quote`] and join them with spaces.
+pub fn shell_join<S: AsRef<str>>(args: &[S]) -> String {
+    args.iter()
+        .map(|a| shell_quote(a.as_ref()))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// A bash batch script: shebang, one `#SBATCH` line per directive, `set -euo pipefail`, body.
+pub fn batch_script<S: AsRef<str>>(directives: &[S], body: &str) -> String {
+    let mut text = String::from("#!/bin/bash\n");
+    for d in directives {
+        text.push_str("#SBATCH ");
+        text.push_str(d.as_ref());
+        text.push('\n');
+    }
+    text.push_str("set -euo pipefail\n");
+    text.push_str(body);
+    if !body.ends_with('\n') {
+        text.push('\n');
+    }
+    text
+}
+
+/// The `key=value` fields of the lines examples/train_ddp.py prints, by rank, for the lines
+/// whose first word after `rank=R` is `marker` (`start`, `done`, `stopping`, …). A leading
+/// `srun --label` prefix (`N: `) is ignored; for a rank with several such lines the last wins.
+pub fn rank_lines(output: &str, marker: &str) -> BTreeMap<u32, BTreeMap<String, String>> {
+    let mut by_rank = BTreeMap::new();
+    for line in output.lines() {
+        let line = match line.split_once(": ") {
+            Some((label, rest)) if label.trim().parse::<u32>().is_ok() => rest,
+            _ => line,
+        };
+        let mut words = line.split_whitespace();
+        let Some(rank) = words.next().and_then(|w| w.strip_prefix("rank=")) else {
+            continue;
+        };
+        let Ok(rank) = rank.parse::<u32>() else {
+            continue;
+        };
+        if words.next() != Some(marker) {
+            continue;
+        }
+        let fields = words
+            .filter_map(|w| w.split_once('='))
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect();
+        by_rank.insert(rank, fields);
+    }
+    by_rank
+}
+
+fn describe(cmd: &Command) -> String {
+    let mut parts = vec![cmd.get_program().to_string_lossy().into_owned()];
+    parts.extend(
+        cmd.get_args()
+            .map(|a| shell_quote(&a.to_string_lossy()).to_string()),
+    );
+    parts.join(" ")
+}
+
+/// Run `cmd` to completion within `timeout`, capturing output; non-zero exit is an error
+/// carrying stderr. Every command is echoed to stderr (visible in the test's output).
+pub fn run_cmd(cmd: &mut Command, timeout: Duration) -> Result<Output, BedError> {
+    let command = describe(cmd);
+    eprintln!("+ {command}");
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|source| BedError::Spawn {
+            command: command.clone(),
+            source,
+        })?;
+    // Read both pipes on threads so a chatty child cannot block on a full pipe.
+    let mut out_pipe = child.stdout.take();
+    let mut err_pipe = child.stderr.take();
+    let out_reader = std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        if let Some(p) = out_pipe.as_mut() {
+            let _ = std::io::Read::read_to_end(p, &mut buf);
+        }
+        buf
+    });
+    let err_reader = std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        if let Some(p) = err_pipe.as_mut() {
+            let _ = std::io::Read::read_to_end(p, &mut buf);
+        }
+        buf
+    });
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            Ok(None) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(BedError::Timeout { command, timeout });
+            }
+            Err(source) => return Err(BedError::Spawn { command, source }),
+        }
+    };
+    let output = Output {
+        status,
+        stdout: out_reader.join().unwrap_or_default(),
+        stderr: err_reader.join().unwrap_or_default(),
+    };
+    if !output.status.success() {
+        return Err(BedError::Failed {
+            command,
+            status: output.status.to_string(),
+            stderr: String::from_utf8_lossy(&output.stderr).trim().to_owned(),
+        });
+    }
+    Ok(output)
+}
+
+/// The repository root (for `examples/` and `testbed/`).
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .nth(2)
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
+}
+
+/// The reachable test bed.
+#[derive(Debug, Clone)]
+pub struct Bed {
+    nodes: Vec<String>,
+    python: PathBuf,
+}
+
+const QUERY_TIMEOUT: Duration = Duration::from_secs(20);
+
+impl Bed {
+    /// Reach the bed: `sinfo` must answer and list idle nodes; the torch venv must exist.
+    pub fn connect() -> Result<Bed, BedError> {
+        let out = run_cmd(
+            Command::new("sinfo").args(["-h", "-N", "-p", "gpu", "-o", "%N %t"]),
+            QUERY_TIMEOUT,
+        )?;
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let mut nodes = Vec::new();
+        for line in text.lines() {
+            let mut it = line.split_whitespace();
+            let (Some(node), Some(state)) = (it.next(), it.next()) else {
+                continue;
+            };
+            if !matches!(state, "idle" | "mix" | "alloc" | "comp") {
+                return Err(BedError::Parse {
+                    command: "sinfo".into(),
+                    output: format!("node {node} is {state}; run `testbed/up` to repair the bed"),
+                });
+            }
+            nodes.push(node.to_owned());
+        }
+        if nodes.is_empty() {
+            return Err(BedError::Parse {
+                command: "sinfo".into(),
+                output: format!("no nodes in partition gpu: {text}"),
+            });
+        }
+        nodes.sort();
+        let venv = run_cmd(
+            &mut Command::new(repo_root().join("testbed/venv")),
+            Duration::from_secs(900),
+        )?;
+        let python = PathBuf::from(String::from_utf8_lossy(&venv.stdout).trim());
+        Ok(Bed { nodes, python })
+    }
+
+    /// [`Bed::connect`], or fail the calling test with a message saying what to do.
+    /// Connects once per test binary; later calls reuse it.
+    pub fn require() -> Bed {
+        static BED: OnceLock<Result<Bed, String>> = OnceLock::new();
+        match BED.get_or_init(|| Bed::connect().map_err(|e| e.to_string())) {
+            Ok(bed) => bed.clone(),
+            Err(e) => panic!(
+                "the SLURM test bed is not reachable: {e}\n\
+                 bring it up with `sudo testbed/up` (tests against the bed never skip)"
+            ),
+        }
+    }
+
+    /// Node names, sorted (`gpu-a01`, …).
+    pub fn nodes(&self) -> &[String] {
+        &self.nodes
+    }
+
+    /// The venv's python, with torch.
+    pub fn python(&self) -> &Path {
+        &self.python
+    }
+
+    /// A fresh, empty folder that every node sees (the bed's nodes share this filesystem).
+    /// Left in place after the test for debugging; emptied when the test runs again.
+    pub fn scratch(&self, name: &str) -> Result<PathBuf, BedError> {
+        let base = std::env::var_os("HERD_BED_SCRATCH")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| repo_root().join("target/bed-scratch"));
+        let dir = base.join(name);
+        let io = |source| BedError::Io {
+            path: dir.clone(),
+            source,
+        };
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir).map_err(io)?;
+        }
+        std::fs::create_dir_all(&dir).map_err(io)?;
+        Ok(dir)
+    }
+
+    /// `sbatch --parsable SCRIPT` from `workdir`; returns the job id.
+    pub fn sbatch(&self, script: &Path, workdir: &Path) -> Result<JobId, BedError> {
+        let out = run_cmd(
+            Command::new("sbatch")
+                .arg("--parsable")
+                .arg(script)
+                .current_dir(workdir),
+            QUERY_TIMEOUT,
+        )?;
+        let text = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        // --parsable prints "id" or "id;cluster".
+        text.split(';')
+            .next()
+            .and_then(|id| id.parse().ok())
+            .map(JobId)
+            .ok_or(BedError::Parse {
+                command: format!("sbatch --parsable {}", script.display()),
+                output: text,
+            })
+    }
+
+    /// `scontrol show job -o ID`.
+    pub fn job(&self, job: JobId) -> Result<JobInfo, BedError> {
+        let mut cmd = Command::new("scontrol");
+        cmd.args(["show", "job", "-o", &job.to_string()]);
+        let command = describe(&cmd);
+        let out = run_cmd(&mut cmd, QUERY_TIMEOUT)?;
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        parse_scontrol_job(text.lines().next().unwrap_or_default()).ok_or(BedError::Parse {
+            command,
+            output: text,
+        })
+    }
+
+    /// Wait for `job` to reach a final state; past `timeout` it is cancelled and an error.
+    pub fn wait(&self, job: JobId, timeout: Duration) -> Result<JobInfo, BedError> {
+        let deadline = Instant::now() + timeout;
+        let mut last_state = String::new();
+        loop {
+            let info = self.job(job)?;
+            if info.is_final() {
+                return Ok(info);
+            }
+            if info.state != last_state {
+                eprintln!("job {job}: {} ({})", info.state, info.reason);
+                last_state = info.state.clone();
+            }
+            if Instant::now() >= deadline {
+                let _ = self.cancel(job);
+                return Err(BedError::JobTimeout {
+                    job,
+                    state: info.state,
+                    timeout,
+                });
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
+    /// `scancel --signal=SIGNAL ID`: the signal reaches every task of the job's steps (not
+    /// the batch shell), as SLURM's own preemption warning does with `--signal=SIG@T`.
+    pub fn signal(&self, job: JobId, signal: &str) -> Result<(), BedError> {
+        run_cmd(
+            Command::new("scancel")
+                .arg(format!("--signal={signal}"))
+                .arg(job.to_string()),
+            QUERY_TIMEOUT,
+        )
+        .map(drop)
+    }
+
+    /// `scancel ID`.
+    pub fn cancel(&self, job: JobId) -> Result<(), BedError> {
+        run_cmd(Command::new("scancel").arg(job.to_string()), QUERY_TIMEOUT).map(drop)
+    }
+}
+
+/// Write `text` to `path` with the given Unix permission bits.
+pub fn write_file(path: &Path, text: &str, mode: u32) -> Result<(), BedError> {
+    use std::os::unix::fs::PermissionsExt;
+    let io = |source| BedError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    std::fs::write(path, text).map_err(io)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(io)
+}
+
+/// Read a file the job wrote, as text (lossy); a missing file reads as empty.
+pub fn read_lossy(path: impl AsRef<OsStr>) -> String {
+    std::fs::read(Path::new(path.as_ref()))
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Pasted from `scontrol show job -o` on the bed (slurm 22.05.8).
+    const RUNNING: &str = "JobId=1 JobName=wrap UserId=root(0) GroupId=root(0) MCS_label=N/A Priority=4294901759 Nice=0 Account=(null) QOS=(null) JobState=RUNNING Reason=None Dependency=(null) Requeue=1 Restarts=0 BatchFlag=1 Reboot=0 ExitCode=0:0 RunTime=00:00:00 TimeLimit=UNLIMITED TimeMin=N/A SubmitTime=2026-11-30T17:20:19 EligibleTime=2026-11-30T17:20:19 AccrueTime=2026-11-30T17:20:19 StartTime=2026-11-30T17:20:22 EndTime=Unknown Deadline=N/A SuspendTime=None SecsPreSuspend=0 LastSchedEval=2026-11-30T17:20:22 Scheduler=Main Partition=gpu AllocNode:Sid=localhost:1092 ReqNodeList=(null) ExcNodeList=(null) NodeList=gpu-a01 BatchHost=gpu-a01 NumNodes=1 NumCPUs=1 NumTasks=1 CPUs/Task=1 ReqB:S:C:T=0:0:*:* TRES=cpu=1,mem=1000M,node=1,billing=1 Socks/Node=* NtasksPerN:B:S:C=0:0:*:* CoreSpec=* MinCPUsNode=1 MinMemoryCPU=1000M MinTmpDiskNode=0 Features=(null) DelayBoot=00:00:00 OverSubscribe=OK Contiguous=0 Licenses=(null) Network=(null) Command=(null) WorkDir=/tmp StdErr=/tmp/x.out StdIn=/dev/null StdOut=/tmp/x.out Power= ";
+
+    #[test]
+    fn parses_running_job() {
+        let info = parse_scontrol_job(RUNNING).expect("parses");
+        assert_eq!(info.state, "RUNNING");
+        assert_eq!(info.exit_code, "0:0");
+        assert_eq!(info.node_list, "gpu-a01");
+        assert_eq!(info.fields["TRES"], "cpu=1,mem=1000M,node=1,billing=1");
+        assert_eq!(info.fields["CPUs/Task"], "1");
+        assert!(!info.is_final());
+    }
+
+    #[test]
+    fn final_states_and_success() {
+        let done = RUNNING.replace("JobState=RUNNING", "JobState=COMPLETED");
+        let info = parse_scontrol_job(&done).expect("parses");
+        assert!(info.is_final() && info.succeeded());
+        let failed = RUNNING
+            .replace("JobState=RUNNING", "JobState=FAILED")
+            .replace("ExitCode=0:0", "ExitCode=7:0");
+        let info = parse_scontrol_job(&failed).expect("parses");
+        assert!(info.is_final() && !info.succeeded());
+    }
+
+    #[test]
+    fn rejects_output_without_state() {
+        assert!(parse_scontrol_job("slurm_load_jobs error: Invalid job id specified").is_none());
+    }
+
+    #[test]
+    fn rank_lines_reads_labelled_and_plain_output() {
+        let out = "3: rank=3 start host=gpu-a02 world_size=6\n\
+                   rank=0 start host=gpu-a01 world_size=6\n\
+                   1: rank=1 step=10 loss=0.5\n\
+                   2: [W socket.cpp:207] rank=9 start host=x\n";
+        let starts = rank_lines(out, "start");
+        assert_eq!(starts.keys().copied().collect::<Vec<_>>(), vec![0, 3]);
+        assert_eq!(starts[&3]["host"], "gpu-a02");
+        assert!(rank_lines(out, "done").is_empty());
+    }
+
+    #[test]
+    fn batch_script_puts_shebang_first() {
+        let text = batch_script(&["--nodes=2"], "srun true");
+        assert_eq!(
+            text,
+            "#!/bin/bash\n#SBATCH --nodes=2\nset -euo pipefail\nsrun true\n"
+        );
+    }
+
+    #[test]
+    fn shell_quote_round_trips_through_sh() {
+        for s in [
+            "plain",
+            "a b",
+            "it's",
+            "$(rm -rf /)",
+            "new\nline",
+            "ünï",
+            "",
+        ] {
+            let out = Command::new("sh")
+                .arg("-c")
+                .arg(format!("printf %s {}", shell_quote(s)))
+                .output()
+                .expect("sh runs");
+            assert_eq!(String::from_utf8_lossy(&out.stdout), s);
+        }
+    }
+}

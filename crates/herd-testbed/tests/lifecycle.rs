@@ -1,0 +1,184 @@
+//! The bed's own scripts (`testbed/up`, `down`, `status`), driven as a user drives them:
+//! idempotent `up`, recovery from a crashed run, resizing, `down` leaving nothing behind,
+//! and one clear line for bad input. Runs in the `bed` test group (one at a time with the
+//! end-to-end tests) and leaves a healthy default-size bed behind.
+
+use std::collections::BTreeSet;
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use herd_testbed::{repo_root, run_cmd};
+
+fn script(name: &str, args: &[&str]) -> Output {
+    let path = repo_root().join("testbed").join(name);
+    eprintln!("+ testbed/{name} {}", args.join(" "));
+    let out = Command::new(&path)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", path.display()));
+    eprintln!("{}{}", text(&out.stdout), text(&out.stderr));
+    out
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn ok(name: &str, args: &[&str]) -> String {
+    let out = script(name, args);
+    assert!(
+        out.status.success(),
+        "testbed/{name} {args:?} failed ({}):\n{}{}",
+        out.status,
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    text(&out.stdout)
+}
+
+/// Exactly one line on stderr, starting with `testbed: error:` and containing `needle`;
+/// non-zero exit.
+fn refused(out: &Output, needle: &str) {
+    let stderr = text(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "expected a refusal, got success: {stderr}"
+    );
+    assert_eq!(stderr.lines().count(), 1, "want one line, got:\n{stderr}");
+    assert!(
+        stderr.starts_with("testbed: error:") && stderr.contains(needle),
+        "want an error about {needle:?}, got: {stderr}"
+    );
+}
+
+fn pid_of(pidfile: &str) -> i32 {
+    std::fs::read_to_string(format!("/var/lib/herd-testbed/run/{pidfile}"))
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no pid in {pidfile}"))
+}
+
+fn kill9(pid: i32) {
+    let status = Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(status.success(), "kill -9 {pid}");
+}
+
+/// `srun -N n hostname -I` style probe: the distinct (hostname, address) pairs the nodes report.
+fn node_identities(n: usize) -> BTreeSet<String> {
+    let out = run_cmd(
+        Command::new("srun")
+            .arg(format!("--nodes={n}"))
+            .args([
+                "--ntasks-per-node=1",
+                "bash",
+                "-c",
+                "echo $(hostname) $(hostname -I)",
+            ])
+            .current_dir(std::env::temp_dir()),
+        Duration::from_secs(60),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    text(&out.stdout).lines().map(str::to_owned).collect()
+}
+
+#[test]
+fn up_is_idempotent_recovers_from_crashes_resizes_and_down_leaves_nothing() {
+    // Start from a healthy default bed; a second `up` keeps it (same controller process).
+    ok("up", &["--no-venv"]);
+    let ctld = pid_of("slurmctld.pid");
+    let again = ok("up", &["--no-venv"]);
+    assert!(again.contains("already up with 3 nodes"), "{again}");
+    assert_eq!(pid_of("slurmctld.pid"), ctld, "a healthy bed was rebuilt");
+
+    // A crashed run: controller and one node daemon die hard, namespaces stay behind.
+    kill9(ctld);
+    kill9(pid_of("slurmd-gpu-a02.pid"));
+    std::thread::sleep(Duration::from_millis(300));
+    let status = script("status", &[]);
+    assert!(
+        !status.status.success(),
+        "status must report the crashed bed as unhealthy"
+    );
+    ok("up", &["--no-venv"]);
+    assert!(ok("status", &[]).contains("healthy: 3 nodes"));
+    let ids = node_identities(3);
+    assert_eq!(
+        ids.len(),
+        3,
+        "three distinct nodes with their own names and IPs: {ids:?}"
+    );
+    let net = std::env::var("HERD_BED_NET").unwrap_or_else(|_| "10.213.47".into());
+    for (i, id) in ids.iter().enumerate() {
+        assert_eq!(id, &format!("gpu-a{:02} {net}.{}", i + 1, 11 + i));
+    }
+
+    // Bad input is refused in one line and leaves the running bed alone.
+    for bad in ["0", "x", "33"] {
+        refused(
+            &script("up", &["--nodes", bad]),
+            "--nodes must be a whole number",
+        );
+    }
+    refused(&script("up", &["--bogus"]), "unknown argument '--bogus'");
+    let as_nobody = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(repo_root().join("testbed/up"))
+        .output()
+        .expect("setpriv runs");
+    refused(&as_nobody, "must run as root");
+    let no_netns = Command::new("unshare")
+        .args(["--user", "--map-root-user"])
+        .arg(repo_root().join("testbed/up"))
+        .arg("--no-venv")
+        .output()
+        .expect("unshare runs");
+    refused(&no_netns, "does not allow network namespaces");
+    assert!(ok("status", &[]).contains("healthy: 3 nodes"));
+
+    // Eight nodes, then back to three.
+    ok("up", &["--no-venv", "--nodes", "8"]);
+    assert!(ok("status", &[]).contains("healthy: 8 nodes"));
+    assert_eq!(node_identities(8).len(), 8);
+
+    // Down leaves nothing (the script checks and says so), and a second down is a no-op.
+    let down = ok("down", &[]);
+    assert!(
+        down.contains("no namespace, daemon or process of the bed is left"),
+        "{down}"
+    );
+    let netns = text(
+        &Command::new("ip")
+            .args(["netns", "list"])
+            .output()
+            .expect("ip")
+            .stdout,
+    );
+    assert!(!netns.contains("herd-"), "namespaces left: {netns}");
+    for daemon in ["slurmctld", "slurmd", "slurmstepd"] {
+        let found = Command::new("pgrep")
+            .args(["-x", daemon])
+            .output()
+            .expect("pgrep");
+        assert!(
+            !found.status.success(),
+            "{daemon} still running: {}",
+            text(&found.stdout)
+        );
+    }
+    let conf = std::fs::read_to_string("/etc/slurm/slurm.conf").unwrap_or_default();
+    assert!(
+        !conf.contains("generated by herd testbed"),
+        "the bed's slurm.conf is left"
+    );
+    assert!(ok("down", &[]).contains("nothing is up"));
+    assert!(
+        !script("status", &[]).status.success(),
+        "status of a bed that is down"
+    );
+
+    ok("up", &["--no-venv"]);
+    assert!(ok("status", &[]).contains("healthy: 3 nodes"));
+}

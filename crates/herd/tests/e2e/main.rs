@@ -1,0 +1,9 @@
+//! End-to-end tests against the real SLURM test bed (`testbed/up`) with real PyTorch workers.
+//!
+//! One test binary; nextest runs its tests one at a time (test group `bed` in
+//! `.config/nextest.toml`) because the bed has 2 real cores. A test that cannot reach the
+//! bed fails with a message saying how to bring it up; none of them skips.
+
+mod ddp_baseline;
+mod support;
+mod train_ddp_contract;

@@ -1,0 +1,87 @@
+//! Helpers shared by the end-to-end tests.
+
+use std::path::Path;
+use std::time::Duration;
+
+use herd_testbed::{batch_script, read_lossy, repo_root, write_file, Bed, JobId, JobInfo};
+
+/// `python examples/train_ddp.py ARGS…` with the bed's venv.
+pub fn train_command(bed: &Bed, args: &[&str]) -> Vec<String> {
+    let mut argv = vec![
+        bed.python().display().to_string(),
+        repo_root()
+            .join("examples/train_ddp.py")
+            .display()
+            .to_string(),
+    ];
+    argv.extend(args.iter().map(|a| a.to_string()));
+    argv
+}
+
+/// The seeds-style SLURM → torch variable wrapper (replaced by herd in later tests).
+pub fn slurm_torch_wrapper() -> String {
+    repo_root()
+        .join("testbed/slurm-torch-env")
+        .display()
+        .to_string()
+}
+
+/// A submitted batch job whose output goes to `<dir>/<id>.out`.
+pub struct Job {
+    pub id: JobId,
+    pub dir: std::path::PathBuf,
+}
+
+impl Job {
+    /// Write `<dir>/<name>.sbatch` with `directives` (plus `--output`) and `body`, submit it.
+    pub fn submit(bed: &Bed, dir: &Path, name: &str, directives: &[&str], body: &str) -> Job {
+        let mut all: Vec<String> = directives.iter().map(|d| d.to_string()).collect();
+        all.push(format!("--job-name=herd-e2e-{name}"));
+        all.push(format!("--output={}/%j.out", dir.display()));
+        let script = dir.join(format!("{name}.sbatch"));
+        write_file(&script, &batch_script(&all, body), 0o755).expect("write batch script");
+        let id = bed.sbatch(&script, dir).expect("sbatch");
+        Job {
+            id,
+            dir: dir.to_path_buf(),
+        }
+    }
+
+    /// What the job has written so far.
+    pub fn output(&self) -> String {
+        read_lossy(self.dir.join(format!("{}.out", self.id)))
+    }
+
+    /// Wait for the end; panics (with the job's output) on timeout or unsuccessful end.
+    pub fn wait_success(&self, bed: &Bed, timeout: Duration) -> String {
+        let info: JobInfo = bed
+            .wait(self.id, timeout)
+            .unwrap_or_else(|e| panic!("{e}\njob output:\n{}", self.output()));
+        let output = self.output();
+        assert!(
+            info.succeeded(),
+            "job {} ended {} exit {}:\n{output}",
+            self.id,
+            info.state,
+            info.exit_code
+        );
+        output
+    }
+
+    /// Poll the output until `pred` holds; panics after `timeout`.
+    pub fn wait_output(&self, timeout: Duration, what: &str, pred: impl Fn(&str) -> bool) {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            let out = self.output();
+            if pred(&out) {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "job {}: no {what} after {timeout:?}; output:\n{out}",
+                self.id
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
