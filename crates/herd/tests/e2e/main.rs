@@ -7,3 +7,4 @@
 mod ddp_baseline;
 mod support;
 mod train_ddp_contract;
+mod hostlist_differential;

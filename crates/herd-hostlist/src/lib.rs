@@ -1,0 +1,842 @@
+//! SLURM hostlist expressions, with SLURM's own results.
+//!
+//! ```
+//! use herd_hostlist::{compress, expand};
+//! let hosts = expand("gpu-a[01-03],login1").unwrap();
+//! assert_eq!(hosts, ["gpu-a01", "gpu-a02", "gpu-a03", "login1"]);
+//! assert_eq!(compress(&hosts), "gpu-a[01-03],login1");
+//! ```
+//!
+//! What SLURM does, and so does this crate (checked against `scontrol show hostnames` and
+//! `scontrol show hostlist` by a differential test on the test bed):
+//! - items are separated by commas or whitespace at top level; empty items are skipped;
+//! - an item is text and bracket groups: `n[1-3,5]`, `rack[1-2]n[01-04]` (several groups are
+//!   a cartesian product, the first group varying slowest);
+//! - a range's zero padding is the width of its lower bound as written (`[08-10]` gives
+//!   `08 09 10`, `[8-010]` gives `8 9 10`);
+//! - expansion keeps the written order and duplicates;
+//! - [`compress`] keeps order and duplicates too, merging only neighbours, exactly like
+//!   `scontrol show hostlist`; sort ([`sort_hosts`]) or dedup first for the shortest form.
+//!
+//! Where SLURM is lenient or wrong this crate is strict: a `]` without `[`, an unclosed `[`,
+//! `[]`, a descending range and a number past 18 digits are errors naming the column and
+//! what was expected (SLURM prints garbage for some of them, saturates numbers at 2⁶⁴−1).
+//! One extension: text after the last group (`node[1-2]-ib`) is allowed, as in
+//! python-hostlist; SLURM 22.05 rejects it. A single range may be wider than SLURM's 65,536
+//! hosts; the whole expansion is bounded by [`Limits::max_hosts`] instead.
+
+use std::cmp::Ordering;
+use std::fmt;
+
+/// Bounds on what an expression may expand to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Most hosts an expression may expand to (default 1,000,000).
+    pub max_hosts: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_hosts: 1_000_000,
+        }
+    }
+}
+
+/// What is wrong with an expression.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// A `[` with no matching `]`.
+    Unclosed,
+    /// A `]` with no `[` before it.
+    UnexpectedClose,
+    /// A `[` inside a group.
+    Nested,
+    /// Inside a group, something other than a number where a number must be.
+    ExpectedNumber(Option<char>),
+    /// After a number inside a group, something other than `-`, `,` or `]`.
+    ExpectedRangeEnd(Option<char>),
+    /// A range whose upper bound is below its lower bound.
+    Descending {
+        /// Lower bound as written.
+        lo: u64,
+        /// Upper bound as written.
+        hi: u64,
+    },
+    /// A number with more than 18 digits.
+    NumberTooLarge,
+    /// The expression expands to more hosts than the limit allows.
+    TooManyHosts {
+        /// The limit in force.
+        limit: u64,
+    },
+}
+
+/// A malformed or too large expression: what is wrong and where.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct ParseError {
+    /// What is wrong.
+    pub kind: ErrorKind,
+    /// 1-based column (in characters) where it was found.
+    pub column: usize,
+    /// The part of the expression around the column, for the message.
+    pub context: String,
+}
+
+fn describe_char(c: Option<char>) -> String {
+    match c {
+        None => "the end".to_owned(),
+        Some(c) if c.is_whitespace() => format!("whitespace {c:?}"),
+        Some(c) => format!("`{c}`"),
+    }
+}
+
+impl fmt::Display for ParseError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let what = match &self.kind {
+            ErrorKind::Unclosed => "`[` is never closed: add `]`".to_owned(),
+            ErrorKind::UnexpectedClose => "`]` has no matching `[`".to_owned(),
+            ErrorKind::Nested => "`[` inside a bracket group: groups do not nest".to_owned(),
+            ErrorKind::ExpectedNumber(c) => {
+                format!("expected a number inside `[…]`, found {}", describe_char(*c))
+            }
+            ErrorKind::ExpectedRangeEnd(c) => {
+                format!("expected `-`, `,` or `]` after a number, found {}", describe_char(*c))
+            }
+            ErrorKind::Descending { lo, hi } => {
+                format!("range {lo}-{hi} goes down: write the lower bound first")
+            }
+            ErrorKind::NumberTooLarge => "number has more than 18 digits".to_owned(),
+            ErrorKind::TooManyHosts { limit } => {
+                return write!(
+                    f,
+                    "hostlist expands to more than {limit} hosts (the limit): `{}`",
+                    self.context
+                );
+            }
+        };
+        write!(f, "{what} at column {} of `{}`", self.column, self.context)
+    }
+}
+
+/// A range inside a bracket group: `lo..=hi`, zero-padded to `width` digits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Range {
+    lo: u64,
+    hi: u64,
+    width: usize,
+}
+
+impl Range {
+    fn len(&self) -> u64 {
+        self.hi - self.lo + 1
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Piece {
+    Text(String),
+    Group(Vec<Range>),
+}
+
+/// One comma-separated item: text and bracket groups, e.g. `rack[1-2]n[01-04]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Item {
+    pieces: Vec<Piece>,
+}
+
+impl Item {
+    fn count(&self) -> Option<u64> {
+        self.pieces.iter().try_fold(1u64, |acc, p| match p {
+            Piece::Text(_) => Some(acc),
+            Piece::Group(ranges) => ranges
+                .iter()
+                .try_fold(0u64, |s, r| s.checked_add(r.len()))
+                .and_then(|n| acc.checked_mul(n)),
+        })
+    }
+
+    /// Call `f` with every host of the item, in order, reusing one buffer.
+    fn for_each(&self, buf: &mut String, f: &mut dyn FnMut(&str)) {
+        // Odometer over the groups: (range index, current value) per group.
+        let mut state: Vec<(usize, u64)> = self
+            .pieces
+            .iter()
+            .filter_map(|p| match p {
+                Piece::Group(r) => Some((0, r[0].lo)),
+                Piece::Text(_) => None,
+            })
+            .collect();
+        loop {
+            buf.clear();
+            let mut g = 0;
+            for piece in &self.pieces {
+                match piece {
+                    Piece::Text(t) => buf.push_str(t),
+                    Piece::Group(ranges) => {
+                        let (ri, v) = state[g];
+                        push_padded(buf, v, ranges[ri].width);
+                        g += 1;
+                    }
+                }
+            }
+            f(buf);
+            // Advance the last group; carry into earlier ones.
+            let mut carried = true;
+            let mut g = state.len();
+            for piece in self.pieces.iter().rev() {
+                let Piece::Group(ranges) = piece else { continue };
+                g -= 1;
+                let (ri, v) = &mut state[g];
+                if *v < ranges[*ri].hi {
+                    *v += 1;
+                    carried = false;
+                    break;
+                }
+                if *ri + 1 < ranges.len() {
+                    *ri += 1;
+                    *v = ranges[*ri].lo;
+                    carried = false;
+                    break;
+                }
+                *ri = 0;
+                *v = ranges[0].lo;
+            }
+            if carried {
+                return;
+            }
+        }
+    }
+}
+
+/// Append `v` zero-padded to `width` digits.
+fn push_padded(buf: &mut String, mut v: u64, width: usize) {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    let n = digits.len() - i;
+    for _ in n..width {
+        buf.push('0');
+    }
+    for &d in &digits[i..] {
+        buf.push(d as char);
+    }
+}
+
+/// A parsed hostlist expression. Expanding it is lazy: [`HostList::for_each`] and
+/// [`HostList::write_to`] never hold the whole list in memory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostList {
+    items: Vec<Item>,
+    count: u64,
+}
+
+const MAX_DIGITS: usize = 18;
+
+struct Parser<'a> {
+    expr: &'a str,
+    chars: std::iter::Peekable<std::str::CharIndices<'a>>,
+}
+
+impl<'a> Parser<'a> {
+    fn error(&self, kind: ErrorKind, byte_pos: usize) -> ParseError {
+        let column = self.expr[..byte_pos.min(self.expr.len())].chars().count() + 1;
+        ParseError {
+            kind,
+            column,
+            context: context(self.expr, column),
+        }
+    }
+
+    fn peek(&mut self) -> Option<(usize, char)> {
+        self.chars.peek().copied()
+    }
+
+    fn end_pos(&self) -> usize {
+        self.expr.len()
+    }
+
+    fn number(&mut self) -> Result<(u64, usize), ParseError> {
+        let start = self.peek().map_or(self.end_pos(), |(i, _)| i);
+        let mut value: u64 = 0;
+        let mut width = 0;
+        while let Some((_, c)) = self.peek() {
+            let Some(d) = c.to_digit(10) else {
+                break;
+            };
+            width += 1;
+            if width > MAX_DIGITS {
+                return Err(self.error(ErrorKind::NumberTooLarge, start));
+            }
+            value = value * 10 + u64::from(d);
+            self.chars.next();
+        }
+        if width == 0 {
+            let found = self.peek();
+            return Err(self.error(
+                ErrorKind::ExpectedNumber(found.map(|(_, c)| c)),
+                found.map_or(self.end_pos(), |(i, _)| i),
+            ));
+        }
+        Ok((value, width))
+    }
+
+    /// After `[`: ranges up to and including `]`.
+    fn group(&mut self, open_pos: usize) -> Result<Vec<Range>, ParseError> {
+        let mut ranges = Vec::new();
+        loop {
+            if self.peek().is_none() {
+                return Err(self.error(ErrorKind::Unclosed, open_pos));
+            }
+            let lo_pos = self.peek().map_or(self.end_pos(), |(i, _)| i);
+            let (lo, width) = self.number()?;
+            let mut hi = lo;
+            if let Some((_, '-')) = self.peek() {
+                self.chars.next();
+                hi = self.number()?.0;
+                if hi < lo {
+                    return Err(self.error(ErrorKind::Descending { lo, hi }, lo_pos));
+                }
+            }
+            ranges.push(Range { lo, hi, width });
+            match self.chars.next() {
+                Some((_, ',')) => continue,
+                Some((_, ']')) => return Ok(ranges),
+                Some((_, '[')) => return Err(self.error(ErrorKind::Nested, open_pos)),
+                Some((i, c)) => return Err(self.error(ErrorKind::ExpectedRangeEnd(Some(c)), i)),
+                None => return Err(self.error(ErrorKind::Unclosed, open_pos)),
+            }
+        }
+    }
+
+    fn parse(mut self, limits: &Limits) -> Result<HostList, ParseError> {
+        let mut items = Vec::new();
+        let mut pieces: Vec<Piece> = Vec::new();
+        let mut text = String::new();
+        let mut count: u64 = 0;
+        let mut item_start = 0;
+        loop {
+            let next = self.chars.next();
+            match next {
+                None | Some((_, ',')) => {}
+                Some((_, c)) if c.is_whitespace() => {}
+                Some((i, '[')) => {
+                    if !text.is_empty() {
+                        pieces.push(Piece::Text(std::mem::take(&mut text)));
+                    }
+                    if pieces.is_empty() {
+                        item_start = i;
+                    }
+                    pieces.push(Piece::Group(self.group(i)?));
+                    continue;
+                }
+                Some((i, ']')) => return Err(self.error(ErrorKind::UnexpectedClose, i)),
+                Some((i, c)) => {
+                    if pieces.is_empty() && text.is_empty() {
+                        item_start = i;
+                    }
+                    text.push(c);
+                    continue;
+                }
+            }
+            // A separator or the end closes the item.
+            if !text.is_empty() {
+                pieces.push(Piece::Text(std::mem::take(&mut text)));
+            }
+            if !pieces.is_empty() {
+                let item = Item {
+                    pieces: std::mem::take(&mut pieces),
+                };
+                count = item
+                    .count()
+                    .and_then(|n| count.checked_add(n))
+                    .filter(|&n| n <= limits.max_hosts)
+                    .ok_or_else(|| {
+                        self.error(
+                            ErrorKind::TooManyHosts {
+                                limit: limits.max_hosts,
+                            },
+                            item_start,
+                        )
+                    })?;
+                items.push(item);
+            }
+            if next.is_none() {
+                return Ok(HostList { items, count });
+            }
+        }
+    }
+}
+
+/// Up to 60 characters of `expr` around `column` (1-based), marked with `…` where cut.
+fn context(expr: &str, column: usize) -> String {
+    const SPAN: usize = 60;
+    let total = expr.chars().count();
+    if total <= SPAN {
+        return expr.to_owned();
+    }
+    let start = column.saturating_sub(SPAN / 2 + 1).min(total - SPAN);
+    let mut s: String = expr.chars().skip(start).take(SPAN).collect();
+    if start > 0 {
+        s.insert(0, '…');
+    }
+    if start + SPAN < total {
+        s.push('…');
+    }
+    s
+}
+
+impl HostList {
+    /// Parse `expr` with the default [`Limits`].
+    pub fn parse(expr: &str) -> Result<HostList, ParseError> {
+        HostList::parse_with(expr, &Limits::default())
+    }
+
+    /// Parse `expr`; an expansion past `limits.max_hosts` is an error.
+    pub fn parse_with(expr: &str, limits: &Limits) -> Result<HostList, ParseError> {
+        Parser {
+            expr,
+            chars: expr.char_indices().peekable(),
+        }
+        .parse(limits)
+    }
+
+    /// Number of hosts, duplicates included (known without expanding).
+    pub fn len(&self) -> u64 {
+        self.count
+    }
+
+    /// True when the expression names no host (e.g. `""` or `" , "`).
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// Call `f` with every host in order. The `&str` is valid only during the call.
+    pub fn for_each(&self, mut f: impl FnMut(&str)) {
+        let mut buf = String::new();
+        for item in &self.items {
+            item.for_each(&mut buf, &mut f);
+        }
+    }
+
+    /// Every host, in order, duplicates kept.
+    pub fn hosts(&self) -> Vec<String> {
+        let mut out = Vec::with_capacity(usize::try_from(self.count).unwrap_or(0));
+        self.for_each(|h| out.push(h.to_owned()));
+        out
+    }
+
+    /// Write every host followed by `sep` (the last one too) to `w`.
+    pub fn write_to(&self, w: &mut impl std::io::Write, sep: &str) -> std::io::Result<()> {
+        let mut result = Ok(());
+        self.for_each(|h| {
+            if result.is_ok() {
+                result = w
+                    .write_all(h.as_bytes())
+                    .and_then(|()| w.write_all(sep.as_bytes()));
+            }
+        });
+        result
+    }
+}
+
+/// Expand `expr` into its hosts, in order, duplicates kept (like `scontrol show hostnames`).
+pub fn expand(expr: &str) -> Result<Vec<String>, ParseError> {
+    HostList::parse(expr).map(|h| h.hosts())
+}
+
+/// Expand `expr` within `limits`.
+pub fn expand_with(expr: &str, limits: &Limits) -> Result<Vec<String>, ParseError> {
+    HostList::parse_with(expr, limits).map(|h| h.hosts())
+}
+
+/// Number of hosts `expr` names, duplicates included, without expanding it.
+/// Only overflow of `u64` is an error; no [`Limits`] apply.
+pub fn count(expr: &str) -> Result<u64, ParseError> {
+    HostList::parse_with(expr, &Limits { max_hosts: u64::MAX }).map(|h| h.len())
+}
+
+// ---------------------------------------------------------------------------------------
+// Compression: SLURM's algorithm (src/common/hostlist.c), so the short forms match
+// `scontrol show hostlist` exactly.
+
+/// A host split as SLURM splits it: prefix, then the trailing number (if any) and its width.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Run<'a> {
+    prefix: &'a str,
+    /// `None`: no trailing number (a "single host" in SLURM's terms).
+    numeric: Option<(u64, u64, usize)>,
+}
+
+fn split_host(host: &str) -> Run<'_> {
+    let digits = host.bytes().rev().take_while(u8::is_ascii_digit).count();
+    if digits == 0 || digits > MAX_DIGITS {
+        return Run {
+            prefix: host,
+            numeric: None,
+        };
+    }
+    let (prefix, num) = host.split_at(host.len() - digits);
+    // digits ≤ 18, all ASCII digits: always fits.
+    let value = num.parse::<u64>().unwrap_or(0);
+    Run {
+        prefix,
+        numeric: Some((value, value, digits)),
+    }
+}
+
+/// Leading zeros `num` gets when printed at `width` (SLURM's `_zero_padded`).
+fn zero_padded(num: u64, width: usize) -> usize {
+    let mut n = 1;
+    let mut v = num / 10;
+    while v > 0 {
+        n += 1;
+        v /= 10;
+    }
+    width.saturating_sub(n)
+}
+
+/// SLURM's `_width_equiv`: may `n` (width `wn`) and `m` (width `wm`) share one width?
+/// Adjusts one of the widths when they can.
+fn width_equiv(n: u64, wn: &mut usize, m: u64, wm: &mut usize) -> bool {
+    if *wn == *wm {
+        return true;
+    }
+    let npad = zero_padded(n, *wn);
+    let nmpad = zero_padded(n, *wm);
+    let mpad = zero_padded(m, *wm);
+    let mnpad = zero_padded(m, *wn);
+    if npad != nmpad && mpad != mnpad {
+        return false;
+    }
+    if npad != nmpad {
+        // mpad == mnpad here.
+        *wm = *wn;
+    } else {
+        *wn = *wm;
+    }
+    true
+}
+
+/// Compress `hosts` into a hostlist expression, as `scontrol show hostlist` does: order and
+/// duplicates are kept, neighbours with the same prefix merge into ranges and brackets.
+/// `expand(compress(h)) == h` for every list of hostnames without separators or brackets.
+pub fn compress<S: AsRef<str>>(hosts: &[S]) -> String {
+    let mut runs: Vec<Run<'_>> = Vec::new();
+    for host in hosts {
+        let mut run = split_host(host.as_ref());
+        if let (Some(tail), Some((lo, _, w))) = (runs.last_mut(), run.numeric.as_mut()) {
+            if let Some((tlo, thi, tw)) = tail.numeric.as_mut() {
+                if tail.prefix == run.prefix
+                    && thi.checked_add(1) == Some(*lo)
+                    && width_equiv(*tlo, tw, *lo, w)
+                {
+                    *thi = *lo;
+                    continue;
+                }
+            }
+        }
+        runs.push(run);
+    }
+
+    let mut out = String::new();
+    let same_bracket = |a: &Run<'_>, b: &Run<'_>| {
+        a.prefix == b.prefix && a.numeric.is_some() && b.numeric.is_some()
+    };
+    let push_range = |out: &mut String, (lo, hi, w): (u64, u64, usize)| {
+        push_padded(out, lo, w);
+        if hi != lo {
+            out.push('-');
+            push_padded(out, hi, w);
+        }
+    };
+    let mut i = 0;
+    while i < runs.len() {
+        if !out.is_empty() {
+            out.push(',');
+        }
+        let run = &runs[i];
+        let Some(range) = run.numeric else {
+            out.push_str(run.prefix);
+            i += 1;
+            continue;
+        };
+        let bracket =
+            range.0 != range.1 || runs.get(i + 1).is_some_and(|next| same_bracket(run, next));
+        out.push_str(run.prefix);
+        if !bracket {
+            push_range(&mut out, range);
+            i += 1;
+            continue;
+        }
+        out.push('[');
+        push_range(&mut out, range);
+        i += 1;
+        while i < runs.len() && same_bracket(&runs[i], &runs[i - 1]) {
+            out.push(',');
+            if let Some(range) = runs[i].numeric {
+                push_range(&mut out, range);
+            }
+            i += 1;
+        }
+        out.push(']');
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------------------
+// Ordering and set operations.
+
+/// Natural order: text compared bytewise, digit runs by value (`n2 < n10`); when all else
+/// is equal, the first difference in zero padding decides (`n1 < n01`).
+pub fn natural_cmp(a: &str, b: &str) -> Ordering {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    let (mut i, mut j) = (0, 0);
+    let mut padding = Ordering::Equal;
+    while i < a.len() && j < b.len() {
+        if a[i].is_ascii_digit() && b[j].is_ascii_digit() {
+            let si = i;
+            while i < a.len() && a[i].is_ascii_digit() {
+                i += 1;
+            }
+            let sj = j;
+            while j < b.len() && b[j].is_ascii_digit() {
+                j += 1;
+            }
+            let (da, db) = (&a[si..i], &b[sj..j]);
+            // Compare by value without parsing: strip leading zeros, then length, then bytes.
+            let ta = &da[da.iter().take_while(|&&d| d == b'0').count()..];
+            let tb = &db[db.iter().take_while(|&&d| d == b'0').count()..];
+            let ord = ta.len().cmp(&tb.len()).then_with(|| ta.cmp(tb));
+            if ord != Ordering::Equal {
+                return ord;
+            }
+            padding = padding.then(da.len().cmp(&db.len()));
+        } else {
+            let ord = a[i].cmp(&b[j]);
+            if ord != Ordering::Equal {
+                return ord;
+            }
+            i += 1;
+            j += 1;
+        }
+    }
+    (a.len() - i).cmp(&(b.len() - j)).then(padding)
+}
+
+/// Sort hosts in natural order (see [`natural_cmp`]).
+pub fn sort_hosts(hosts: &mut [String]) {
+    hosts.sort_unstable_by(|a, b| natural_cmp(a, b));
+}
+
+/// Remove duplicates, keeping each host's first occurrence in place.
+pub fn dedup_hosts(hosts: &mut Vec<String>) {
+    let mut seen = std::collections::HashSet::with_capacity(hosts.len());
+    hosts.retain(|h| seen.insert(h.clone()));
+}
+
+/// Set operations over several host lists. Results are sets: sorted, no duplicates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SetOp {
+    /// Hosts in any list.
+    Union,
+    /// Hosts in every list.
+    Intersection,
+    /// Hosts in the first list and in none of the others.
+    Difference,
+    /// Hosts in exactly one list.
+    SymmetricDifference,
+}
+
+/// Apply `op` to `lists`; the result is sorted in natural order, without duplicates.
+pub fn set_op(op: SetOp, lists: &[Vec<String>]) -> Vec<String> {
+    use std::collections::HashMap;
+    let mut membership: HashMap<&str, (usize, bool)> = HashMap::new();
+    for (i, list) in lists.iter().enumerate() {
+        let mut seen_here = std::collections::HashSet::new();
+        for h in list {
+            if !seen_here.insert(h.as_str()) {
+                continue;
+            }
+            let e = membership.entry(h.as_str()).or_insert((0, false));
+            e.0 += 1;
+            if i == 0 {
+                e.1 = true;
+            }
+        }
+    }
+    let n = lists.len();
+    let mut out: Vec<String> = membership
+        .into_iter()
+        .filter(|(_, (k, in_first))| match op {
+            SetOp::Union => true,
+            SetOp::Intersection => *k == n,
+            SetOp::Difference => *in_first && *k == 1,
+            SetOp::SymmetricDifference => *k == 1,
+        })
+        .map(|(h, _)| h.to_owned())
+        .collect();
+    sort_hosts(&mut out);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ex(e: &str) -> Vec<String> {
+        expand(e).unwrap_or_else(|err| panic!("{e}: {err}"))
+    }
+
+    // Expected values below are what `scontrol show hostnames` / `show hostlist` printed on
+    // the test bed (slurm 22.05.8).
+    #[test]
+    fn expands_like_scontrol() {
+        let cases: &[(&str, &str)] = &[
+            ("a[1-2]b[1-2]", "a1b1 a1b2 a2b1 a2b2"),
+            ("a[1-2][3-4]", "a13 a14 a23 a24"),
+            ("n[8-10]", "n8 n9 n10"),
+            ("n[008-10]", "n008 n009 n010"),
+            ("n[01-3]", "n01 n02 n03"),
+            ("n[1-03]", "n1 n2 n3"),
+            ("n[9-011]", "n9 n10 n11"),
+            ("a,b,a", "a b a"),
+            ("x[1,1,2]", "x1 x1 x2"),
+            ("n[1-2],n[2-3]", "n1 n2 n2 n3"),
+            ("gpu-a[01-03],login1", "gpu-a01 gpu-a02 gpu-a03 login1"),
+            ("[1-2]", "1 2"),
+            ("a[0-1],,b", "a0 a1 b"),
+            (" a , b ", "a b"),
+            ("n[1-2] m[3-4]", "n1 n2 m3 m4"),
+            ("n[3,1,2]", "n3 n1 n2"),
+            ("n1[1-2]", "n11 n12"),
+            ("", ""),
+        ];
+        for (expr, want) in cases {
+            assert_eq!(ex(expr).join(" "), *want, "expand({expr:?})");
+        }
+    }
+
+    #[test]
+    fn suffix_after_last_group_is_allowed() {
+        assert_eq!(ex("node[1-2]-ib"), ["node1-ib", "node2-ib"]);
+    }
+
+    #[test]
+    fn compresses_like_scontrol() {
+        let cases: &[(&str, &str)] = &[
+            ("n2,n1,n3", "n[2,1,3]"),
+            ("n1,n1,n2", "n[1,1-2]"),
+            ("n01,n2,n03", "n[01,2,03]"),
+            ("n8,n9,n10", "n[8-10]"),
+            ("n08,n09,n10", "n[08-10]"),
+            ("a1b1,a1b2,a2b1", "a1b[1-2],a2b1"),
+            ("a,b,a", "a,b,a"),
+            ("n1-ib,n2-ib", "n1-ib,n2-ib"),
+            ("gpu-a01,gpu-a02,login1,gpu-a03", "gpu-a[01-02],login1,gpu-a03"),
+            ("n1,m1,n2", "n1,m1,n2"),
+            ("n009,n010,n011", "n[009-011]"),
+            ("n9,n010", "n[9,010]"),
+            ("x", "x"),
+            ("n0,n00,n000", "n[0,00,000]"),
+            ("n1,n3,n5,n6", "n[1,3,5-6]"),
+            ("node1,node2,Node3", "node[1-2],Node3"),
+            ("n-1,n-2", "n-[1-2]"),
+            ("n001,n1", "n[001,1]"),
+            ("n10,n9", "n[10,9]"),
+            ("1,2,3", "[1-3]"),
+        ];
+        for (list, want) in cases {
+            let hosts: Vec<&str> = list.split(',').collect();
+            assert_eq!(compress(&hosts), *want, "compress({list:?})");
+            assert_eq!(ex(want), hosts, "expand(compress({list:?}))");
+        }
+    }
+
+    #[test]
+    fn errors_name_the_column_and_what_was_expected() {
+        let err = |e: &str| HostList::parse(e).expect_err(e);
+        let e = err("n[5-3]");
+        assert_eq!(e.kind, ErrorKind::Descending { lo: 5, hi: 3 });
+        assert_eq!(e.column, 3);
+        assert_eq!(
+            e.to_string(),
+            "range 5-3 goes down: write the lower bound first at column 3 of `n[5-3]`"
+        );
+        assert_eq!(err("n[]").kind, ErrorKind::ExpectedNumber(Some(']')));
+        assert_eq!(err("n[a-b]").kind, ErrorKind::ExpectedNumber(Some('a')));
+        assert_eq!(err("n[-1]").column, 3);
+        assert_eq!(err("n[1--2]").kind, ErrorKind::ExpectedNumber(Some('-')));
+        let unclosed = err("gpu[1-2");
+        assert_eq!((unclosed.kind.clone(), unclosed.column), (ErrorKind::Unclosed, 4));
+        let text_in_group = err("gpu[1-2,n3");
+        assert_eq!(text_in_group.kind, ErrorKind::ExpectedNumber(Some('n')));
+        assert_eq!(text_in_group.column, 9);
+        assert_eq!(err("n[1-").kind, ErrorKind::ExpectedNumber(None));
+        assert_eq!(err("n[1-3]][").kind, ErrorKind::UnexpectedClose);
+        assert_eq!(err("a]b").column, 2);
+        assert_eq!(err("n[1[2]]").kind, ErrorKind::Nested);
+        assert_eq!(err("n[1 2]").kind, ErrorKind::ExpectedRangeEnd(Some(' ')));
+        assert_eq!(err("n[99999999999999999999]").kind, ErrorKind::NumberTooLarge);
+        assert_eq!(err("né[x]").column, 4, "columns count characters, not bytes");
+    }
+
+    #[test]
+    fn expansion_is_bounded() {
+        let limits = Limits { max_hosts: 100 };
+        assert_eq!(expand_with("n[1-100]", &limits).map(|h| h.len()), Ok(100));
+        let e = expand_with("n[1-50],m[1-51]", &limits).expect_err("101 hosts");
+        assert_eq!(e.kind, ErrorKind::TooManyHosts { limit: 100 });
+        assert_eq!(e.column, 9, "points at the item that crosses the limit");
+        // The default limit stops a cartesian bomb before allocating anything.
+        let bomb = "n[0-999999][0-999999][0-999999][0-999999]";
+        assert!(matches!(
+            HostList::parse(bomb).map_err(|e| e.kind),
+            Err(ErrorKind::TooManyHosts { .. })
+        ));
+        assert_eq!(count("n[1-1000000][1-1000000]"), Ok(1_000_000_000_000));
+    }
+
+    #[test]
+    fn count_matches_expansion() {
+        for e in ["", "a", "n[1-3,5],m[01-02]x[1-3]", "a,a,a"] {
+            assert_eq!(count(e).ok(), Some(ex(e).len() as u64), "{e}");
+        }
+    }
+
+    #[test]
+    fn natural_order() {
+        let mut hosts: Vec<String> = ["n10", "n9", "m1", "n01", "n1", "n1a", "n"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        sort_hosts(&mut hosts);
+        assert_eq!(hosts, ["m1", "n", "n1", "n01", "n1a", "n9", "n10"]);
+    }
+
+    #[test]
+    fn set_operations() {
+        let a = ex("n[1-5]");
+        let b = ex("n[4-8],n4");
+        let lists = [a, b];
+        let op = |op| compress(&set_op(op, &lists));
+        assert_eq!(op(SetOp::Union), "n[1-8]");
+        assert_eq!(op(SetOp::Intersection), "n[4-5]");
+        assert_eq!(op(SetOp::Difference), "n[1-3]");
+        assert_eq!(op(SetOp::SymmetricDifference), "n[1-3,6-8]");
+    }
+
+    #[test]
+    fn dedup_keeps_first_occurrence() {
+        let mut h = ex("n3,n1,n3,n2,n1");
+        dedup_hosts(&mut h);
+        assert_eq!(h, ["n3", "n1", "n2"]);
+    }
+}

@@ -1,0 +1,1 @@
+//! The SLURM allocation model.

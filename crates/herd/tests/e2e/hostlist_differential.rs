@@ -1,0 +1,1 @@
+//! placeholder: differential test of herd-hostlist against scontrol (being written).
