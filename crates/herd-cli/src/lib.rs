@@ -9,6 +9,9 @@ use std::io::Write;
 
 use clap::{Parser, Subcommand};
 
+pub mod env;
+pub mod hostlist;
+
 /// Exit codes of `herd`, documented in `docs/cli.md`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ExitStatus {
@@ -20,9 +23,21 @@ pub enum ExitStatus {
     Usage = 2,
 }
 
-/// Errors the command line reports before any work is done.
+/// Errors a command reports; each maps to an exit code ([`CliError::exit_status`]).
 #[derive(Debug, thiserror::Error)]
 pub enum CliError {
+    /// The command line is wrong in a way clap cannot tell.
+    #[error("{0}")]
+    Usage(String),
+    /// The input (an argument's value, stdin, a file) is invalid.
+    #[error("{0}")]
+    Input(String),
+    /// The SLURM environment is missing or inconsistent.
+    #[error(transparent)]
+    Allocation(#[from] herd_slurm::AllocationError),
+    /// Writing the output failed.
+    #[error("cannot write output: {0}")]
+    Io(#[from] std::io::Error),
     /// A command listed in `herd --help` whose implementation has not landed yet.
     #[error("`herd {command}` is not implemented in herd {version} yet ({tracking})")]
     NotImplemented {
@@ -39,7 +54,10 @@ impl CliError {
     /// The exit code this error maps to.
     pub fn exit_status(&self) -> ExitStatus {
         match self {
-            CliError::NotImplemented { .. } => ExitStatus::Usage,
+            CliError::NotImplemented { .. } | CliError::Usage(_) | CliError::Input(_) => {
+                ExitStatus::Usage
+            }
+            CliError::Allocation(_) | CliError::Io(_) => ExitStatus::Failure,
         }
     }
 }
@@ -92,9 +110,10 @@ pub enum Command {
     /// Check a job before queueing it; every finding names the key to change.
     Check(PendingArgs),
     /// Expand, compress and count SLURM hostlist expressions.
-    Hostlist(PendingArgs),
-    /// Print the rank variables this process would get.
-    Env(PendingArgs),
+    Hostlist(hostlist::HostlistArgs),
+    /// Print where this SLURM task sits (nodes, master, ranks) and the variables herd gives
+    /// a worker.
+    Env(env::EnvArgs),
 }
 
 impl Command {
@@ -131,14 +150,17 @@ impl Command {
     }
 }
 
-/// Run a parsed command line.
-pub fn run(cli: Cli) -> Result<ExitStatus, CliError> {
-    let command = &cli.command;
-    Err(CliError::NotImplemented {
-        command: command.name(),
-        version: env!("CARGO_PKG_VERSION"),
-        tracking: command.tracking(),
-    })
+/// Run a parsed command line, writing its output to `out`.
+pub fn run(cli: Cli, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
+    match cli.command {
+        Command::Hostlist(args) => hostlist::run(args, out),
+        Command::Env(args) => env::run(args, out),
+        command => Err(CliError::NotImplemented {
+            command: command.name(),
+            version: env!("CARGO_PKG_VERSION"),
+            tracking: command.tracking(),
+        }),
+    }
 }
 
 /// Parse `std::env::args_os`, run, report errors on stderr and return the process exit code.
@@ -155,8 +177,16 @@ pub fn main() -> std::process::ExitCode {
             });
         }
     };
-    let status = match run(cli) {
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::with_capacity(1 << 16, stdout.lock());
+    let result = run(cli, &mut out).and_then(|status| {
+        out.flush()?;
+        Ok(status)
+    });
+    let status = match result {
         Ok(status) => status,
+        // A closed pipe (`herd hostlist expand … | head`) is the reader's choice, not an error.
+        Err(CliError::Io(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitStatus::Success,
         Err(err) => {
             let _ = writeln!(std::io::stderr().lock(), "herd: error: {err}");
             err.exit_status()
@@ -190,7 +220,7 @@ mod tests {
     fn pending_command_accepts_any_flags_and_reports_not_implemented() {
         let cli = Cli::try_parse_from(["herd", "submit", "--dry-run", "job.toml", "--", "a b"])
             .expect("pending command must accept arbitrary arguments");
-        let err = run(cli).expect_err("submit is not built yet");
+        let err = run(cli, &mut Vec::new()).expect_err("submit is not built yet");
         assert_eq!(err.exit_status(), ExitStatus::Usage);
         assert!(err.to_string().contains("`herd submit` is not implemented"));
     }

@@ -98,10 +98,16 @@ impl fmt::Display for ParseError {
             ErrorKind::UnexpectedClose => "`]` has no matching `[`".to_owned(),
             ErrorKind::Nested => "`[` inside a bracket group: groups do not nest".to_owned(),
             ErrorKind::ExpectedNumber(c) => {
-                format!("expected a number inside `[…]`, found {}", describe_char(*c))
+                format!(
+                    "expected a number inside `[…]`, found {}",
+                    describe_char(*c)
+                )
             }
             ErrorKind::ExpectedRangeEnd(c) => {
-                format!("expected `-`, `,` or `]` after a number, found {}", describe_char(*c))
+                format!(
+                    "expected `-`, `,` or `]` after a number, found {}",
+                    describe_char(*c)
+                )
             }
             ErrorKind::Descending { lo, hi } => {
                 format!("range {lo}-{hi} goes down: write the lower bound first")
@@ -185,7 +191,9 @@ impl Item {
             let mut carried = true;
             let mut g = state.len();
             for piece in self.pieces.iter().rev() {
-                let Piece::Group(ranges) = piece else { continue };
+                let Piece::Group(ranges) = piece else {
+                    continue;
+                };
                 g -= 1;
                 let (ri, v) = &mut state[g];
                 if *v < ranges[*ri].hi {
@@ -460,7 +468,13 @@ pub fn expand_with(expr: &str, limits: &Limits) -> Result<Vec<String>, ParseErro
 /// Number of hosts `expr` names, duplicates included, without expanding it.
 /// Only overflow of `u64` is an error; no [`Limits`] apply.
 pub fn count(expr: &str) -> Result<u64, ParseError> {
-    HostList::parse_with(expr, &Limits { max_hosts: u64::MAX }).map(|h| h.len())
+    HostList::parse_with(
+        expr,
+        &Limits {
+            max_hosts: u64::MAX,
+        },
+    )
+    .map(|h| h.len())
 }
 
 // ---------------------------------------------------------------------------------------
@@ -740,7 +754,10 @@ mod tests {
             ("a1b1,a1b2,a2b1", "a1b[1-2],a2b1"),
             ("a,b,a", "a,b,a"),
             ("n1-ib,n2-ib", "n1-ib,n2-ib"),
-            ("gpu-a01,gpu-a02,login1,gpu-a03", "gpu-a[01-02],login1,gpu-a03"),
+            (
+                "gpu-a01,gpu-a02,login1,gpu-a03",
+                "gpu-a[01-02],login1,gpu-a03",
+            ),
             ("n1,m1,n2", "n1,m1,n2"),
             ("n009,n010,n011", "n[009-011]"),
             ("n9,n010", "n[9,010]"),
@@ -775,7 +792,10 @@ mod tests {
         assert_eq!(err("n[-1]").column, 3);
         assert_eq!(err("n[1--2]").kind, ErrorKind::ExpectedNumber(Some('-')));
         let unclosed = err("gpu[1-2");
-        assert_eq!((unclosed.kind.clone(), unclosed.column), (ErrorKind::Unclosed, 4));
+        assert_eq!(
+            (unclosed.kind.clone(), unclosed.column),
+            (ErrorKind::Unclosed, 4)
+        );
         let text_in_group = err("gpu[1-2,n3");
         assert_eq!(text_in_group.kind, ErrorKind::ExpectedNumber(Some('n')));
         assert_eq!(text_in_group.column, 9);
@@ -784,8 +804,15 @@ mod tests {
         assert_eq!(err("a]b").column, 2);
         assert_eq!(err("n[1[2]]").kind, ErrorKind::Nested);
         assert_eq!(err("n[1 2]").kind, ErrorKind::ExpectedRangeEnd(Some(' ')));
-        assert_eq!(err("n[99999999999999999999]").kind, ErrorKind::NumberTooLarge);
-        assert_eq!(err("né[x]").column, 4, "columns count characters, not bytes");
+        assert_eq!(
+            err("n[99999999999999999999]").kind,
+            ErrorKind::NumberTooLarge
+        );
+        assert_eq!(
+            err("né[x]").column,
+            4,
+            "columns count characters, not bytes"
+        );
     }
 
     #[test]

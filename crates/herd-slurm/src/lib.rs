@@ -1,1 +1,16 @@
-//! The SLURM allocation model.
+//! The SLURM allocation model: what SLURM tells a process about its job and step, checked
+//! for consistency, and the environment herd gives each worker.
+//!
+//! - [`counts`]: `SLURM_TASKS_PER_NODE`-style lists (`2(x3),1`).
+//! - [`allocation`]: [`Allocation`] read from job and step variables.
+//! - [`worker`]: [`worker_env`], the variables of SPEC §3.
+//! - [`addr`]: a node's address that other nodes reach (never loopback).
+
+pub mod addr;
+pub mod allocation;
+pub mod counts;
+pub mod worker;
+
+pub use allocation::{Allocation, AllocationError, Gpus, HetGroup, Layout, Task, Vars};
+pub use counts::{format_counts, parse_counts};
+pub use worker::{gpu_share, worker_env, LaunchInfo, Position};

@@ -1,0 +1,163 @@
+//! `herd env`: what SLURM says about this process, and the variables herd gives a worker.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use clap::Args;
+use herd_hostlist::compress;
+use herd_slurm::{addr, format_counts, worker_env, Allocation, LaunchInfo, Position, Vars};
+use serde_json::json;
+
+use crate::{CliError, ExitStatus};
+
+/// `herd env` arguments.
+#[derive(Debug, Args)]
+pub struct EnvArgs {
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Read the environment from FILE (`env` output, or NUL-separated like
+    /// /proc/PID/environ) instead of this process's.
+    #[arg(long, value_name = "FILE")]
+    pub from: Option<PathBuf>,
+}
+
+/// Run `herd env`.
+pub fn run(args: EnvArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
+    let vars = match &args.from {
+        None => Vars::from_env(),
+        Some(path) => {
+            let bytes = std::fs::read(path).map_err(|e| {
+                CliError::Input(format!(
+                    "cannot read environment file {}: {e}",
+                    path.display()
+                ))
+            })?;
+            Vars::parse(&String::from_utf8_lossy(&bytes))
+        }
+    };
+    let alloc = Allocation::from_vars(&vars).map_err(CliError::Allocation)?;
+    let master = alloc.master_node().to_owned();
+    let master_addr = addr::reachable_addr(&master);
+    let master_port = match vars.get("MASTER_PORT") {
+        None => None,
+        Some(p) => Some(p.trim().parse::<u16>().map_err(|_| {
+            CliError::Input(format!("MASTER_PORT={p:?} is not a port number (1-65535)"))
+        })?)
+        .filter(|&p| p != 0),
+    };
+
+    let worker = alloc.task.as_ref().map(|task| {
+        let info = LaunchInfo {
+            master_addr: master_addr
+                .as_ref()
+                .map_or_else(|_| master.clone(), |a| a.to_string()),
+            master_port,
+            run_id: alloc.job_id.to_string(),
+            restart_count: vars
+                .get("SLURM_RESTART_COUNT")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0),
+            max_restarts: 0,
+            node_gpus: alloc.gpus.visible.clone().unwrap_or_default(),
+            node_cpus: alloc.cpus_on_node,
+            user_omp_threads: vars.get("OMP_NUM_THREADS").map(str::to_owned),
+            job_id: Some(alloc.job_id),
+        };
+        let pos = Position {
+            rank: task.rank,
+            local_rank: task.local_rank,
+            node_rank: task.node_rank,
+        };
+        let mut env = worker_env(&alloc.layout, pos, &info);
+        for passthrough in ["HERD_EXP_DIR", "HERD_CHECKPOINT_DIR", "HERD_RESUME_FROM"] {
+            if let Some(v) = vars.get(passthrough) {
+                env.insert(passthrough.to_owned(), v.to_owned());
+            }
+        }
+        env
+    });
+
+    let nodelist = compress(&alloc.layout.nodes);
+    let tpn = format_counts(&alloc.layout.tasks_per_node);
+    if args.json {
+        let value = json!({
+            "job_id": alloc.job_id,
+            "step_id": alloc.step_id,
+            "job_nodelist": compress(&alloc.job_nodes),
+            "nodelist": nodelist,
+            "nodes": alloc.layout.nodes,
+            "tasks_per_node": alloc.layout.tasks_per_node,
+            "num_nodes": alloc.layout.nodes.len(),
+            "world_size": alloc.layout.world_size(),
+            "master_node": master,
+            "master_addr": master_addr.as_ref().ok().map(|a| a.to_string()),
+            "master_addr_error": master_addr.as_ref().err().map(|e| e.to_string()),
+            "master_port": master_port,
+            "task": alloc.task,
+            "gpus": alloc.gpus,
+            "cpus_per_task": alloc.cpus_per_task,
+            "cpus_on_node": alloc.cpus_on_node,
+            "het_groups": alloc.het_groups,
+            "worker_env": worker,
+        });
+        writeln!(out, "{value}")?;
+        return Ok(ExitStatus::Success);
+    }
+
+    let scope = match &alloc.step_id {
+        Some(step) => format!("job {}, step {step}", alloc.job_id),
+        None => format!("job {} (batch or salloc shell, not a task)", alloc.job_id),
+    };
+    writeln!(
+        out,
+        "{scope}: {} tasks on {} nodes {nodelist} (tasks per node {tpn})",
+        alloc.layout.world_size(),
+        alloc.layout.nodes.len()
+    )?;
+    match &master_addr {
+        Ok(a) => writeln!(out, "master      {master} ({a})")?,
+        Err(e) => writeln!(out, "master      {master} (no reachable address: {e})")?,
+    }
+    if let Some(t) = &alloc.task {
+        writeln!(
+            out,
+            "this task   rank {} of {}, local rank {} of {}, node rank {} ({})",
+            t.rank,
+            alloc.layout.world_size(),
+            t.local_rank,
+            t.local_world_size,
+            t.node_rank,
+            t.node
+        )?;
+    }
+    if let Some(visible) = &alloc.gpus.visible {
+        writeln!(
+            out,
+            "gpus        CUDA_VISIBLE_DEVICES={}",
+            visible.join(",")
+        )?;
+    }
+    for g in &alloc.het_groups {
+        writeln!(out, "het group {} {}", g.index, compress(&g.nodes))?;
+    }
+    match worker {
+        Some(env) => {
+            writeln!(out, "\nworker environment herd sets:")?;
+            for (k, v) in &env {
+                writeln!(out, "  {k}={v}")?;
+            }
+            if master_port.is_none() {
+                writeln!(
+                    out,
+                    "  (MASTER_PORT: claimed by `herd launch` on the master when the job starts)"
+                )?;
+            }
+        }
+        None => writeln!(
+            out,
+            "\n(run `srun herd env` to see a task's worker variables)"
+        )?,
+    }
+    Ok(ExitStatus::Success)
+}

@@ -1,0 +1,134 @@
+//! The environment herd gives every worker (SPEC §3).
+//!
+//! torchrun's variables, so `init_process_group(init_method="env://")` works unchanged; SLURM
+//! task variables that describe the worker itself, so code written for one-task-per-GPU
+//! `srun` launch (`SLURM_PROCID`, `SLURM_LOCALID`, `SLURM_NTASKS`, `SLURM_TASKS_PER_NODE`)
+//! gets the right ranks even when one agent per node spawns the workers; GPU binding, a sane
+//! `OMP_NUM_THREADS`, and `HERD_*`.
+
+use std::collections::BTreeMap;
+
+use herd_hostlist::compress;
+use serde::Serialize;
+
+use crate::allocation::Layout;
+use crate::counts::format_counts;
+
+/// Where one worker sits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Position {
+    /// Global rank.
+    pub rank: u32,
+    /// Rank on its node.
+    pub local_rank: u32,
+    /// Index of its node.
+    pub node_rank: u32,
+}
+
+/// What the launch knows beyond the layout.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LaunchInfo {
+    /// `MASTER_ADDR`: an address of node 0 that every node reaches.
+    pub master_addr: String,
+    /// `MASTER_PORT`: the claimed port, when known.
+    pub master_port: Option<u16>,
+    /// `TORCHELASTIC_RUN_ID` (herd uses the SLURM job id).
+    pub run_id: String,
+    /// Restarts so far (`TORCHELASTIC_RESTART_COUNT`, `HERD_ATTEMPT`).
+    pub restart_count: u32,
+    /// `TORCHELASTIC_MAX_RESTARTS`.
+    pub max_restarts: u32,
+    /// GPUs this node's workers share (device ids as in `CUDA_VISIBLE_DEVICES`); empty when
+    /// no GPU is allocated.
+    pub node_gpus: Vec<String>,
+    /// CPUs on this node available to the workers (for `OMP_NUM_THREADS`).
+    pub node_cpus: Option<u32>,
+    /// `OMP_NUM_THREADS` already set by the user: kept as it is.
+    pub user_omp_threads: Option<String>,
+    /// SLURM job id (`HERD_JOB_ID`).
+    pub job_id: Option<u64>,
+}
+
+/// The GPUs local rank `local_rank` of `local_world_size` gets: an equal share when the
+/// node's GPUs divide among the workers; all of them otherwise (workers then share).
+pub fn gpu_share(node_gpus: &[String], local_rank: u32, local_world_size: u32) -> Vec<String> {
+    let (n, lws) = (node_gpus.len(), local_world_size as usize);
+    if n == 0 || lws == 0 || n < lws || n % lws != 0 {
+        return node_gpus.to_vec();
+    }
+    let per = n / lws;
+    let start = local_rank as usize * per;
+    node_gpus[start..start + per].to_vec()
+}
+
+/// Every variable herd sets for the worker at `pos` of `layout`.
+pub fn worker_env(layout: &Layout, pos: Position, info: &LaunchInfo) -> BTreeMap<String, String> {
+    let world = layout.world_size();
+    let nnodes = layout.nodes.len();
+    let lws = layout.tasks_per_node[pos.node_rank as usize];
+    let tpn = format_counts(&layout.tasks_per_node);
+    let nodelist = compress(&layout.nodes);
+    let mut env = BTreeMap::new();
+    let mut set = |k: &str, v: String| {
+        env.insert(k.to_owned(), v);
+    };
+
+    // torchrun's set.
+    set("RANK", pos.rank.to_string());
+    set("LOCAL_RANK", pos.local_rank.to_string());
+    set("WORLD_SIZE", world.to_string());
+    set("LOCAL_WORLD_SIZE", lws.to_string());
+    set("GROUP_RANK", pos.node_rank.to_string());
+    set("NODE_RANK", pos.node_rank.to_string());
+    set("GROUP_WORLD_SIZE", nnodes.to_string());
+    set("ROLE_NAME", "default".into());
+    set("ROLE_RANK", pos.rank.to_string());
+    set("ROLE_WORLD_SIZE", world.to_string());
+    set("MASTER_ADDR", info.master_addr.clone());
+    if let Some(port) = info.master_port {
+        set("MASTER_PORT", port.to_string());
+    }
+    set("TORCHELASTIC_RESTART_COUNT", info.restart_count.to_string());
+    set("TORCHELASTIC_MAX_RESTARTS", info.max_restarts.to_string());
+    set("TORCHELASTIC_RUN_ID", info.run_id.clone());
+
+    // SLURM task variables describing this worker, as one-task-per-worker srun would.
+    set("SLURM_PROCID", pos.rank.to_string());
+    set("SLURM_LOCALID", pos.local_rank.to_string());
+    set("SLURM_NODEID", pos.node_rank.to_string());
+    set("SLURM_NTASKS", world.to_string());
+    set("SLURM_NPROCS", world.to_string());
+    set("SLURM_NNODES", nnodes.to_string());
+    set("SLURM_TASKS_PER_NODE", tpn.clone());
+    set("SLURM_STEP_NUM_TASKS", world.to_string());
+    set("SLURM_STEP_NUM_NODES", nnodes.to_string());
+    set("SLURM_STEP_TASKS_PER_NODE", tpn);
+    set("SLURM_STEP_NODELIST", nodelist);
+    if layout.tasks_per_node.iter().all(|&t| t == lws) {
+        set("SLURM_NTASKS_PER_NODE", lws.to_string());
+    }
+
+    // GPUs and threads.
+    if !info.node_gpus.is_empty() {
+        let share = gpu_share(&info.node_gpus, pos.local_rank, lws);
+        set("CUDA_VISIBLE_DEVICES", share.join(","));
+    }
+    let omp = match &info.user_omp_threads {
+        Some(user) => user.clone(),
+        None => info
+            .node_cpus
+            .map_or(1, |cpus| (cpus / lws.max(1)).max(1))
+            .to_string(),
+    };
+    set("OMP_NUM_THREADS", omp);
+
+    // herd's own.
+    set("HERD_ATTEMPT", info.restart_count.to_string());
+    set("HERD_NODE_RANK", pos.node_rank.to_string());
+    set("HERD_NUM_NODES", nnodes.to_string());
+    set("HERD_MASTER_NODE", layout.nodes[0].clone());
+    if let Some(job) = info.job_id {
+        set("HERD_JOB_ID", job.to_string());
+    }
+    env
+}

@@ -1,0 +1,295 @@
+//! The allocation model on environments captured from real SLURM (22.05.8, the test bed).
+
+use herd_slurm::{worker_env, Allocation, AllocationError, LaunchInfo, Position, Vars};
+
+/// Task 0 of `srun -N2 -n3` inside a 3-node batch job (`sbatch -N3 --gres=gpu:2
+/// --ntasks-per-node=2`), as printed on the bed. Note SLURM_NODELIST is the job's nodes while
+/// SLURM_NNODES and SLURM_TASKS_PER_NODE follow the step, and SLURM_NTASKS_PER_NODE is stale.
+const STEP_IN_BATCH: &str = "\
+CUDA_VISIBLE_DEVICES=0,1
+SLURMD_NODENAME=gpu-a01
+SLURM_CPUS_ON_NODE=2
+SLURM_GPUS_ON_NODE=2
+SLURM_JOBID=2
+SLURM_JOB_CPUS_PER_NODE=2(x3)
+SLURM_JOB_GPUS=0,1
+SLURM_JOB_ID=2
+SLURM_JOB_NODELIST=gpu-a[01-03]
+SLURM_JOB_NUM_NODES=3
+SLURM_LOCALID=0
+SLURM_NNODES=2
+SLURM_NODEID=0
+SLURM_NODELIST=gpu-a[01-03]
+SLURM_NPROCS=3
+SLURM_NTASKS=3
+SLURM_NTASKS_PER_NODE=2
+SLURM_PROCID=0
+SLURM_STEPID=0
+SLURM_STEP_GPUS=0,1
+SLURM_STEP_ID=0
+SLURM_STEP_NODELIST=gpu-a[01-02]
+SLURM_STEP_NUM_NODES=2
+SLURM_STEP_NUM_TASKS=3
+SLURM_STEP_TASKS_PER_NODE=2,1
+SLURM_TASKS_PER_NODE=2,1
+";
+
+/// The batch shell of that job: SLURM sets PROCID/LOCALID/NODEID to 0, but it is no task.
+const BATCH: &str = "\
+CUDA_VISIBLE_DEVICES=0,1
+SLURMD_NODENAME=gpu-a01
+SLURM_CPUS_ON_NODE=2
+SLURM_GPUS_ON_NODE=2
+SLURM_JOBID=2
+SLURM_JOB_CPUS_PER_NODE=2(x3)
+SLURM_JOB_ID=2
+SLURM_JOB_NODELIST=gpu-a[01-03]
+SLURM_JOB_NUM_NODES=3
+SLURM_LOCALID=0
+SLURM_NNODES=3
+SLURM_NODEID=0
+SLURM_NODELIST=gpu-a[01-03]
+SLURM_NPROCS=6
+SLURM_NTASKS=6
+SLURM_NTASKS_PER_NODE=2
+SLURM_PROCID=0
+SLURM_TASKS_PER_NODE=2(x3)
+";
+
+fn with(base: &str, changes: &[(&str, Option<&str>)]) -> Vars {
+    let mut vars = Vars::parse(base);
+    for (k, v) in changes {
+        match v {
+            Some(v) => vars.0.insert(k.to_string(), v.to_string()),
+            None => vars.0.remove(*k),
+        };
+    }
+    vars
+}
+
+fn alloc(vars: &Vars) -> Allocation {
+    Allocation::from_vars(vars).unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[test]
+fn step_variables_win_over_job_variables_in_a_step() {
+    let a = alloc(&Vars::parse(STEP_IN_BATCH));
+    assert_eq!(a.job_id, 2);
+    assert_eq!(a.job_nodes, ["gpu-a01", "gpu-a02", "gpu-a03"]);
+    assert_eq!(a.layout.nodes, ["gpu-a01", "gpu-a02"]);
+    assert_eq!(a.layout.tasks_per_node, [2, 1]);
+    assert_eq!(a.layout.world_size(), 3);
+    let t = a.task.clone().expect("a step task");
+    assert_eq!(
+        (t.rank, t.local_rank, t.node_rank, t.local_world_size),
+        (0, 0, 0, 2)
+    );
+    assert_eq!(t.node, "gpu-a01");
+    assert_eq!(a.gpus.visible, Some(vec!["0".to_owned(), "1".to_owned()]));
+    assert_eq!(a.master_node(), "gpu-a01");
+}
+
+#[test]
+fn batch_shell_is_not_a_task() {
+    let a = alloc(&Vars::parse(BATCH));
+    assert!(a.task.is_none());
+    assert_eq!(a.layout.tasks_per_node, [2, 2, 2]);
+    assert_eq!(a.layout.world_size(), 6);
+}
+
+#[test]
+fn uneven_tasks_per_node() {
+    // srun -N3 --ntasks=5 on the bed: task 4 is alone on gpu-a03.
+    let vars = with(
+        STEP_IN_BATCH,
+        &[
+            ("SLURM_STEP_NODELIST", Some("gpu-a[01-03]")),
+            ("SLURM_STEP_NUM_NODES", Some("3")),
+            ("SLURM_NNODES", Some("3")),
+            ("SLURM_STEP_NUM_TASKS", Some("5")),
+            ("SLURM_NTASKS", Some("5")),
+            ("SLURM_STEP_TASKS_PER_NODE", Some("3,1(x2)")),
+            ("SLURM_TASKS_PER_NODE", Some("3,1(x2)")),
+            ("SLURM_PROCID", Some("4")),
+            ("SLURM_NODEID", Some("2")),
+            ("SLURMD_NODENAME", Some("gpu-a03")),
+        ],
+    );
+    let a = alloc(&vars);
+    let t = a.task.expect("task");
+    assert_eq!((t.rank, t.node_rank, t.local_world_size), (4, 2, 1));
+    assert_eq!(a.layout.first_rank(2), 4);
+}
+
+#[test]
+fn disagreeing_variables_are_named() {
+    type Change<'a> = (&'a str, Option<&'a str>);
+    let cases: &[(&[Change], &str)] = &[
+        (&[("SLURM_STEP_NUM_NODES", Some("3"))], "SLURM_STEP_NUM_NODES=3 but SLURM_STEP_NODELIST gives 2"),
+        (&[("SLURM_NTASKS", Some("4"))], "SLURM_NTASKS=4 but SLURM_STEP_TASKS_PER_NODE gives 3"),
+        (&[("SLURM_STEP_TASKS_PER_NODE", Some("2(x3)"))], "SLURM_STEP_TASKS_PER_NODE=2(x3) covers 3 nodes but SLURM_STEP_NODELIST=gpu-a[01-02] names 2"),
+        (&[("SLURM_PROCID", Some("3"))], "SLURM_PROCID=3 but the step has 3 tasks"),
+        (&[("SLURM_NODEID", Some("2"))], "SLURM_NODEID=2 but the step has 2 nodes"),
+        (&[("SLURM_NODEID", Some("1")), ("SLURM_LOCALID", Some("1"))], "SLURM_LOCALID=1 but node 1 runs 1 tasks"),
+        (&[("SLURMD_NODENAME", Some("gpu-a02"))], "SLURMD_NODENAME=gpu-a02 but SLURM_NODEID=0 is gpu-a01"),
+        (&[("SLURM_STEP_NODELIST", Some("gpu-a[01,09]"))], "step node gpu-a09 (SLURM_STEP_NODELIST) is not in the job's node list"),
+        (&[("SLURM_JOB_NUM_NODES", Some("4"))], "SLURM_JOB_NUM_NODES=4 but SLURM_JOB_NODELIST gives 3"),
+        (&[("SLURM_TASKS_PER_NODE", Some("3"))], "SLURM_TASKS_PER_NODE=3 but SLURM_STEP_TASKS_PER_NODE=2,1"),
+    ];
+    for (changes, want) in cases {
+        let err = Allocation::from_vars(&with(STEP_IN_BATCH, changes))
+            .expect_err(&format!("{changes:?} must be refused"));
+        assert!(matches!(err, AllocationError::Inconsistent(_)), "{err:?}");
+        assert!(
+            err.to_string().contains(want),
+            "{changes:?}: got `{err}`, want `{want}`"
+        );
+    }
+}
+
+#[test]
+fn invalid_and_missing_values_name_the_variable() {
+    let e = Allocation::from_vars(&with(
+        STEP_IN_BATCH,
+        &[("SLURM_STEP_NODELIST", Some("gpu-a[01-"))],
+    ))
+    .expect_err("bad hostlist");
+    assert!(
+        e.to_string()
+            .starts_with("SLURM_STEP_NODELIST=\"gpu-a[01-\" is invalid: expected a number"),
+        "{e}"
+    );
+    let e = Allocation::from_vars(&with(
+        STEP_IN_BATCH,
+        &[("SLURM_STEP_TASKS_PER_NODE", Some("2(3)"))],
+    ))
+    .expect_err("bad counts");
+    assert!(
+        e.to_string()
+            .contains("SLURM_STEP_TASKS_PER_NODE=\"2(3)\" is invalid"),
+        "{e}"
+    );
+    let e = Allocation::from_vars(&with(STEP_IN_BATCH, &[("SLURM_PROCID", None)]))
+        .expect_err("no procid");
+    assert_eq!(
+        e,
+        AllocationError::Missing {
+            var: "SLURM_PROCID",
+            context: "SLURM_STEP_ID is set (this is an srun task)".into()
+        }
+    );
+    let e = Allocation::from_vars(&Vars::parse("PATH=/bin\n")).expect_err("no job");
+    assert_eq!(e, AllocationError::NotInAllocation);
+}
+
+#[test]
+fn heterogeneous_job_components() {
+    let vars = with(
+        BATCH,
+        &[
+            ("SLURM_HET_SIZE", Some("2")),
+            ("SLURM_JOB_NODELIST_HET_GROUP_0", Some("gpu-a01")),
+            ("SLURM_JOB_NODELIST_HET_GROUP_1", Some("gpu-a[02-03]")),
+            ("SLURM_TASKS_PER_NODE_HET_GROUP_1", Some("4(x2)")),
+        ],
+    );
+    let a = alloc(&vars);
+    assert_eq!(a.het_groups.len(), 2);
+    assert_eq!(a.het_groups[1].nodes, ["gpu-a02", "gpu-a03"]);
+    assert_eq!(a.het_groups[1].tasks_per_node, Some(vec![4, 4]));
+    let e = Allocation::from_vars(&with(
+        &vars_text(&vars),
+        &[("SLURM_JOB_NODELIST_HET_GROUP_1", None)],
+    ))
+    .expect_err("missing group");
+    assert!(e
+        .to_string()
+        .contains("SLURM_HET_SIZE=2 but SLURM_JOB_NODELIST_HET_GROUP_1 is not set"));
+}
+
+fn vars_text(v: &Vars) -> String {
+    v.0.iter().map(|(k, v)| format!("{k}={v}\n")).collect()
+}
+
+/// Code written for one-task-per-GPU srun launch (InternVideo's and SwAV's
+/// init_distributed_mode, mmcv's launcher=slurm) reads SLURM_PROCID, SLURM_LOCALID,
+/// SLURM_NTASKS, and the seeds compute the world size as SLURM_NNODES × the first character
+/// of SLURM_TASKS_PER_NODE. Under herd every worker's SLURM variables describe the worker.
+#[test]
+fn workers_get_slurm_variables_describing_themselves() {
+    let a = alloc(&Vars::parse(BATCH));
+    let info = LaunchInfo {
+        master_addr: "10.0.0.1".into(),
+        master_port: Some(29500),
+        run_id: "2".into(),
+        node_gpus: vec!["0".into(), "1".into()],
+        node_cpus: Some(8),
+        job_id: Some(2),
+        ..LaunchInfo::default()
+    };
+    let mut ranks = std::collections::BTreeSet::new();
+    for node_rank in 0..3u32 {
+        for local_rank in 0..2u32 {
+            let rank = a.layout.first_rank(node_rank as usize) + local_rank;
+            let env = worker_env(
+                &a.layout,
+                Position {
+                    rank,
+                    local_rank,
+                    node_rank,
+                },
+                &info,
+            );
+            let get = |k: &str| env.get(k).cloned().unwrap_or_else(|| panic!("{k} not set"));
+            assert_eq!(get("RANK"), rank.to_string());
+            assert_eq!(get("SLURM_PROCID"), rank.to_string());
+            assert_eq!(get("SLURM_LOCALID"), local_rank.to_string());
+            assert_eq!(get("LOCAL_RANK"), local_rank.to_string());
+            assert_eq!(get("SLURM_NODEID"), node_rank.to_string());
+            assert_eq!(get("WORLD_SIZE"), "6");
+            assert_eq!(get("SLURM_NTASKS"), "6");
+            let seeds_world: u32 = get("SLURM_NNODES").parse::<u32>().expect("n")
+                * get("SLURM_TASKS_PER_NODE")[..1]
+                    .parse::<u32>()
+                    .expect("first char");
+            assert_eq!(seeds_world, 6, "the seeds' world-size formula");
+            assert_eq!(
+                get("CUDA_VISIBLE_DEVICES"),
+                local_rank.to_string(),
+                "one GPU per worker"
+            );
+            assert_eq!(get("OMP_NUM_THREADS"), "4", "8 CPUs over 2 workers");
+            assert_eq!(get("MASTER_ADDR"), "10.0.0.1");
+            assert_eq!(get("MASTER_PORT"), "29500");
+            assert_eq!(get("SLURM_STEP_NODELIST"), "gpu-a[01-03]");
+            assert_eq!(get("HERD_MASTER_NODE"), "gpu-a01");
+            ranks.insert(rank);
+        }
+    }
+    assert_eq!(ranks.len(), 6, "distinct ranks");
+}
+
+#[test]
+fn user_omp_threads_and_fewer_gpus_than_workers() {
+    let a = alloc(&Vars::parse(BATCH));
+    let info = LaunchInfo {
+        node_gpus: vec!["0".into()],
+        user_omp_threads: Some("7".into()),
+        ..LaunchInfo::default()
+    };
+    let env = worker_env(
+        &a.layout,
+        Position {
+            rank: 1,
+            local_rank: 1,
+            node_rank: 0,
+        },
+        &info,
+    );
+    assert_eq!(env["OMP_NUM_THREADS"], "7");
+    assert_eq!(
+        env["CUDA_VISIBLE_DEVICES"], "0",
+        "workers share the only GPU"
+    );
+    assert!(!env.contains_key("MASTER_PORT"), "no port claimed yet");
+}
