@@ -11,6 +11,7 @@ use clap::{Parser, Subcommand};
 
 pub mod env;
 pub mod hostlist;
+pub mod launch;
 
 /// Exit codes of `herd`, documented in `docs/cli.md`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,6 +36,9 @@ pub enum CliError {
     /// The SLURM environment is missing or inconsistent.
     #[error(transparent)]
     Allocation(#[from] herd_slurm::AllocationError),
+    /// Launching or supervising the job failed before workers could report.
+    #[error("{0}")]
+    Launch(String),
     /// Writing the output failed.
     #[error("cannot write output: {0}")]
     Io(#[from] std::io::Error),
@@ -57,7 +61,7 @@ impl CliError {
             CliError::NotImplemented { .. } | CliError::Usage(_) | CliError::Input(_) => {
                 ExitStatus::Usage
             }
-            CliError::Allocation(_) | CliError::Io(_) => ExitStatus::Failure,
+            CliError::Allocation(_) | CliError::Io(_) | CliError::Launch(_) => ExitStatus::Failure,
         }
     }
 }
@@ -91,9 +95,9 @@ pub enum Command {
     Submit(PendingArgs),
     /// Run a job here: N simulated nodes on this machine, or on the nodes of the current
     /// allocation.
-    Run(PendingArgs),
+    Run(launch::RunArgs),
     /// Per-node agent started by the batch script (`srun --ntasks-per-node=1 herd launch`).
-    Launch(PendingArgs),
+    Launch(launch::LaunchArgs),
     /// Per-task shim for one-task-per-GPU `srun` launch: map SLURM_* to rank variables and
     /// exec.
     Exec(PendingArgs),
@@ -155,6 +159,8 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
     match cli.command {
         Command::Hostlist(args) => hostlist::run(args, out),
         Command::Env(args) => env::run(args, out),
+        Command::Launch(args) => launch::launch(args),
+        Command::Run(args) => launch::run(args),
         command => Err(CliError::NotImplemented {
             command: command.name(),
             version: env!("CARGO_PKG_VERSION"),
@@ -210,7 +216,15 @@ mod tests {
         let cmd = Cli::command();
         for sub in cmd.get_subcommands() {
             let name = sub.get_name().to_owned();
-            let parsed = Cli::try_parse_from(["herd", name.as_str()])
+            // The fewest arguments each command accepts.
+            let rest: &[&str] = match name.as_str() {
+                "hostlist" => &["count", "x"],
+                "run" | "launch" => &["--", "true"],
+                _ => &[],
+            };
+            let mut argv = vec!["herd", name.as_str()];
+            argv.extend(rest);
+            let parsed = Cli::try_parse_from(argv)
                 .unwrap_or_else(|e| panic!("`herd {name}` does not parse: {e}"));
             assert_eq!(parsed.command.name(), name);
         }

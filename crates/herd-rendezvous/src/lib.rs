@@ -44,7 +44,9 @@ pub enum RendezvousError {
     #[error("{0}")]
     Timeout(String),
     /// Every candidate port is taken on the leader's node.
-    #[error("no free rendezvous port: all {count} candidates from {first} are in use on this node")]
+    #[error(
+        "no free rendezvous port: all {count} candidates from {first} are in use on this node"
+    )]
     NoFreePort {
         /// The first candidate.
         first: u16,
@@ -236,7 +238,9 @@ async fn within<T>(
 ) -> Result<T, RendezvousError> {
     tokio::time::timeout(HANDSHAKE_TIMEOUT, fut)
         .await
-        .map_err(|_| RendezvousError::Timeout(format!("{what}: no answer within {HANDSHAKE_TIMEOUT:?}")))?
+        .map_err(|_| {
+            RendezvousError::Timeout(format!("{what}: no answer within {HANDSHAKE_TIMEOUT:?}"))
+        })?
 }
 
 impl Link {
@@ -267,7 +271,13 @@ impl Leader {
         let candidates = port_candidates(&key.id, count);
         for &port in &candidates {
             match TcpListener::bind(SocketAddr::new(ip, port)).await {
-                Ok(listener) => return Ok(Leader { listener, key, port }),
+                Ok(listener) => {
+                    return Ok(Leader {
+                        listener,
+                        key,
+                        port,
+                    })
+                }
                 Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => continue,
                 Err(e) => return Err(io(format!("binding rendezvous port {port}"))(e)),
             }
@@ -323,11 +333,18 @@ impl Leader {
         };
         let reject = |reason: String| Handshake::Reject { reason };
         if protocol != PROTOCOL {
-            let reason = format!("protocol {protocol}, this leader speaks {PROTOCOL} (mixed herd versions?)");
+            let reason = format!(
+                "protocol {protocol}, this leader speaks {PROTOCOL} (mixed herd versions?)"
+            );
             let _ = write_frame(&mut stream, &reject(reason.clone())).await;
             return Err(RendezvousError::Protocol(reason));
         }
-        if !proof.matches(&Proof::new(&self.key, "follower", &leader_nonce, &follower_nonce)) {
+        if !proof.matches(&Proof::new(
+            &self.key,
+            "follower",
+            &leader_nonce,
+            &follower_nonce,
+        )) {
             let _ = write_frame(&mut stream, &reject("wrong job secret".into())).await;
             return Err(RendezvousError::Protocol(format!(
                 "node {} ({}) does not know this job's secret",
@@ -341,7 +358,14 @@ impl Leader {
             },
         )
         .await?;
-        Ok((Link { stream, peer, local }, node))
+        Ok((
+            Link {
+                stream,
+                peer,
+                local,
+            },
+            node,
+        ))
     }
 }
 
@@ -394,9 +418,12 @@ async fn try_candidate(key: &JobKey, addr: SocketAddr, node: &NodeInfo) -> Resul
         .map_err(|_| Attempt::NotHere("connect timed out".into()))?
         .map_err(|e| Attempt::NotHere(e.to_string()))?;
     let _ = stream.set_nodelay(true);
-    let challenge = within("waiting for the leader's challenge", read_frame(&mut stream))
-        .await
-        .map_err(not_here)?;
+    let challenge = within(
+        "waiting for the leader's challenge",
+        read_frame(&mut stream),
+    )
+    .await
+    .map_err(not_here)?;
     let Some(Handshake::Challenge {
         protocol,
         job,
@@ -432,9 +459,17 @@ async fn try_candidate(key: &JobKey, addr: SocketAddr, node: &NodeInfo) -> Resul
         Some(Handshake::Welcome { proof })
             if proof.matches(&Proof::new(key, "leader", &leader_nonce, &follower_nonce)) =>
         {
-            let peer = stream.peer_addr().map_err(|e| Attempt::NotHere(e.to_string()))?;
-            let local = stream.local_addr().map_err(|e| Attempt::NotHere(e.to_string()))?;
-            Ok(Link { stream, peer, local })
+            let peer = stream
+                .peer_addr()
+                .map_err(|e| Attempt::NotHere(e.to_string()))?;
+            let local = stream
+                .local_addr()
+                .map_err(|e| Attempt::NotHere(e.to_string()))?;
+            Ok(Link {
+                stream,
+                peer,
+                local,
+            })
         }
         Some(Handshake::Welcome { .. }) => Err(Attempt::NotHere(
             "a leader that does not know this job's secret".into(),

@@ -21,7 +21,11 @@ fn node(rank: u32) -> NodeInfo {
 
 /// A unique job id per test run so parallel test processes never share candidates.
 fn unique(name: &str) -> String {
-    format!("test-{name}-{}-{}", std::process::id(), nonce().expect("urandom"))
+    format!(
+        "test-{name}-{}-{}",
+        std::process::id(),
+        nonce().expect("urandom")
+    )
 }
 
 #[test]
@@ -63,7 +67,9 @@ async fn followers_find_the_leader_and_both_sides_authenticate() {
 #[tokio::test]
 async fn a_follower_with_the_wrong_secret_is_refused_and_told_why() {
     let id = unique("secret");
-    let leader = Leader::bind(key(&id, "right"), LOOPBACK, 32).await.expect("bind");
+    let leader = Leader::bind(key(&id, "right"), LOOPBACK, 32)
+        .await
+        .expect("bind");
     let intruder = tokio::spawn({
         let k = key(&id, "wrong");
         async move { connect(&k, LOOPBACK, &node(1), 32, Duration::from_secs(10)).await }
@@ -85,7 +91,9 @@ async fn a_leader_of_another_job_on_a_shared_port_is_skipped() {
     };
     let first = port_candidates(&mine, 1)[0];
     let squatter = TcpListener::bind(SocketAddr::new(LOOPBACK, first)).await;
-    let leader = Leader::bind(key(&mine, "k"), LOOPBACK, 32).await.expect("bind");
+    let leader = Leader::bind(key(&mine, "k"), LOOPBACK, 32)
+        .await
+        .expect("bind");
     if squatter.is_ok() {
         assert_ne!(leader.port, first, "the busy first candidate is skipped");
     }
@@ -124,14 +132,20 @@ async fn a_silent_program_on_the_preferred_port_costs_a_timeout_not_a_hang() {
             held.push(s);
         }
     });
-    let leader = Leader::bind(key(&mine, "k"), LOOPBACK, 32).await.expect("bind");
+    let leader = Leader::bind(key(&mine, "k"), LOOPBACK, 32)
+        .await
+        .expect("bind");
     assert_ne!(leader.port, first);
     let started = std::time::Instant::now();
     let (k, n) = (key(&mine, "k"), node(1));
     let follower = connect(&k, LOOPBACK, &n, 32, Duration::from_secs(20));
     let (link, _) = tokio::join!(follower, leader.accept());
     link.expect("found the leader past the silent port");
-    assert!(started.elapsed() < Duration::from_secs(10), "took {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "took {:?}",
+        started.elapsed()
+    );
     hold.abort();
 }
 
@@ -141,7 +155,10 @@ async fn no_leader_is_a_timeout_naming_the_job() {
     let err = connect(&k, LOOPBACK, &node(1), 4, Duration::from_millis(300))
         .await
         .expect_err("nobody there");
-    assert!(err.to_string().contains("no leader of job test-none"), "{err}");
+    assert!(
+        err.to_string().contains("no leader of job test-none"),
+        "{err}"
+    );
 }
 
 #[tokio::test]

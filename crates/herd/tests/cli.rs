@@ -43,8 +43,8 @@ fn version_prints_package_version() {
 }
 
 /// Commands whose implementation has not landed yet.
-const PENDING: [&str; 10] = [
-    "submit", "run", "launch", "exec", "status", "logs", "cancel", "top", "report", "check",
+const PENDING: [&str; 8] = [
+    "submit", "exec", "status", "logs", "cancel", "top", "report", "check",
 ];
 
 #[test]

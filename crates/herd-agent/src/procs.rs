@@ -1,0 +1,161 @@
+//! Finding and ending every process a node's workers started, however they tried to hide.
+//!
+//! Workers run in their own process groups, and the agent is a child subreaper: a worker's
+//! child that double-forks or calls `setsid` is re-parented to the agent instead of init, so
+//! "every descendant of the agent" is exactly "every process of the job on this node".
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use nix::sys::signal::{kill, killpg, Signal};
+use nix::unistd::Pid;
+
+/// One line of /proc/PID/stat, the fields herd needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stat {
+    pid: i32,
+    ppid: i32,
+    zombie: bool,
+}
+
+fn parse_stat(text: &str) -> Option<Stat> {
+    // "pid (comm) state ppid …": comm may hold spaces and parentheses; split at the last ')'.
+    let (head, tail) = text.rsplit_once(')')?;
+    let pid = head.split_whitespace().next()?.parse().ok()?;
+    let mut fields = tail.split_whitespace();
+    let state = fields.next()?;
+    let ppid = fields.next()?.parse().ok()?;
+    Some(Stat {
+        pid,
+        ppid,
+        zombie: state == "Z" || state == "X",
+    })
+}
+
+fn all_stats() -> Vec<Stat> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| {
+        let name = e.ok()?.file_name();
+        let pid: i32 = name.to_str()?.parse().ok()?;
+        parse_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+    })
+    .collect()
+}
+
+/// Live (not zombie) descendants of `root`, and zombie direct children (to reap).
+pub fn descendants(root: i32) -> (Vec<i32>, Vec<i32>) {
+    let stats = all_stats();
+    let mut children: HashMap<i32, Vec<Stat>> = HashMap::new();
+    for s in &stats {
+        children.entry(s.ppid).or_default().push(*s);
+    }
+    let (mut live, mut zombies) = (Vec::new(), Vec::new());
+    let mut queue = vec![root];
+    let mut seen = HashSet::new();
+    while let Some(p) = queue.pop() {
+        for c in children.get(&p).into_iter().flatten() {
+            if !seen.insert(c.pid) {
+                continue;
+            }
+            if c.zombie {
+                if p == root {
+                    zombies.push(c.pid);
+                }
+            } else {
+                live.push(c.pid);
+            }
+            queue.push(c.pid);
+        }
+    }
+    (live, zombies)
+}
+
+/// Make this process a child subreaper, so orphaned descendants stay ours to find.
+pub fn become_subreaper() {
+    // Best effort: without it, the process-group kill still reaches ordinary children.
+    let _ = nix::sys::prctl::set_child_subreaper(true);
+}
+
+/// Reap zombie children that are not `managed` (those are waited for by their owners).
+fn reap_orphans(zombies: &[i32], managed: &HashSet<i32>) {
+    for &z in zombies {
+        if !managed.contains(&z) {
+            let _ = nix::sys::wait::waitpid(
+                Pid::from_raw(z),
+                Some(nix::sys::wait::WaitPidFlag::WNOHANG),
+            );
+        }
+    }
+}
+
+/// Signal a worker's process group and, separately, every descendant (for those that
+/// left the group).
+pub fn signal_all(groups: &[i32], signal: Signal) {
+    for &g in groups {
+        let _ = killpg(Pid::from_raw(g), signal);
+    }
+    let (live, _) = descendants(std::process::id() as i32);
+    for p in live {
+        let _ = kill(Pid::from_raw(p), signal);
+    }
+}
+
+/// Forward `signal` to the workers' process groups only (their own children decide).
+pub fn forward(groups: &[i32], signal: Signal) {
+    for &g in groups {
+        let _ = killpg(Pid::from_raw(g), signal);
+    }
+}
+
+/// End every descendant of this process: SIGTERM to the workers' groups and all
+/// descendants, up to `grace` for them to exit, then SIGKILL to whatever is left, until
+/// nothing is. `managed` are pids whose exit status someone else collects.
+pub async fn terminate_all(groups: &[i32], managed: &HashSet<i32>, grace: Duration) {
+    let me = std::process::id() as i32;
+    signal_all(groups, Signal::SIGTERM);
+    let deadline = tokio::time::Instant::now() + grace;
+    loop {
+        let (live, zombies) = descendants(me);
+        reap_orphans(&zombies, managed);
+        if live.is_empty() {
+            return;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Past the grace: SIGKILL until nothing is left (a fork racing the kill is caught on the
+    // next round).
+    for _ in 0..100 {
+        signal_all(groups, Signal::SIGKILL);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let (live, zombies) = descendants(me);
+        reap_orphans(&zombies, managed);
+        if live.is_empty() {
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_stat_with_odd_comm() {
+        let s = parse_stat("4242 (we ird) (x)) S 17 4242 4242 0 -1 4194560").expect("parses");
+        assert_eq!(
+            s,
+            Stat {
+                pid: 4242,
+                ppid: 17,
+                zombie: false
+            }
+        );
+        assert!(parse_stat("9 (z) Z 1 9 9").expect("zombie").zombie);
+        assert!(parse_stat("garbage").is_none());
+    }
+}

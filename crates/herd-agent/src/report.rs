@@ -1,0 +1,203 @@
+//! What went wrong, said once, precisely: the failure report.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+/// How a worker ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Exit {
+    /// Exited with this code.
+    Code(i32),
+    /// Killed by this signal (`SIGKILL`, `SIGSEGV`, …).
+    Signal(String),
+}
+
+impl Exit {
+    /// From a wait status.
+    pub fn from_status(status: std::process::ExitStatus) -> Exit {
+        use std::os::unix::process::ExitStatusExt;
+        match (status.code(), status.signal()) {
+            (Some(code), _) => Exit::Code(code),
+            (None, Some(sig)) => Exit::Signal(signal_name(sig)),
+            (None, None) => Exit::Code(-1),
+        }
+    }
+
+    /// Exit code 0.
+    pub fn success(&self) -> bool {
+        *self == Exit::Code(0)
+    }
+}
+
+impl std::fmt::Display for Exit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Exit::Code(c) => write!(f, "exited with code {c}"),
+            Exit::Signal(s) => {
+                let what = match s.as_str() {
+                    "SIGSEGV" => " (segmentation fault)",
+                    "SIGKILL" => " (killed: out of memory, or by hand)",
+                    "SIGABRT" => " (aborted)",
+                    "SIGBUS" => " (bus error)",
+                    "SIGFPE" => " (arithmetic error)",
+                    _ => "",
+                };
+                write!(f, "killed by {s}{what}")
+            }
+        }
+    }
+}
+
+/// `SIGSEGV` for 11, `signal 99` for unknown numbers.
+pub fn signal_name(sig: i32) -> String {
+    nix::sys::signal::Signal::try_from(sig)
+        .map(|s| s.as_str().to_owned())
+        .unwrap_or_else(|_| format!("signal {sig}"))
+}
+
+/// The first failure of an attempt.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FailureReport {
+    /// Attempt number (0 for the first run).
+    pub attempt: u32,
+    /// What failed, in one line.
+    pub cause: String,
+    /// Global rank of the failing worker, when a worker failed.
+    pub rank: Option<u32>,
+    /// Its local rank.
+    pub local_rank: Option<u32>,
+    /// Its node's rank.
+    pub node_rank: u32,
+    /// Its node's host name.
+    pub host: String,
+    /// How it ended, when a worker failed.
+    pub exit: Option<Exit>,
+    /// The last lines of its stderr.
+    pub stderr_tail: Vec<String>,
+    /// When (UTC, RFC 3339 with milliseconds).
+    pub time: String,
+    /// When, as milliseconds since the Unix epoch.
+    pub unix_ms: u64,
+}
+
+impl FailureReport {
+    /// A worker's failure.
+    pub fn worker(
+        attempt: u32,
+        (rank, local_rank, node_rank): (u32, u32, u32),
+        host: &str,
+        exit: Exit,
+        stderr_tail: Vec<String>,
+    ) -> FailureReport {
+        let (time, unix_ms) = now();
+        FailureReport {
+            attempt,
+            cause: format!("rank {rank} (local rank {local_rank} on {host}) {exit}"),
+            rank: Some(rank),
+            local_rank: Some(local_rank),
+            node_rank,
+            host: host.to_owned(),
+            exit: Some(exit),
+            stderr_tail,
+            time,
+            unix_ms,
+        }
+    }
+
+    /// A failure that is not one worker's (lost node, signal, rendezvous).
+    pub fn other(attempt: u32, node_rank: u32, host: &str, cause: String) -> FailureReport {
+        let (time, unix_ms) = now();
+        FailureReport {
+            attempt,
+            cause,
+            rank: None,
+            local_rank: None,
+            node_rank,
+            host: host.to_owned(),
+            exit: None,
+            stderr_tail: Vec::new(),
+            time,
+            unix_ms,
+        }
+    }
+
+    /// The report for people: cause, time, and the stderr tail.
+    pub fn human(&self) -> String {
+        let mut s = format!(
+            "herd: job failed (attempt {}): {} at {}\n",
+            self.attempt, self.cause, self.time
+        );
+        if let Some(rank) = self.rank {
+            if self.stderr_tail.is_empty() {
+                s.push_str(&format!("herd: rank {rank} wrote nothing to stderr\n"));
+            } else {
+                s.push_str(&format!("herd: last lines of rank {rank}'s stderr:\n"));
+                for line in &self.stderr_tail {
+                    s.push_str("  | ");
+                    s.push_str(line);
+                    s.push('\n');
+                }
+            }
+        }
+        s
+    }
+}
+
+/// Now as (RFC 3339 UTC with milliseconds, milliseconds since the epoch).
+pub fn now() -> (String, u64) {
+    let since = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    let ms = u64::try_from(since.as_millis()).unwrap_or(u64::MAX);
+    (rfc3339(ms), ms)
+}
+
+/// Milliseconds since the epoch as `2026-11-30T17:40:12.123Z`.
+pub fn rfc3339(unix_ms: u64) -> String {
+    let secs = (unix_ms / 1000) as i64;
+    let ms = unix_ms % 1000;
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = if m <= 2 { y + 1 } else { y };
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{ms:03}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_utc_times() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(rfc3339(1_796_060_412_123), "2026-11-30T17:40:12.123Z");
+        assert_eq!(rfc3339(951_782_400_000), "2000-02-29T00:00:00.000Z");
+    }
+
+    #[test]
+    fn names_signals() {
+        assert_eq!(signal_name(11), "SIGSEGV");
+        assert_eq!(signal_name(9), "SIGKILL");
+        assert_eq!(
+            Exit::Signal("SIGSEGV".into()).to_string(),
+            "killed by SIGSEGV (segmentation fault)"
+        );
+        assert_eq!(Exit::Code(7).to_string(), "exited with code 7");
+    }
+}

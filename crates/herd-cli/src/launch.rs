@@ -1,0 +1,390 @@
+//! `herd launch` (the per-node agent) and `herd run` (launch here, or on the allocation).
+
+use std::ffi::OsString;
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+use herd_agent::{Config, Outcome};
+use herd_rendezvous::JobKey;
+use herd_slurm::{addr, Allocation, AllocationError, Vars};
+
+use crate::{CliError, ExitStatus};
+
+/// Options shared by `herd launch` and `herd run`.
+#[derive(Debug, Clone, Args)]
+pub struct LaunchOptions {
+    /// Workers per node (default: the node's GPUs, else 1). `--nproc_per_node` works too.
+    #[arg(long, alias = "nproc_per_node", value_name = "G")]
+    pub nproc_per_node: Option<u32>,
+    /// Restart all workers up to N times after a failure (fresh port, next attempt).
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub max_restarts: u32,
+    /// Prefix each console line with the worker's rank (`3: …`), like `srun --label`.
+    #[arg(long)]
+    pub label: bool,
+    /// Folder for per-rank logs (default: $HERD_EXP_DIR/logs, else ./herd-logs/RUN_ID).
+    #[arg(long, value_name = "DIR")]
+    pub log_dir: Option<PathBuf>,
+    /// Seconds between SIGTERM and SIGKILL when tearing workers down.
+    #[arg(long, default_value_t = 1.0, value_name = "SECONDS")]
+    pub kill_grace: f64,
+    /// Seconds the nodes may take to find each other.
+    #[arg(long, default_value_t = 300.0, value_name = "SECONDS")]
+    pub rendezvous_timeout: f64,
+    /// Seconds of silence after which another node's agent counts as lost.
+    #[arg(long, default_value_t = 30.0, value_name = "SECONDS")]
+    pub heartbeat_timeout: f64,
+    /// The worker command and its arguments (after `--`), passed as they are, never
+    /// through a shell.
+    #[arg(required = true, last = true, value_name = "CMD")]
+    pub command: Vec<OsString>,
+}
+
+/// `herd launch` arguments.
+#[derive(Debug, Args)]
+pub struct LaunchArgs {
+    #[command(flatten)]
+    opts: LaunchOptions,
+    /// Set by `herd run`: this agent's node rank among local simulated nodes.
+    #[arg(long, hide = true, requires_all = ["local_nnodes", "run_id"])]
+    local_node_rank: Option<u32>,
+    /// Set by `herd run`: the number of local simulated nodes.
+    #[arg(long, hide = true)]
+    local_nnodes: Option<u32>,
+    /// Set by `herd run`: the run's id.
+    #[arg(long, hide = true)]
+    run_id: Option<String>,
+}
+
+/// `herd run` arguments.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Nodes: simulated on this machine outside SLURM; inside an allocation, how many of
+    /// its nodes to use (default: all of them).
+    #[arg(long, short = 'N', value_name = "N")]
+    nodes: Option<u32>,
+    #[command(flatten)]
+    opts: LaunchOptions,
+}
+
+fn seconds(name: &str, v: f64) -> Result<Duration, CliError> {
+    if (0.0..1e7).contains(&v) {
+        Ok(Duration::from_secs_f64(v))
+    } else {
+        Err(CliError::Usage(format!(
+            "--{name} must be a number of seconds ≥ 0, not {v}"
+        )))
+    }
+}
+
+fn secret(vars: &Vars) -> Option<Vec<u8>> {
+    vars.get("HERD_JOB_SECRET")
+        .filter(|s| !s.is_empty())
+        .map(|s| s.as_bytes().to_vec())
+}
+
+fn gpus(vars: &Vars) -> Vec<String> {
+    vars.get("CUDA_VISIBLE_DEVICES")
+        .filter(|v| !v.trim().is_empty())
+        .map(|v| v.split(',').map(|d| d.trim().to_owned()).collect())
+        .unwrap_or_default()
+}
+
+fn base_config(opts: &LaunchOptions, vars: &Vars, run_id: &str) -> Result<Config, CliError> {
+    let node_gpus = gpus(vars);
+    let nproc = match opts.nproc_per_node {
+        Some(0) => {
+            return Err(CliError::Usage(
+                "--nproc-per-node must be at least 1".into(),
+            ))
+        }
+        Some(n) => n,
+        None if !node_gpus.is_empty() => node_gpus.len() as u32,
+        None => vars
+            .get("SLURM_GPUS_ON_NODE")
+            .and_then(|g| g.parse().ok())
+            .filter(|&g: &u32| g > 0)
+            .unwrap_or(1),
+    };
+    let log_dir = match (&opts.log_dir, vars.get("HERD_EXP_DIR")) {
+        (Some(d), _) => d.clone(),
+        (None, Some(exp)) => PathBuf::from(exp).join("logs"),
+        (None, None) => PathBuf::from("herd-logs").join(run_id),
+    };
+    Ok(Config {
+        node_rank: 0,
+        node_names: Vec::new(),
+        leader_ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
+        nproc,
+        argv: opts.command.clone(),
+        key: JobKey {
+            id: String::new(),
+            secret: Vec::new(),
+        },
+        run_id: run_id.to_owned(),
+        log_dir,
+        label: opts.label,
+        max_restarts: opts.max_restarts,
+        kill_grace: seconds("kill-grace", opts.kill_grace)?,
+        rendezvous_timeout: seconds("rendezvous-timeout", opts.rendezvous_timeout)?,
+        heartbeat_timeout: seconds("heartbeat-timeout", opts.heartbeat_timeout)?
+            .max(Duration::from_millis(400)),
+        port_candidates: 32,
+        node_gpus,
+        node_cpus: vars.get("SLURM_CPUS_ON_NODE").and_then(|c| c.parse().ok()),
+        user_omp_threads: vars.get("OMP_NUM_THREADS").map(str::to_owned),
+        job_id: None,
+    })
+}
+
+fn run_agent(cfg: Config) -> Result<ExitStatus, CliError> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(CliError::Io)?;
+    match runtime.block_on(herd_agent::run(cfg)) {
+        Ok(Outcome::Success) => Ok(ExitStatus::Success),
+        Ok(Outcome::Failed(_)) => Ok(ExitStatus::Failure),
+        Err(e) => Err(CliError::Launch(e.to_string())),
+    }
+}
+
+/// Run `herd launch`.
+pub fn launch(args: LaunchArgs) -> Result<ExitStatus, CliError> {
+    let vars = Vars::from_env();
+    if let (Some(rank), Some(nnodes), Some(run_id)) =
+        (args.local_node_rank, args.local_nnodes, &args.run_id)
+    {
+        // A simulated node of `herd run` on this machine.
+        let mut cfg = base_config(&args.opts, &vars, run_id)?;
+        if nnodes == 0 || rank >= nnodes {
+            return Err(CliError::Usage(format!(
+                "--local-node-rank {rank} is not below --local-nnodes {nnodes}"
+            )));
+        }
+        cfg.node_rank = rank;
+        cfg.node_names = (0..nnodes).map(|i| format!("local-{i}")).collect();
+        cfg.key = JobKey {
+            id: format!("local-{run_id}"),
+            secret: secret(&vars).ok_or_else(|| {
+                CliError::Usage(
+                    "HERD_JOB_SECRET is not set: local agents are started by `herd run`".into(),
+                )
+            })?,
+        };
+        return run_agent(cfg);
+    }
+
+    let alloc = Allocation::from_vars(&vars).map_err(|e| match e {
+        AllocationError::NotInAllocation => CliError::Usage(
+            "herd launch is the per-node agent inside a SLURM job: start it with `srun --ntasks-per-node=1 herd launch -- CMD`, or use `herd run -- CMD` (here or in an allocation)".into(),
+        ),
+        e => CliError::Allocation(e),
+    })?;
+    let task = alloc.task.clone().ok_or_else(|| {
+        CliError::Usage("herd launch must run as an srun task, one per node: `srun --ntasks-per-node=1 herd launch -- CMD` (or use `herd run`)".into())
+    })?;
+    if let Some((i, &n)) = alloc
+        .layout
+        .tasks_per_node
+        .iter()
+        .enumerate()
+        .find(|(_, &n)| n != 1)
+    {
+        return Err(CliError::Usage(format!(
+            "herd launch runs one agent per node, but this step runs {n} tasks on {}: use `srun --ntasks-per-node=1`",
+            alloc.layout.nodes[i]
+        )));
+    }
+    let step = alloc.step_id.clone().unwrap_or_default();
+    let run_id = alloc.job_id.to_string();
+    let mut cfg = base_config(&args.opts, &vars, &run_id)?;
+    cfg.node_rank = task.node_rank;
+    cfg.node_names = alloc.layout.nodes.clone();
+    cfg.job_id = Some(alloc.job_id);
+    cfg.node_cpus = alloc.cpus_on_node;
+    let id = format!("slurm-{}.{step}", alloc.job_id);
+    let secret = secret(&vars).unwrap_or_else(|| {
+        if task.node_rank == 0 {
+            eprintln!("herd: note: HERD_JOB_SECRET is not set; the agents authenticate with a secret derived from the job id (herd run and herd submit set a random one)");
+        }
+        format!("derived:{id}:{}", vars.get("SLURM_JOB_UID").unwrap_or("")).into_bytes()
+    });
+    cfg.key = JobKey { id, secret };
+    if task.node_rank != 0 {
+        let master = alloc.master_node();
+        cfg.leader_ip =
+            addr::reachable_addr(master).map_err(|e| CliError::Launch(e.to_string()))?;
+    }
+    run_agent(cfg)
+}
+
+/// Run `herd run`.
+pub fn run(args: RunArgs) -> Result<ExitStatus, CliError> {
+    let vars = Vars::from_env();
+    let herd = std::env::current_exe().map_err(CliError::Io)?;
+    let secret = herd_rendezvous::new_secret().map_err(CliError::Io)?;
+    let mut forwarded: Vec<OsString> = Vec::new();
+    let o = &args.opts;
+    if let Some(g) = o.nproc_per_node {
+        forwarded.extend(["--nproc-per-node".into(), g.to_string().into()]);
+    }
+    forwarded.extend([
+        "--max-restarts".into(),
+        o.max_restarts.to_string().into(),
+        "--kill-grace".into(),
+        o.kill_grace.to_string().into(),
+        "--rendezvous-timeout".into(),
+        o.rendezvous_timeout.to_string().into(),
+        "--heartbeat-timeout".into(),
+        o.heartbeat_timeout.to_string().into(),
+    ]);
+    if o.label {
+        forwarded.push("--label".into());
+    }
+
+    if vars.get("SLURM_JOB_ID").is_some() || vars.get("SLURM_JOBID").is_some() {
+        // Inside an allocation: one agent per allocated node, through srun itself.
+        if vars.get("SLURM_STEP_ID").is_some() {
+            return Err(CliError::Usage(
+                "herd run is already inside an srun step: run it from the batch script or the salloc shell".into(),
+            ));
+        }
+        let alloc = Allocation::from_vars(&vars)?;
+        let available = alloc.job_nodes.len() as u32;
+        let nodes = args.nodes.unwrap_or(available);
+        if nodes == 0 || nodes > available {
+            return Err(CliError::Usage(format!(
+                "--nodes {nodes}: the allocation has {available} nodes ({})",
+                herd_hostlist::compress(&alloc.job_nodes)
+            )));
+        }
+        let log_dir = o
+            .log_dir
+            .clone()
+            .unwrap_or_else(|| match vars.get("HERD_EXP_DIR") {
+                Some(exp) => PathBuf::from(exp).join("logs"),
+                None => PathBuf::from("herd-logs").join(alloc.job_id.to_string()),
+            });
+        let log_dir = std::path::absolute(&log_dir).unwrap_or(log_dir);
+        let mut cmd = std::process::Command::new("srun");
+        cmd.arg(format!("--nodes={nodes}"))
+            .arg(format!("--ntasks={nodes}"))
+            .arg("--ntasks-per-node=1")
+            .arg("--kill-on-bad-exit=1")
+            .arg(&herd)
+            .arg("launch")
+            .args(&forwarded)
+            .arg("--log-dir")
+            .arg(&log_dir)
+            .arg("--")
+            .args(&o.command)
+            .env("HERD_JOB_SECRET", &secret);
+        let status = cmd
+            .status()
+            .map_err(|e| CliError::Launch(format!("cannot run srun: {e}")))?;
+        return Ok(if status.success() {
+            ExitStatus::Success
+        } else {
+            ExitStatus::Failure
+        });
+    }
+
+    // Outside SLURM: N simulated nodes on this machine, the same agents over loopback.
+    let nodes = args.nodes.unwrap_or(1);
+    if nodes == 0 {
+        return Err(CliError::Usage("--nodes must be at least 1".into()));
+    }
+    let run_id = format!(
+        "run-{}",
+        &herd_rendezvous::nonce().map_err(CliError::Io)?[..8]
+    );
+    let log_dir = o
+        .log_dir
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("herd-logs").join(&run_id));
+    let log_dir = std::path::absolute(&log_dir).unwrap_or(log_dir);
+    eprintln!(
+        "herd: run {run_id}: {nodes} simulated nodes on this machine, logs in {}",
+        log_dir.display()
+    );
+    let mut children = Vec::new();
+    for rank in 0..nodes {
+        let mut cmd = std::process::Command::new(&herd);
+        cmd.arg("launch")
+            .args(&forwarded)
+            .arg("--log-dir")
+            .arg(&log_dir)
+            .arg("--local-node-rank")
+            .arg(rank.to_string())
+            .arg("--local-nnodes")
+            .arg(nodes.to_string())
+            .arg("--run-id")
+            .arg(&run_id)
+            .arg("--")
+            .args(&o.command)
+            .env("HERD_JOB_SECRET", &secret);
+        // Own process group: a terminal's Ctrl-C reaches herd run once, and herd run
+        // forwards it to every agent once.
+        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+        children.push(
+            cmd.spawn()
+                .map_err(|e| CliError::Launch(format!("cannot start an agent: {e}")))?,
+        );
+    }
+    let pids: Vec<i32> = children.iter().map(|c| c.id() as i32).collect();
+    forward_signals(pids);
+    let mut ok = true;
+    for mut c in children {
+        ok &= c.wait().map(|s| s.success()).unwrap_or(false);
+    }
+    Ok(if ok {
+        ExitStatus::Success
+    } else {
+        ExitStatus::Failure
+    })
+}
+
+/// Forward SIGINT, SIGTERM, SIGUSR1 and SIGUSR2 to the local agents, from a thread.
+fn forward_signals(pids: Vec<i32>) {
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+    std::thread::spawn(move || {
+        let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        else {
+            return;
+        };
+        rt.block_on(async move {
+            use tokio::signal::unix::{signal, SignalKind};
+            let mut streams = Vec::new();
+            for (kind, sig) in [
+                (SignalKind::interrupt(), Signal::SIGINT),
+                (SignalKind::terminate(), Signal::SIGTERM),
+                (SignalKind::user_defined1(), Signal::SIGUSR1),
+                (SignalKind::user_defined2(), Signal::SIGUSR2),
+            ] {
+                if let Ok(s) = signal(kind) {
+                    streams.push((s, sig));
+                }
+            }
+            let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+            for (mut s, sig) in streams {
+                let tx = tx.clone();
+                tokio::spawn(async move {
+                    while s.recv().await.is_some() {
+                        let _ = tx.send(sig);
+                    }
+                });
+            }
+            while let Some(sig) = rx.recv().await {
+                for &p in &pids {
+                    let _ = kill(Pid::from_raw(p), sig);
+                }
+            }
+        });
+    });
+}
