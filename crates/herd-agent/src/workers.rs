@@ -75,6 +75,7 @@ struct OutLine {
 
 /// The task that writes every worker's lines; dropping all senders ends it.
 pub struct OutputSink {
+    dir: PathBuf,
     tx: mpsc::Sender<OutLine>,
     done: tokio::task::JoinHandle<()>,
 }
@@ -84,6 +85,7 @@ impl OutputSink {
     pub fn start(cfg: OutputConfig) -> std::io::Result<OutputSink> {
         std::fs::create_dir_all(&cfg.dir)?;
         let (tx, mut rx) = mpsc::channel::<OutLine>(1024);
+        let dir = cfg.dir.clone();
         let done = tokio::spawn(async move {
             let mut files: BTreeMap<(u32, bool), std::fs::File> = BTreeMap::new();
             while let Some(line) = rx.recv().await {
@@ -118,7 +120,7 @@ impl OutputSink {
             }
             let _ = std::io::stdout().flush();
         });
-        Ok(OutputSink { tx, done })
+        Ok(OutputSink { dir, tx, done })
     }
 
     /// Wait until every line sent so far is written (all workers' pipes closed).
@@ -221,6 +223,13 @@ pub fn spawn(
             }
             Ok(())
         });
+    }
+    // Both log files exist from the start, even for a rank that never writes.
+    for stream in [Stream::Out, Stream::Err] {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log_path(&sink.dir, spec.rank, stream))?;
     }
     let mut child = cmd.spawn()?;
     let pid = child.id().map(|p| p as i32).unwrap_or(-1);

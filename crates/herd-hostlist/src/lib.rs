@@ -152,6 +152,23 @@ struct Item {
 }
 
 impl Item {
+    /// `(pieces before, ranges, pieces after)` when the item has exactly one group.
+    fn single_group(&self) -> Option<(&[Piece], &[Range], &[Piece])> {
+        let mut groups = self
+            .pieces
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| matches!(p, Piece::Group(_)));
+        let (i, first) = groups.next()?;
+        if groups.next().is_some() {
+            return None;
+        }
+        let Piece::Group(ranges) = first else {
+            return None;
+        };
+        Some((&self.pieces[..i], ranges, &self.pieces[i + 1..]))
+    }
+
     fn count(&self) -> Option<u64> {
         self.pieces.iter().try_fold(1u64, |acc, p| match p {
             Piece::Text(_) => Some(acc),
@@ -164,6 +181,38 @@ impl Item {
 
     /// Call `f` with every host of the item, in order, reusing one buffer.
     fn for_each(&self, buf: &mut String, f: &mut dyn FnMut(&str)) {
+        if let Some((prefix, ranges, suffix)) = self.single_group() {
+            // The common shape (`gpu-a[001-128]`): the number is incremented in place.
+            buf.clear();
+            for p in prefix {
+                if let Piece::Text(t) = p {
+                    buf.push_str(t);
+                }
+            }
+            let base = buf.len();
+            let mut digits = String::new();
+            for r in ranges {
+                digits.clear();
+                push_padded(&mut digits, r.lo, r.width);
+                let mut v = r.lo;
+                loop {
+                    buf.truncate(base);
+                    buf.push_str(&digits);
+                    for p in suffix {
+                        if let Piece::Text(t) = p {
+                            buf.push_str(t);
+                        }
+                    }
+                    f(buf);
+                    if v == r.hi {
+                        break;
+                    }
+                    v += 1;
+                    increment_decimal(&mut digits);
+                }
+            }
+            return;
+        }
         // Odometer over the groups: (range index, current value) per group.
         let mut state: Vec<(usize, u64)> = self
             .pieces
@@ -217,8 +266,30 @@ impl Item {
     }
 }
 
+/// Add one to a string of ASCII digits, growing it on overflow (`099` → `100`, `99` → `100`).
+fn increment_decimal(digits: &mut String) {
+    let mut bytes = std::mem::take(digits).into_bytes();
+    let mut i = bytes.len();
+    loop {
+        if i == 0 {
+            bytes.insert(0, b'1');
+            break;
+        }
+        i -= 1;
+        if bytes[i] == b'9' {
+            bytes[i] = b'0';
+        } else {
+            bytes[i] += 1;
+            break;
+        }
+    }
+    // Only ASCII digits were changed: still valid UTF-8.
+    *digits = String::from_utf8(bytes).unwrap_or_default();
+}
+
 /// Append `v` zero-padded to `width` digits.
 fn push_padded(buf: &mut String, mut v: u64, width: usize) {
+    const ZEROS: &str = "000000000000000000000000000000000000000000000000";
     let mut digits = [0u8; 20];
     let mut i = digits.len();
     loop {
@@ -230,12 +301,15 @@ fn push_padded(buf: &mut String, mut v: u64, width: usize) {
         }
     }
     let n = digits.len() - i;
-    for _ in n..width {
-        buf.push('0');
+    if width > n {
+        let pad = width - n;
+        buf.push_str(&ZEROS[..pad.min(ZEROS.len())]);
+        for _ in ZEROS.len()..pad {
+            buf.push('0');
+        }
     }
-    for &d in &digits[i..] {
-        buf.push(d as char);
-    }
+    // ASCII digits: always valid UTF-8.
+    buf.push_str(std::str::from_utf8(&digits[i..]).unwrap_or_default());
 }
 
 /// A parsed hostlist expression. Expanding it is lazy: [`HostList::for_each`] and
@@ -434,6 +508,19 @@ impl HostList {
         }
     }
 
+    /// Every host, in order, duplicates kept, packed in one buffer (no allocation per host).
+    pub fn to_hosts(&self) -> Hosts {
+        let mut hosts = Hosts {
+            buf: String::new(),
+            ends: Vec::with_capacity(usize::try_from(self.count).unwrap_or(0)),
+        };
+        let mut buf = String::new();
+        for item in &self.items {
+            item.for_each(&mut buf, &mut |h: &str| hosts.push(h));
+        }
+        hosts
+    }
+
     /// Every host, in order, duplicates kept.
     pub fn hosts(&self) -> Vec<String> {
         let mut out = Vec::with_capacity(usize::try_from(self.count).unwrap_or(0));
@@ -453,6 +540,78 @@ impl HostList {
         });
         result
     }
+}
+
+/// An expanded host list with every name in one buffer: what [`HostList::to_hosts`] and
+/// [`expand_hosts`] return. Iterating yields `&str`s; no name is allocated on its own.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Hosts {
+    buf: String,
+    ends: Vec<usize>,
+}
+
+impl Hosts {
+    /// An empty list.
+    pub fn new() -> Hosts {
+        Hosts::default()
+    }
+
+    /// Append one host.
+    pub fn push(&mut self, host: &str) {
+        self.buf.push_str(host);
+        self.ends.push(self.buf.len());
+    }
+
+    /// Number of hosts.
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    /// No hosts.
+    pub fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+
+    /// The `i`-th host.
+    pub fn get(&self, i: usize) -> Option<&str> {
+        let end = *self.ends.get(i)?;
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        self.buf.get(start..end)
+    }
+
+    /// The hosts in order.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = &str> + '_ {
+        (0..self.ends.len()).map(move |i| {
+            let start = if i == 0 { 0 } else { self.ends[i - 1] };
+            &self.buf[start..self.ends[i]]
+        })
+    }
+
+    /// The hosts as owned strings.
+    pub fn to_vec(&self) -> Vec<String> {
+        self.iter().map(str::to_owned).collect()
+    }
+}
+
+impl fmt::Debug for Hosts {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+impl<'a> FromIterator<&'a str> for Hosts {
+    fn from_iter<I: IntoIterator<Item = &'a str>>(iter: I) -> Hosts {
+        let mut hosts = Hosts::new();
+        for h in iter {
+            hosts.push(h);
+        }
+        hosts
+    }
+}
+
+/// Expand `expr` into a packed [`Hosts`] list, in order, duplicates kept.
+pub fn expand_hosts(expr: &str) -> Result<Hosts, ParseError> {
+    HostList::parse(expr).map(|h| h.to_hosts())
 }
 
 /// Expand `expr` into its hosts, in order, duplicates kept (like `scontrol show hostnames`).
@@ -646,8 +805,65 @@ pub fn natural_cmp(a: &str, b: &str) -> Ordering {
 }
 
 /// Sort hosts in natural order (see [`natural_cmp`]).
-pub fn sort_hosts(hosts: &mut [String]) {
-    hosts.sort_unstable_by(|a, b| natural_cmp(a, b));
+///
+/// Each host is split once into the text before its trailing number and that number; hosts
+/// with equal heads (most pairs in a real list) compare by number and width alone, which is
+/// what [`natural_cmp`] would decide, without rescanning the names.
+pub fn sort_hosts<S: AsRef<str>>(hosts: &mut [S]) {
+    struct Key<'a> {
+        head: &'a str,
+        num: u64,
+        width: usize,
+        full: &'a str,
+        index: usize,
+    }
+    let mut keys: Vec<Key<'_>> = hosts
+        .iter()
+        .enumerate()
+        .map(|(index, h)| {
+            let full = h.as_ref();
+            let digits = full.bytes().rev().take_while(u8::is_ascii_digit).count();
+            let (head, num) = if digits == 0 || digits > MAX_DIGITS {
+                (full, u64::MAX)
+            } else {
+                let (head, tail) = full.split_at(full.len() - digits);
+                (head, tail.parse().unwrap_or(u64::MAX))
+            };
+            Key {
+                head,
+                num,
+                width: digits,
+                full,
+                index,
+            }
+        })
+        .collect();
+    // Stable sort: it finds the sorted runs a real list is made of and merges them.
+    keys.sort_by(|a, b| {
+        if a.head == b.head
+            && a.width > 0
+            && a.width <= MAX_DIGITS
+            && b.width > 0
+            && b.width <= MAX_DIGITS
+        {
+            a.num.cmp(&b.num).then(a.width.cmp(&b.width))
+        } else {
+            natural_cmp(a.full, b.full)
+        }
+    });
+    // Apply the permutation in place (cycle by cycle).
+    let mut order: Vec<usize> = keys.iter().map(|k| k.index).collect();
+    drop(keys);
+    for i in 0..order.len() {
+        let mut current = i;
+        while order[current] != i {
+            let next = order[current];
+            hosts.swap(current, next);
+            order[current] = current;
+            current = next;
+        }
+        order[current] = current;
+    }
 }
 
 /// Remove duplicates, keeping each host's first occurrence in place.

@@ -173,3 +173,26 @@ proptest! {
         prop_assert_eq!(count(&expr).ok(), Some(want.len() as u64));
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(500))]
+
+    #[test]
+    fn fast_sort_agrees_with_natural_cmp(hosts in hostnames()) {
+        let mut fast = hosts.clone();
+        sort_hosts(&mut fast);
+        let mut slow = hosts.clone();
+        slow.sort_by(|a, b| natural_cmp(a, b));
+        prop_assert_eq!(fast, slow);
+    }
+
+    #[test]
+    fn packed_hosts_equal_owned_hosts(items in proptest::collection::vec(item(), 0..4)) {
+        let expr = render(&items, &[","]);
+        let list = herd_hostlist::HostList::parse(&expr).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        let packed = list.to_hosts();
+        prop_assert_eq!(packed.len() as u64, list.len());
+        prop_assert_eq!(packed.to_vec(), list.hosts());
+        prop_assert_eq!(packed.iter().collect::<Vec<_>>(), list.hosts());
+    }
+}

@@ -449,6 +449,47 @@ impl Bed {
         .map(drop)
     }
 
+    /// Processes on the bed's nodes whose command line contains `needle`, as
+    /// `node pid cmdline` lines (every node's process table, read through its namespace).
+    pub fn node_processes(&self, needle: &str) -> Vec<String> {
+        let mut found = Vec::new();
+        for node in &self.nodes {
+            let ns = format!("herd-{node}");
+            let Ok(out) = Command::new("ip").args(["netns", "pids", &ns]).output() else {
+                continue;
+            };
+            for pid in String::from_utf8_lossy(&out.stdout).split_whitespace() {
+                let Ok(raw) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+                    continue;
+                };
+                let cmdline = String::from_utf8_lossy(&raw).replace('\0', " ");
+                if cmdline.contains(needle) {
+                    found.push(format!("{node} {pid} {}", cmdline.trim_end()));
+                }
+            }
+        }
+        found
+    }
+
+    /// The id the next submitted job will get (`scontrol show config`: NEXT_JOB_ID).
+    pub fn next_job_id(&self) -> Result<JobId, BedError> {
+        let out = run_cmd(
+            Command::new("scontrol").args(["show", "config"]),
+            QUERY_TIMEOUT,
+        )?;
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        text.lines()
+            .find_map(|l| {
+                let (k, v) = l.split_once('=')?;
+                (k.trim() == "NEXT_JOB_ID").then(|| v.trim().parse().ok())?
+            })
+            .map(JobId)
+            .ok_or(BedError::Parse {
+                command: "scontrol show config".into(),
+                output: "no NEXT_JOB_ID".into(),
+            })
+    }
+
     /// `scancel ID`.
     pub fn cancel(&self, job: JobId) -> Result<(), BedError> {
         run_cmd(Command::new("scancel").arg(job.to_string()), QUERY_TIMEOUT).map(drop)

@@ -7,5 +7,6 @@
 mod ddp_baseline;
 mod herd_env;
 mod hostlist_differential;
+mod launch;
 mod support;
 mod train_ddp_contract;

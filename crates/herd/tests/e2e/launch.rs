@@ -1,0 +1,488 @@
+//! `herd run` / `herd launch` on the bed (issue #4): one agent per node spawning and
+//! supervising real workers.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use herd_testbed::{rank_lines, repo_root, shell_join, Bed};
+use serde_json::Value;
+
+use crate::support::{train_command, Job};
+
+const HERD: &str = env!("CARGO_BIN_EXE_herd");
+
+fn worker(name: &str) -> String {
+    repo_root()
+        .join("crates/herd/tests/e2e/workers")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+/// `herd run ARGS… -- CMD…` as a batch-script line (the test's own quoting).
+fn herd_run(args: &[&str], cmd: &[String]) -> String {
+    let mut argv: Vec<String> = vec![HERD.into(), "run".into()];
+    argv.extend(args.iter().map(|a| a.to_string()));
+    argv.push("--".into());
+    argv.extend(cmd.iter().cloned());
+    shell_join(&argv)
+}
+
+fn three_nodes(bed: &Bed) -> String {
+    assert!(
+        bed.nodes().len() >= 3,
+        "these tests need 3 nodes: {:?}",
+        bed.nodes()
+    );
+    format!("--nodelist={}", herd_hostlist::compress(&bed.nodes()[..3]))
+}
+
+fn probes(dir: &Path, attempt: u32) -> BTreeMap<u32, Value> {
+    let mut out = BTreeMap::new();
+    for entry in std::fs::read_dir(dir).expect("probe dir").flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(rest) = name.strip_prefix(&format!("probe-{attempt}-")) else {
+            continue;
+        };
+        let rank: u32 = rest.trim_end_matches(".json").parse().expect("rank");
+        let text = std::fs::read_to_string(entry.path()).expect("read probe");
+        out.insert(rank, serde_json::from_str(&text).expect("probe json"));
+    }
+    out
+}
+
+fn checksums(output: &str, world: u32) -> String {
+    let done = rank_lines(output, "done");
+    assert_eq!(
+        done.keys().copied().collect::<Vec<_>>(),
+        (0..world).collect::<Vec<_>>(),
+        "{output}"
+    );
+    let sums: BTreeSet<&str> = done.values().map(|f| f["checksum"].as_str()).collect();
+    assert_eq!(sums.len(), 1, "ranks disagree: {sums:?}\n{output}");
+    let sum = sums.into_iter().next().map(str::to_owned);
+    sum.unwrap_or_default()
+}
+
+/// (a) 3 nodes × 2 workers (2 GPUs per node, so 2 workers by default) train to one checksum,
+/// the same as `herd run` of 3 simulated nodes × 2 workers on one machine.
+#[test]
+fn a_three_nodes_by_two_gpus_match_a_local_run() {
+    let bed = Bed::require();
+    let dir = bed.scratch("launch_a").expect("scratch");
+    let train = train_command(&bed, &["--steps", "30", "--log-every", "10"]);
+    let log_dir = dir.join("logs").display().to_string();
+    let job = Job::submit(
+        &bed,
+        &dir,
+        "launch-a",
+        &["--nodes=3", &three_nodes(&bed), "--gres=gpu:2", "--time=10"],
+        &herd_run(&["--label", "--log-dir", &log_dir], &train),
+    );
+    let output = job.wait_success(&bed, Duration::from_secs(300));
+    let on_bed = checksums(&output, 6);
+    let starts = rank_lines(&output, "start");
+    let hosts: Vec<&str> = starts.values().map(|f| f["host"].as_str()).collect();
+    let want: Vec<&str> = bed.nodes()[..3]
+        .iter()
+        .flat_map(|n| [n.as_str(), n.as_str()])
+        .collect();
+    assert_eq!(hosts, want, "two ranks per node, in node order:\n{output}");
+    // Per-rank logs, one pair per rank.
+    for rank in 0..6 {
+        let out = std::fs::read_to_string(dir.join(format!("logs/attempt-0/rank-{rank}.out")))
+            .unwrap_or_else(|e| panic!("rank {rank} log: {e}"));
+        assert!(
+            out.contains(&format!("rank={rank} done")),
+            "rank {rank} log:\n{out}"
+        );
+        assert!(dir
+            .join(format!("logs/attempt-0/rank-{rank}.err"))
+            .is_file());
+    }
+
+    let local = Command::new(HERD)
+        .args(["run", "--nodes", "3", "--nproc-per-node", "2", "--log-dir"])
+        .arg(dir.join("local-logs"))
+        .arg("--")
+        .args(&train)
+        .current_dir(&dir)
+        .output()
+        .expect("herd run");
+    let local_out = String::from_utf8_lossy(&local.stdout).into_owned();
+    assert!(
+        local.status.success(),
+        "local herd run failed: {}",
+        String::from_utf8_lossy(&local.stderr)
+    );
+    assert_eq!(
+        checksums(&local_out, 6),
+        on_bed,
+        "bed and local runs of the same world size differ"
+    );
+}
+
+/// (b) Code that finds its rank the seeds' way (SLURM_PROCID, SLURM_LOCALID,
+/// SLURM_NNODES × SLURM_TASKS_PER_NODE[0]) gets correct, distinct ranks under agent mode,
+/// and every worker is bound to its own GPU.
+#[test]
+fn b_seeds_rank_discovery_is_right_under_agent_mode() {
+    let bed = Bed::require();
+    let dir = bed.scratch("launch_b").expect("scratch");
+    let cmd = vec![
+        bed.python().display().to_string(),
+        worker("probe.py"),
+        dir.display().to_string(),
+    ];
+    let job = Job::submit(
+        &bed,
+        &dir,
+        "launch-b",
+        &["--nodes=3", &three_nodes(&bed), "--gres=gpu:2", "--time=5"],
+        &herd_run(
+            &["--log-dir", &dir.join("logs").display().to_string()],
+            &cmd,
+        ),
+    );
+    job.wait_success(&bed, Duration::from_secs(180));
+    let p = probes(&dir, 0);
+    assert_eq!(
+        p.keys().copied().collect::<Vec<_>>(),
+        (0..6).collect::<Vec<_>>()
+    );
+    let mut seen = BTreeSet::new();
+    for (rank, v) in &p {
+        let s = &v["seeds"];
+        assert_eq!(s["rank"], *rank, "{v:#}");
+        assert_eq!(s["world_size"], 6, "{v:#}");
+        assert_eq!(s["mmcv_world_size"], 6, "{v:#}");
+        assert_eq!(s["gpu"], rank % 2, "{v:#}");
+        assert!(seen.insert(s["rank"].as_u64()), "duplicate rank {v:#}");
+        let env = &v["env"];
+        assert_eq!(
+            env["CUDA_VISIBLE_DEVICES"],
+            (rank % 2).to_string(),
+            "one GPU each: {v:#}"
+        );
+        assert_eq!(env["LOCAL_RANK"], (rank % 2).to_string());
+        assert_eq!(env["NODE_RANK"], (rank / 2).to_string());
+        assert_eq!(v["host"], bed.nodes()[(rank / 2) as usize].as_str());
+        assert_eq!(env["MASTER_ADDR"], p[&0]["env"]["MASTER_ADDR"]);
+        assert_ne!(
+            env["MASTER_ADDR"], "127.0.0.1",
+            "other nodes must reach the master"
+        );
+    }
+}
+
+fn marker_time(dir: &Path, timeout: Duration) -> f64 {
+    let path = dir.join("failing");
+    let start = Instant::now();
+    loop {
+        if let Ok(t) = std::fs::read_to_string(&path) {
+            return t.trim().parse().expect("timestamp");
+        }
+        assert!(
+            start.elapsed() < timeout,
+            "the failing rank never reached its failure"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn now_secs() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+/// (c) One worker on the last node fails in `mode`; every process of the job on every node
+/// is gone within 2 s, the job fails, and the report names rank 5 and the cause.
+fn fault(mode: &str, want_exit: Value) {
+    let bed = Bed::require();
+    let dir = bed.scratch(&format!("launch_c_{mode}")).expect("scratch");
+    let marker = dir.display().to_string();
+    let cmd = vec![
+        bed.python().display().to_string(),
+        worker("fault.py"),
+        mode.into(),
+        marker.clone(),
+    ];
+    let job = Job::submit(
+        &bed,
+        &dir,
+        &format!("fault-{mode}"),
+        &["--nodes=3", &three_nodes(&bed), "--time=5"],
+        &herd_run(
+            &[
+                "--nproc-per-node",
+                "2",
+                "--log-dir",
+                &dir.join("logs").display().to_string(),
+            ],
+            &cmd,
+        ),
+    );
+    let failed_at = marker_time(&dir, Duration::from_secs(120));
+    let gone_at = loop {
+        let left = bed.node_processes(&marker);
+        if left.is_empty() {
+            break now_secs();
+        }
+        assert!(
+            now_secs() - failed_at < 15.0,
+            "processes left 15 s after the failure:\n{}",
+            left.join("\n")
+        );
+        std::thread::sleep(Duration::from_millis(25));
+    };
+    let took = gone_at - failed_at;
+    eprintln!("fault {mode}: every process of the job gone {took:.3} s after the failure");
+    let info = bed.wait(job.id, Duration::from_secs(60)).expect("job ends");
+    let output = job.output();
+    assert!(took < 2.0, "teardown took {took:.2} s:\n{output}");
+    assert!(
+        !info.succeeded(),
+        "the job must fail: {} {}\n{output}",
+        info.state,
+        info.exit_code
+    );
+    let report: Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.join("logs/failure.json")).expect("failure.json"),
+    )
+    .expect("report json");
+    assert_eq!(report["rank"], 5, "{report:#}");
+    assert_eq!(report["host"], bed.nodes()[2].as_str(), "{report:#}");
+    assert_eq!(report["exit"], want_exit, "{report:#}");
+    assert!(
+        report["stderr_tail"]
+            .to_string()
+            .contains(&format!("rank 5 failing: {mode}")),
+        "{report:#}"
+    );
+    assert!(
+        output.contains("herd: job failed (attempt 0): rank 5"),
+        "{output}"
+    );
+}
+
+#[test]
+fn c1_worker_exit_7_tears_down_every_node() {
+    fault("exit7", serde_json::json!({"code": 7}));
+}
+
+#[test]
+fn c2_worker_killed_by_sigkill_tears_down_every_node() {
+    fault("sigkill", serde_json::json!({"signal": "SIGKILL"}));
+}
+
+#[test]
+fn c3_worker_segfault_tears_down_every_node() {
+    fault("segv", serde_json::json!({"signal": "SIGSEGV"}));
+}
+
+#[test]
+fn c4_child_ignoring_sigterm_is_killed_too() {
+    fault("orphan", serde_json::json!({"code": 1}));
+}
+
+/// (d) Another program holds the leader's preferred rendezvous port on node 0: the job
+/// still runs (the leader takes the next candidate, followers skip the squatter).
+#[test]
+fn d_busy_preferred_port_does_not_stop_the_job() {
+    let bed = Bed::require();
+    let dir = bed.scratch("launch_d").expect("scratch");
+    let next = bed.next_job_id().expect("next job id");
+    // `herd run` starts the job's first step (0) with the agents.
+    let preferred = herd_rendezvous::port_candidates(&format!("slurm-{next}.0"), 1)[0];
+    let node0 = &bed.nodes()[0];
+    let mut squatter = Command::new("nsenter")
+        .arg(format!("--net=/var/run/netns/herd-{node0}"))
+        .arg(bed.python())
+        .args([
+            "-c",
+            "import socket, sys, time\n\
+             s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n\
+             s.bind(('0.0.0.0', int(sys.argv[1]))); s.listen(16)\n\
+             print('listening', flush=True); time.sleep(300)",
+        ])
+        .arg(preferred.to_string())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("squatter");
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(squatter.stdout.as_mut().expect("stdout")),
+        &mut line,
+    )
+    .expect("squatter ready");
+    assert_eq!(line.trim(), "listening");
+    let cmd = vec![
+        bed.python().display().to_string(),
+        worker("probe.py"),
+        dir.display().to_string(),
+    ];
+    let job = Job::submit(
+        &bed,
+        &dir,
+        "launch-d",
+        &["--nodes=3", &three_nodes(&bed), "--time=5"],
+        &herd_run(
+            &["--log-dir", &dir.join("logs").display().to_string()],
+            &cmd,
+        ),
+    );
+    assert_eq!(
+        job.id, next,
+        "another job was submitted meanwhile; the prediction is off"
+    );
+    let result = std::panic::catch_unwind(|| job.wait_success(&bed, Duration::from_secs(180)));
+    let _ = squatter.kill();
+    let _ = squatter.wait();
+    let output = result.unwrap_or_else(|e| std::panic::resume_unwind(e));
+    assert_eq!(probes(&dir, 0).len(), 3, "{output}");
+    assert!(
+        !output.contains(&format!("rendezvous port {preferred},")),
+        "the leader cannot have bound the held port:\n{output}"
+    );
+}
+
+/// Arguments no shell may touch.
+fn nasty_args(dir: &Path) -> Vec<String> {
+    vec![
+        "with space".into(),
+        "it's \"quoted\"".into(),
+        format!("$(touch {}/pwned)", dir.display()),
+        format!("`touch {}/pwned2`", dir.display()),
+        "*".into(),
+        "new\nline".into(),
+        "ünïcødé ✓ 日本".into(),
+        String::new(),
+        "--flag=--".into(),
+        "a\\b;c|d&e>f".into(),
+        "  leading and trailing  ".into(),
+    ]
+}
+
+fn assert_argv_exact(dir: &Path, args: &[String], ranks: u32) {
+    let p = probes(dir, 0);
+    assert_eq!(p.len() as u32, ranks);
+    let mut want = vec![dir.display().to_string()];
+    want.extend(args.iter().cloned());
+    for (rank, v) in &p {
+        let got: Vec<String> = serde_json::from_value(v["argv"].clone()).expect("argv");
+        assert_eq!(got, want, "rank {rank}");
+    }
+    assert!(
+        !dir.join("pwned").exists() && !dir.join("pwned2").exists(),
+        "a shell ran an argument"
+    );
+}
+
+/// (e) Worker arguments reach every worker's argv byte for byte, locally and on the bed.
+#[test]
+fn e_arguments_reach_workers_byte_for_byte() {
+    let bed = Bed::require();
+    let dir: PathBuf = bed.scratch("launch_e").expect("scratch");
+    let args = nasty_args(&dir);
+    let mut cmd = vec![
+        bed.python().display().to_string(),
+        worker("probe.py"),
+        dir.display().to_string(),
+    ];
+    cmd.extend(args.iter().cloned());
+
+    let local = Command::new(HERD)
+        .args(["run", "--nodes", "2", "--nproc-per-node", "2", "--log-dir"])
+        .arg(dir.join("local-logs"))
+        .arg("--")
+        .args(&cmd)
+        .current_dir(&dir)
+        .output()
+        .expect("herd run");
+    assert!(
+        local.status.success(),
+        "{}",
+        String::from_utf8_lossy(&local.stderr)
+    );
+    assert_argv_exact(&dir, &args, 4);
+
+    for entry in std::fs::read_dir(&dir).expect("dir").flatten() {
+        if entry.file_name().to_string_lossy().starts_with("probe-") {
+            std::fs::remove_file(entry.path()).expect("clean");
+        }
+    }
+    let job = Job::submit(
+        &bed,
+        &dir,
+        "launch-e",
+        &["--nodes=3", &three_nodes(&bed), "--time=5"],
+        &herd_run(
+            &["--log-dir", &dir.join("logs").display().to_string()],
+            &cmd,
+        ),
+    );
+    job.wait_success(&bed, Duration::from_secs(180));
+    assert_argv_exact(&dir, &args, 3);
+}
+
+/// (f) `--max-restarts 1`: a worker that fails once, then succeeds → the job succeeds, with
+/// attempt 0's logs kept next to attempt 1's.
+#[test]
+fn f_one_restart_recovers_and_keeps_the_first_attempts_logs() {
+    let bed = Bed::require();
+    let dir = bed.scratch("launch_f").expect("scratch");
+    let cmd = vec![
+        bed.python().display().to_string(),
+        worker("probe.py"),
+        dir.display().to_string(),
+        "--fail-once-rank".into(),
+        "3".into(),
+    ];
+    let job = Job::submit(
+        &bed,
+        &dir,
+        "launch-f",
+        &["--nodes=3", &three_nodes(&bed), "--time=5"],
+        &herd_run(
+            &[
+                "--nproc-per-node",
+                "2",
+                "--max-restarts",
+                "1",
+                "--log-dir",
+                &dir.join("logs").display().to_string(),
+            ],
+            &cmd,
+        ),
+    );
+    let output = job.wait_success(&bed, Duration::from_secs(240));
+    let first =
+        std::fs::read_to_string(dir.join("logs/attempt-0/rank-3.err")).expect("attempt 0 log kept");
+    assert!(
+        first.contains("rank 3 fails on purpose in attempt 0"),
+        "{first}"
+    );
+    let second =
+        std::fs::read_to_string(dir.join("logs/attempt-1/rank-3.out")).expect("attempt 1 log");
+    assert!(second.contains("rank 3 ok"), "{second}");
+    let p1 = probes(&dir, 1);
+    assert_eq!(p1.len(), 6, "all workers restarted:\n{output}");
+    let ports: BTreeSet<String> = [probes(&dir, 0), p1]
+        .iter()
+        .map(|p| {
+            p[&0]["env"]["MASTER_PORT"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(ports.len(), 2, "each attempt gets a fresh port");
+    assert!(
+        output.contains("restarting all workers: attempt 1"),
+        "{output}"
+    );
+}
