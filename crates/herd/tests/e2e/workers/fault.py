@@ -1,6 +1,6 @@
 """Test worker: the last rank fails in the given way; every other rank waits to be killed.
 
-fault.py MODE MARKER_DIR    MODE: exit7 | sigkill | segv | orphan
+fault.py MODE MARKER_DIR    MODE: exit7 | sigkill | segv | orphan | none
 
 The failing rank writes MARKER_DIR/failing (the moment it fails) first. `orphan` forks a
 child that ignores SIGTERM and sleeps, then the parent exits 1. Every process here carries
@@ -16,7 +16,7 @@ mode, marker = sys.argv[1], sys.argv[2]
 rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 print(f"rank {rank} of {world} up on pid {os.getpid()}", flush=True)
 
-if rank != world - 1:
+if rank != world - 1 or mode == "none":
     time.sleep(300)
     sys.exit(0)
 
