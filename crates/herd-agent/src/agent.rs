@@ -147,16 +147,26 @@ enum Event {
 }
 
 /// Read frames from a peer into the event channel; silence past `timeout` or a closed
-/// connection ends with `msg: None`.
+/// connection ends with `msg: None`. With `patient`, silence counts only after the first
+/// message (a follower waits quietly while the leader gathers the other nodes).
 fn read_peer(
     mut r: OwnedReadHalf,
     node_rank: u32,
     timeout: Duration,
+    patient: bool,
     tx: mpsc::UnboundedSender<Event>,
 ) {
     tokio::spawn(async move {
+        let mut heard = !patient;
         loop {
-            let why = match tokio::time::timeout(timeout, read_frame::<_, Msg>(&mut r)).await {
+            let limit = if heard {
+                timeout
+            } else {
+                Duration::from_secs(86_400 * 365)
+            };
+            let read = tokio::time::timeout(limit, read_frame::<_, Msg>(&mut r)).await;
+            heard = true;
+            let why = match read {
                 Ok(Ok(Some(Msg::Heartbeat))) => continue,
                 Ok(Ok(Some(msg))) => {
                     if tx
@@ -331,7 +341,7 @@ impl Attempt {
         }
         // Let the reader drain what the worker wrote last (children may hold the pipe).
         if let Some(closed) = w.stderr_closed.take() {
-            let _ = tokio::time::timeout(Duration::from_millis(300), closed).await;
+            let _ = tokio::time::timeout(Duration::from_millis(150), closed).await;
         }
         let tail = w
             .stderr_tail
@@ -355,6 +365,8 @@ impl Attempt {
     async fn teardown(&mut self, grace: Duration) {
         procs::terminate_all(&self.groups, &self.managed, grace).await;
         self.running.clear();
+        // Those groups are gone; never signal their ids again (they may be reused).
+        self.groups.clear();
         if let Some(sink) = self.sink.take() {
             // Pipes held by killed processes are closed now; give the readers a moment.
             let _ = tokio::time::timeout(Duration::from_secs(2), sink.finish()).await;
@@ -478,7 +490,7 @@ async fn lead(
             }
             tasks_per_node[info.node_rank as usize] = info.nproc;
             let (r, w) = link.into_split();
-            read_peer(r, info.node_rank, cfg.heartbeat_timeout, tx.clone());
+            read_peer(r, info.node_rank, cfg.heartbeat_timeout, false, tx.clone());
             followers.push(Follower {
                 node_rank: info.node_rank,
                 host: info.host,
@@ -700,7 +712,7 @@ async fn follow(
     )
     .await?;
     let (r, mut w) = link.into_split();
-    read_peer(r, 0, cfg.heartbeat_timeout, tx.clone());
+    read_peer(r, 0, cfg.heartbeat_timeout, true, tx.clone());
     let mut heartbeat = tokio::time::interval(cfg.heartbeat_timeout / 4);
     let mut attempt: Option<Attempt> = None;
     // Once this node has failed or been told to stop, only the leader's word moves on.
