@@ -143,8 +143,8 @@ impl Command {
     fn tracking(&self) -> &'static str {
         match self {
             Command::Hostlist(_) | Command::Env(_) => "issue #3",
-            Command::Launch(_) | Command::Run(_) | Command::Exec(_) => "issue #4",
-            Command::Submit(_) | Command::Check(_) => "issue #5",
+            Command::Launch(_) | Command::Run(_) => "issue #4",
+            Command::Submit(_) | Command::Check(_) | Command::Exec(_) => "issue #5",
             Command::Status(_)
             | Command::Logs(_)
             | Command::Cancel(_)
