@@ -11,7 +11,9 @@
 //! `scontrol show hostlist` by a differential test on the test bed):
 //! - items are separated by commas or whitespace at top level; empty items are skipped;
 //! - an item is text and bracket groups: `n[1-3,5]`, `rack[1-2]n[01-04]` (several groups are
-//!   a cartesian product, the first group varying slowest);
+//!   a cartesian product: the last group varies fastest; with three or more groups SLURM's
+//!   order follows, the first group next, then the second, …, the one before the last
+//!   slowest: `a[1-2]b[1-2]c[1-2]` gives a1b1c1 a1b1c2 a2b1c1 a2b1c2 a1b2c1 …);
 //! - a range's zero padding is the width of its lower bound as written (`[08-10]` gives
 //!   `08 09 10`, `[8-010]` gives `8 9 10`);
 //! - expansion keeps the written order and duplicates;
@@ -63,8 +65,11 @@ pub enum ErrorKind {
         /// Upper bound as written.
         hi: u64,
     },
-    /// A number with more than 18 digits.
+    /// A number past 2⁶⁴−1 or with more than 20 digits.
     NumberTooLarge,
+    /// Whitespace other than space, tab, newline or carriage return (SLURM would make it
+    /// part of a host name).
+    OddWhitespace(char),
     /// The expression expands to more hosts than the limit allows.
     TooManyHosts {
         /// The limit in force.
@@ -112,7 +117,14 @@ impl fmt::Display for ParseError {
             ErrorKind::Descending { lo, hi } => {
                 format!("range {lo}-{hi} goes down: write the lower bound first")
             }
-            ErrorKind::NumberTooLarge => "number has more than 18 digits".to_owned(),
+            ErrorKind::OddWhitespace(c) => format!(
+                "whitespace character U+{:04X} where hosts are separated by commas, spaces, tabs or newlines",
+                *c as u32
+            ),
+            ErrorKind::NumberTooLarge => {
+                "number is larger than 18446744073709551615 (2^64-1) or has more than 20 digits"
+                    .to_owned()
+            }
             ErrorKind::TooManyHosts { limit } => {
                 return write!(
                     f,
@@ -134,8 +146,8 @@ struct Range {
 }
 
 impl Range {
-    fn len(&self) -> u64 {
-        self.hi - self.lo + 1
+    fn len(&self) -> Option<u64> {
+        (self.hi - self.lo).checked_add(1)
     }
 }
 
@@ -174,7 +186,7 @@ impl Item {
             Piece::Text(_) => Some(acc),
             Piece::Group(ranges) => ranges
                 .iter()
-                .try_fold(0u64, |s, r| s.checked_add(r.len()))
+                .try_fold(0u64, |s, r| s.checked_add(r.len()?))
                 .and_then(|n| acc.checked_mul(n)),
         })
     }
@@ -214,6 +226,14 @@ impl Item {
             return;
         }
         // Odometer over the groups: (range index, current value) per group.
+        let groups: Vec<&Vec<Range>> = self
+            .pieces
+            .iter()
+            .filter_map(|p| match p {
+                Piece::Group(r) => Some(r),
+                Piece::Text(_) => None,
+            })
+            .collect();
         let mut state: Vec<(usize, u64)> = self
             .pieces
             .iter()
@@ -236,14 +256,14 @@ impl Item {
                 }
             }
             f(buf);
-            // Advance the last group; carry into earlier ones.
+            // Advance in SLURM's order: the last group varies fastest, then the first,
+            // the second, …, and the one before the last varies slowest (SLURM expands
+            // `a[..]b[..]c[..]` by peeling the last bracket off the prefix, recursively).
+            let n = state.len();
             let mut carried = true;
-            let mut g = state.len();
-            for piece in self.pieces.iter().rev() {
-                let Piece::Group(ranges) = piece else {
-                    continue;
-                };
-                g -= 1;
+            for k in 0..n {
+                let g = if k == 0 { n - 1 } else { k - 1 };
+                let ranges = &groups[g];
                 let (ri, v) = &mut state[g];
                 if *v < ranges[*ri].hi {
                     *v += 1;
@@ -320,7 +340,8 @@ pub struct HostList {
     count: u64,
 }
 
-const MAX_DIGITS: usize = 18;
+/// Most digits a number may have (SLURM reads numbers up to 2⁶⁴−1, 20 digits).
+const MAX_DIGITS: usize = 20;
 
 struct Parser<'a> {
     expr: &'a str,
@@ -354,10 +375,13 @@ impl<'a> Parser<'a> {
                 break;
             };
             width += 1;
-            if width > MAX_DIGITS {
-                return Err(self.error(ErrorKind::NumberTooLarge, start));
-            }
-            value = value * 10 + u64::from(d);
+            value = match value
+                .checked_mul(10)
+                .and_then(|v| v.checked_add(u64::from(d)))
+            {
+                Some(v) if width <= MAX_DIGITS => v,
+                _ => return Err(self.error(ErrorKind::NumberTooLarge, start)),
+            };
             self.chars.next();
         }
         if width == 0 {
@@ -408,7 +432,10 @@ impl<'a> Parser<'a> {
             let next = self.chars.next();
             match next {
                 None | Some((_, ',')) => {}
-                Some((_, c)) if c.is_whitespace() => {}
+                Some((_, ' ' | '\t' | '\n' | '\r')) => {}
+                Some((i, c)) if c.is_whitespace() => {
+                    return Err(self.error(ErrorKind::OddWhitespace(c), i))
+                }
                 Some((i, '[')) => {
                     if !text.is_empty() {
                         pieces.push(Piece::Text(std::mem::take(&mut text)));
@@ -650,18 +677,17 @@ struct Run<'a> {
 
 fn split_host(host: &str) -> Run<'_> {
     let digits = host.bytes().rev().take_while(u8::is_ascii_digit).count();
-    if digits == 0 || digits > MAX_DIGITS {
-        return Run {
+    let (prefix, num) = host.split_at(host.len() - digits);
+    match num.parse::<u64>() {
+        Ok(value) if digits <= MAX_DIGITS => Run {
+            prefix,
+            numeric: Some((value, value, digits)),
+        },
+        // No trailing number, or one past u64: the name stands for itself.
+        _ => Run {
             prefix: host,
             numeric: None,
-        };
-    }
-    let (prefix, num) = host.split_at(host.len() - digits);
-    // digits ≤ 18, all ASCII digits: always fits.
-    let value = num.parse::<u64>().unwrap_or(0);
-    Run {
-        prefix,
-        numeric: Some((value, value, digits)),
+        },
     }
 }
 
@@ -812,8 +838,8 @@ pub fn natural_cmp(a: &str, b: &str) -> Ordering {
 pub fn sort_hosts<S: AsRef<str>>(hosts: &mut [S]) {
     struct Key<'a> {
         head: &'a str,
-        num: u64,
-        width: usize,
+        /// The trailing number and its width, when there is one that fits in u64.
+        tail: Option<(u64, usize)>,
         full: &'a str,
         index: usize,
     }
@@ -823,33 +849,27 @@ pub fn sort_hosts<S: AsRef<str>>(hosts: &mut [S]) {
         .map(|(index, h)| {
             let full = h.as_ref();
             let digits = full.bytes().rev().take_while(u8::is_ascii_digit).count();
-            let (head, num) = if digits == 0 || digits > MAX_DIGITS {
-                (full, u64::MAX)
-            } else {
-                let (head, tail) = full.split_at(full.len() - digits);
-                (head, tail.parse().unwrap_or(u64::MAX))
-            };
-            Key {
-                head,
-                num,
-                width: digits,
-                full,
-                index,
+            let (head, tail) = full.split_at(full.len() - digits);
+            match tail.parse::<u64>() {
+                Ok(num) => Key {
+                    head,
+                    tail: Some((num, digits)),
+                    full,
+                    index,
+                },
+                Err(_) => Key {
+                    head: full,
+                    tail: None,
+                    full,
+                    index,
+                },
             }
         })
         .collect();
     // Stable sort: it finds the sorted runs a real list is made of and merges them.
-    keys.sort_by(|a, b| {
-        if a.head == b.head
-            && a.width > 0
-            && a.width <= MAX_DIGITS
-            && b.width > 0
-            && b.width <= MAX_DIGITS
-        {
-            a.num.cmp(&b.num).then(a.width.cmp(&b.width))
-        } else {
-            natural_cmp(a.full, b.full)
-        }
+    keys.sort_by(|a, b| match (a.tail, b.tail) {
+        (Some((na, wa)), Some((nb, wb))) if a.head == b.head => na.cmp(&nb).then(wa.cmp(&wb)),
+        _ => natural_cmp(a.full, b.full),
     });
     // Apply the permutation in place (cycle by cycle).
     let mut order: Vec<usize> = keys.iter().map(|k| k.index).collect();
@@ -932,6 +952,10 @@ mod tests {
         let cases: &[(&str, &str)] = &[
             ("a[1-2]b[1-2]", "a1b1 a1b2 a2b1 a2b2"),
             ("a[1-2][3-4]", "a13 a14 a23 a24"),
+            (
+                "a[1-2]b[1-2]c[1-2]",
+                "a1b1c1 a1b1c2 a2b1c1 a2b1c2 a1b2c1 a1b2c2 a2b2c1 a2b2c2",
+            ),
             ("n[8-10]", "n8 n9 n10"),
             ("n[008-10]", "n008 n009 n010"),
             ("n[01-3]", "n01 n02 n03"),
@@ -944,6 +968,9 @@ mod tests {
             ("[1-2]", "1 2"),
             ("a[0-1],,b", "a0 a1 b"),
             (" a , b ", "a b"),
+            ("a\tb\nc\r\nd", "a b c d"),
+            ("n[0000000000000000001]", "n0000000000000000001"),
+            ("n[18446744073709551615]", "n18446744073709551615"),
             ("n[1-2] m[3-4]", "n1 n2 m3 m4"),
             ("n[3,1,2]", "n3 n1 n2"),
             ("n1[1-2]", "n11 n12"),
@@ -985,6 +1012,11 @@ mod tests {
             ("n001,n1", "n[001,1]"),
             ("n10,n9", "n[10,9]"),
             ("1,2,3", "[1-3]"),
+            (
+                "n1234567890123456789,n1234567890123456790",
+                "n[1234567890123456789-1234567890123456790]",
+            ),
+            ("n99999999999999999999,n1", "n99999999999999999999,n1"),
         ];
         for (list, want) in cases {
             let hosts: Vec<&str> = list.split(',').collect();

@@ -134,30 +134,65 @@ fn render(items: &[Vec<Piece>], seps: &[&str]) -> String {
     out
 }
 
-/// The model: cartesian product, first group slowest, each value padded to its range's
-/// written lower-bound width.
+/// The model: every combination of the groups' values, each padded to its range's written
+/// lower-bound width, in SLURM's order: the last group varies fastest, then the first, the
+/// second, …, and the group before the last varies slowest.
 fn model(items: &[Vec<Piece>]) -> Vec<String> {
     let mut all = Vec::new();
     for pieces in items {
-        let mut acc = vec![String::new()];
-        for p in pieces {
-            acc = match p {
-                Piece::Text(t) => acc.into_iter().map(|a| a + t).collect(),
-                Piece::Group(ranges) => {
-                    let values: Vec<String> = ranges
+        let groups: Vec<Vec<String>> = pieces
+            .iter()
+            .filter_map(|p| match p {
+                Piece::Group(ranges) => Some(
+                    ranges
                         .iter()
                         .flat_map(|&(lo, hi, w)| {
                             let width = format!("{lo:0w$}").len();
                             (lo..=hi).map(move |v| format!("{v:0width$}"))
                         })
-                        .collect();
-                    acc.iter()
-                        .flat_map(|a| values.iter().map(move |v| format!("{a}{v}")))
-                        .collect()
+                        .collect(),
+                ),
+                Piece::Text(_) => None,
+            })
+            .collect();
+        let n = groups.len();
+        // Loop order, slowest first.
+        let order: Vec<usize> = if n < 2 {
+            (0..n).collect()
+        } else {
+            (0..n - 1).rev().chain([n - 1]).collect()
+        };
+        let mut choice = vec![0usize; n];
+        fn walk(
+            depth: usize,
+            order: &[usize],
+            groups: &[Vec<String>],
+            choice: &mut Vec<usize>,
+            pieces: &[Piece],
+            out: &mut Vec<String>,
+        ) {
+            if depth == order.len() {
+                let mut host = String::new();
+                let mut g = 0;
+                for p in pieces {
+                    match p {
+                        Piece::Text(t) => host.push_str(t),
+                        Piece::Group(_) => {
+                            host.push_str(&groups[g][choice[g]]);
+                            g += 1;
+                        }
+                    }
                 }
-            };
+                out.push(host);
+                return;
+            }
+            let g = order[depth];
+            for i in 0..groups[g].len() {
+                choice[g] = i;
+                walk(depth + 1, order, groups, choice, pieces, out);
+            }
         }
-        all.extend(acc);
+        walk(0, &order, &groups, &mut choice, pieces, &mut all);
     }
     all
 }
