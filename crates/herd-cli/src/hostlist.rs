@@ -164,10 +164,15 @@ pub fn run(args: HostlistArgs, out: &mut dyn Write) -> Result<ExitStatus, CliErr
         return writer.finish();
     }
 
-    let lists = parse_all(input)?;
-    let mut hosts: Vec<String> = match op {
-        Some(op) => set_op(op, &lists.iter().map(HostList::hosts).collect::<Vec<_>>()),
-        None => lists.iter().flat_map(HostList::hosts).collect(),
+    let lists: Vec<_> = parse_all(input)?.iter().map(HostList::to_hosts).collect();
+    let combined: Vec<String>;
+    let mut hosts: Vec<&str> = match op {
+        Some(op) => {
+            let views: Vec<Vec<&str>> = lists.iter().map(|l| l.iter().collect()).collect();
+            combined = set_op(op, &views);
+            combined.iter().map(String::as_str).collect()
+        }
+        None => lists.iter().flat_map(|l| l.iter()).collect(),
     };
     if input.unique {
         dedup_hosts(&mut hosts);

@@ -425,9 +425,16 @@ impl<'a> Parser<'a> {
     fn parse(mut self, limits: &Limits) -> Result<HostList, ParseError> {
         let mut items = Vec::new();
         let mut pieces: Vec<Piece> = Vec::new();
-        let mut text = String::new();
+        // The text piece being read, as a byte range of the expression.
+        let mut text: Option<(usize, usize)> = None;
         let mut count: u64 = 0;
         let mut item_start = 0;
+        let expr = self.expr;
+        let take_text = |text: &mut Option<(usize, usize)>, pieces: &mut Vec<Piece>| {
+            if let Some((a, b)) = text.take() {
+                pieces.push(Piece::Text(expr[a..b].to_owned()));
+            }
+        };
         loop {
             let next = self.chars.next();
             match next {
@@ -437,9 +444,7 @@ impl<'a> Parser<'a> {
                     return Err(self.error(ErrorKind::OddWhitespace(c), i))
                 }
                 Some((i, '[')) => {
-                    if !text.is_empty() {
-                        pieces.push(Piece::Text(std::mem::take(&mut text)));
-                    }
+                    take_text(&mut text, &mut pieces);
                     if pieces.is_empty() {
                         item_start = i;
                     }
@@ -448,17 +453,20 @@ impl<'a> Parser<'a> {
                 }
                 Some((i, ']')) => return Err(self.error(ErrorKind::UnexpectedClose, i)),
                 Some((i, c)) => {
-                    if pieces.is_empty() && text.is_empty() {
-                        item_start = i;
+                    match &mut text {
+                        Some((_, end)) => *end = i + c.len_utf8(),
+                        None => {
+                            if pieces.is_empty() {
+                                item_start = i;
+                            }
+                            text = Some((i, i + c.len_utf8()));
+                        }
                     }
-                    text.push(c);
                     continue;
                 }
             }
             // A separator or the end closes the item.
-            if !text.is_empty() {
-                pieces.push(Piece::Text(std::mem::take(&mut text)));
-            }
+            take_text(&mut text, &mut pieces);
             if !pieces.is_empty() {
                 let item = Item {
                     pieces: std::mem::take(&mut pieces),
@@ -887,9 +895,16 @@ pub fn sort_hosts<S: AsRef<str>>(hosts: &mut [S]) {
 }
 
 /// Remove duplicates, keeping each host's first occurrence in place.
-pub fn dedup_hosts(hosts: &mut Vec<String>) {
-    let mut seen = std::collections::HashSet::with_capacity(hosts.len());
-    hosts.retain(|h| seen.insert(h.clone()));
+pub fn dedup_hosts<S: AsRef<str>>(hosts: &mut Vec<S>) {
+    let keep: Vec<bool> = {
+        let mut seen = std::collections::HashSet::with_capacity(hosts.len());
+        hosts.iter().map(|h| seen.insert(h.as_ref())).collect()
+    };
+    let mut i = 0;
+    hosts.retain(|_| {
+        i += 1;
+        keep[i - 1]
+    });
 }
 
 /// Set operations over several host lists. Results are sets: sorted, no duplicates.
@@ -906,16 +921,17 @@ pub enum SetOp {
 }
 
 /// Apply `op` to `lists`; the result is sorted in natural order, without duplicates.
-pub fn set_op(op: SetOp, lists: &[Vec<String>]) -> Vec<String> {
+pub fn set_op<S: AsRef<str>>(op: SetOp, lists: &[Vec<S>]) -> Vec<String> {
     use std::collections::HashMap;
     let mut membership: HashMap<&str, (usize, bool)> = HashMap::new();
     for (i, list) in lists.iter().enumerate() {
         let mut seen_here = std::collections::HashSet::new();
         for h in list {
-            if !seen_here.insert(h.as_str()) {
+            let h = h.as_ref();
+            if !seen_here.insert(h) {
                 continue;
             }
-            let e = membership.entry(h.as_str()).or_insert((0, false));
+            let e = membership.entry(h).or_insert((0, false));
             e.0 += 1;
             if i == 0 {
                 e.1 = true;
