@@ -1,0 +1,1 @@
+//! The experiment folder (being written).

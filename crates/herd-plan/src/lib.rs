@@ -1,0 +1,1 @@
+//! Job plans (being written).
