@@ -10,6 +10,7 @@ use std::io::Write;
 use clap::{Parser, Subcommand};
 
 pub mod env;
+pub mod exec;
 pub mod hostlist;
 pub mod launch;
 
@@ -100,7 +101,7 @@ pub enum Command {
     Launch(launch::LaunchArgs),
     /// Per-task shim for one-task-per-GPU `srun` launch: map SLURM_* to rank variables and
     /// exec.
-    Exec(PendingArgs),
+    Exec(exec::ExecArgs),
     /// State of jobs and experiments, from one batched scheduler query.
     Status(PendingArgs),
     /// Per-rank logs of an experiment, by attempt.
@@ -161,6 +162,7 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
         Command::Env(args) => env::run(args, out),
         Command::Launch(args) => launch::launch(args),
         Command::Run(args) => launch::run(args),
+        Command::Exec(args) => exec::run(args),
         command => Err(CliError::NotImplemented {
             command: command.name(),
             version: env!("CARGO_PKG_VERSION"),
@@ -219,7 +221,7 @@ mod tests {
             // The fewest arguments each command accepts.
             let rest: &[&str] = match name.as_str() {
                 "hostlist" => &["count", "x"],
-                "run" | "launch" => &["--", "true"],
+                "run" | "launch" | "exec" => &["--", "true"],
                 _ => &[],
             };
             let mut argv = vec!["herd", name.as_str()];

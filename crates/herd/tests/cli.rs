@@ -43,8 +43,8 @@ fn version_prints_package_version() {
 }
 
 /// Commands whose implementation has not landed yet.
-const PENDING: [&str; 8] = [
-    "submit", "exec", "status", "logs", "cancel", "top", "report", "check",
+const PENDING: [&str; 7] = [
+    "submit", "status", "logs", "cancel", "top", "report", "check",
 ];
 
 #[test]
@@ -224,4 +224,60 @@ fn env_from_file_describes_that_task() {
         "{out:?}"
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn exec_needs_a_slurm_task_and_a_port() {
+    let out = Command::new(env!("CARGO_BIN_EXE_herd"))
+        .args(["exec", "--", "true"])
+        .env_clear()
+        .output()
+        .expect("herd runs");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("run it under srun"),
+        "{out:?}"
+    );
+    let task = [
+        ("SLURM_JOB_ID", "7"),
+        ("SLURM_JOB_NODELIST", "n1"),
+        ("SLURM_STEP_ID", "0"),
+        ("SLURM_STEP_NODELIST", "n1"),
+        ("SLURM_STEP_TASKS_PER_NODE", "1"),
+        ("SLURM_PROCID", "0"),
+        ("SLURM_LOCALID", "0"),
+        ("SLURM_NODEID", "0"),
+    ];
+    let out = Command::new(env!("CARGO_BIN_EXE_herd"))
+        .args(["exec", "--", "true"])
+        .env_clear()
+        .envs(task)
+        .output()
+        .expect("herd runs");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("MASTER_PORT is not set"),
+        "{out:?}"
+    );
+    // With a port, a one-task step becomes the command, with the rank variables set.
+    let out = Command::new(env!("CARGO_BIN_EXE_herd"))
+        .args([
+            "exec",
+            "--master-port",
+            "29400",
+            "--",
+            "sh",
+            "-c",
+            "echo $RANK/$WORLD_SIZE@$MASTER_ADDR:$MASTER_PORT",
+        ])
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .envs(task)
+        .output()
+        .expect("herd runs");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "0/1@127.0.0.1:29400\n",
+        "{out:?}"
+    );
 }

@@ -8,5 +8,6 @@ mod ddp_baseline;
 mod herd_env;
 mod hostlist_differential;
 mod launch;
+mod srun_mode;
 mod support;
 mod train_ddp_contract;

@@ -1,0 +1,97 @@
+//! `herd exec`: the per-task shim of srun launch mode (one SLURM task per GPU).
+//!
+//! `srun --ntasks=GPUS --ntasks-per-node=G --kill-on-bad-exit=1 herd exec -- CMD…`: each task
+//! reads where SLURM put it, sets the rank variables of SPEC §3 (the same set `herd launch`
+//! gives its workers), binds its share of the node's GPUs and replaces itself with CMD. SLURM
+//! then supervises the tasks directly (`--kill-on-bad-exit`).
+
+use std::ffi::OsString;
+use std::os::unix::process::CommandExt;
+
+use clap::Args;
+use herd_slurm::{addr, worker_env, Allocation, AllocationError, LaunchInfo, Position, Vars};
+
+use crate::{CliError, ExitStatus};
+
+/// `herd exec` arguments.
+#[derive(Debug, Args)]
+pub struct ExecArgs {
+    /// The port rank 0 listens on (default: $MASTER_PORT, which the batch script sets).
+    #[arg(long, value_name = "PORT")]
+    pub master_port: Option<u16>,
+    /// The command and its arguments (after `--`), executed as they are, never by a shell.
+    #[arg(required = true, last = true, value_name = "CMD")]
+    pub command: Vec<OsString>,
+}
+
+/// Run `herd exec`: on success this never returns (the process becomes CMD).
+pub fn run(args: ExecArgs) -> Result<ExitStatus, CliError> {
+    let vars = Vars::from_env();
+    let alloc = Allocation::from_vars(&vars).map_err(|e| match e {
+        AllocationError::NotInAllocation => CliError::Usage(
+            "herd exec maps a SLURM task's variables: run it under srun (`srun --ntasks=GPUS --ntasks-per-node=G herd exec -- CMD`), or use `herd run` here".into(),
+        ),
+        e => CliError::Allocation(e),
+    })?;
+    let task = alloc.task.clone().ok_or_else(|| {
+        CliError::Usage(
+            "herd exec runs as an srun task, one per worker: `srun --ntasks-per-node=G herd exec -- CMD`".into(),
+        )
+    })?;
+    let port = match args.master_port {
+        Some(p) => p,
+        None => match vars.get("MASTER_PORT") {
+            Some(p) => p.trim().parse::<u16>().ok().filter(|&p| p != 0).ok_or_else(|| {
+                CliError::Input(format!("MASTER_PORT={p:?} is not a port number (1-65535)"))
+            })?,
+            None => {
+                return Err(CliError::Usage(
+                    "MASTER_PORT is not set: in srun mode every task must know rank 0's port before srun starts; herd submit's batch script sets it, or pass --master-port".into(),
+                ))
+            }
+        },
+    };
+    let master = alloc.master_node();
+    let master_addr = if alloc.layout.nodes.len() == 1 {
+        "127.0.0.1".to_owned()
+    } else {
+        addr::reachable_addr(master)
+            .map_err(|e| CliError::Launch(e.to_string()))?
+            .to_string()
+    };
+    let info = LaunchInfo {
+        master_addr,
+        master_port: Some(port),
+        run_id: alloc.job_id.to_string(),
+        restart_count: vars
+            .get("SLURM_RESTART_COUNT")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0),
+        max_restarts: 0,
+        node_gpus: alloc.gpus.visible.clone().unwrap_or_default(),
+        node_cpus: alloc.cpus_on_node,
+        user_omp_threads: vars.get("OMP_NUM_THREADS").map(str::to_owned),
+        job_id: Some(alloc.job_id),
+    };
+    let env = worker_env(
+        &alloc.layout,
+        Position {
+            rank: task.rank,
+            local_rank: task.local_rank,
+            node_rank: task.node_rank,
+        },
+        &info,
+    );
+    let (program, rest) = args
+        .command
+        .split_first()
+        .ok_or_else(|| CliError::Usage("no command given after `--`".into()))?;
+    let err = std::process::Command::new(program)
+        .args(rest)
+        .envs(&env)
+        .exec();
+    Err(CliError::Launch(format!(
+        "cannot run `{}`: {err}",
+        program.to_string_lossy()
+    )))
+}
