@@ -1,1 +1,90 @@
-//! Job plans (being written).
+//! Job plans: a job file, `herd submit`'s flags and a cluster profile resolved into one
+//! checked [`Plan`]; the checks of SPEC §5 that need no cluster; the batch script for each
+//! launch mode of SPEC §2, with every user value quoted so no shell re-reads it.
+//!
+//! ```
+//! use std::path::Path;
+//! use herd_plan::{check, render_script, resolve, CheckContext, JobFile, Overrides, ScriptParams};
+//!
+//! let job = JobFile::parse(
+//!     r#"
+//! nodes = 2
+//! gpus_per_node = 8
+//! cpus_per_task = 64
+//! mem = "240GB"
+//! time = "2-00:00:00"
+//! command = ["python", "-u", "train.py", "--lr", "0.1"]
+//! "#,
+//!     Path::new("train.toml"),
+//! )?;
+//! let plan = resolve(Some(&job), &Overrides::default(), &[], "login1")?;
+//! assert_eq!(plan.world_size(), 16);
+//! assert!(check(&plan, &CheckContext::default()).is_empty());
+//! let script = render_script(
+//!     &plan,
+//!     &ScriptParams {
+//!         exp_dir: Path::new("/scratch/exp/train"),
+//!         snapshot_dir: Path::new("/scratch/exp/train/code"),
+//!         herd: Path::new("/opt/herd/bin/herd"),
+//!         dependency: None,
+//!     },
+//! )?;
+//! assert!(script.starts_with("#!/bin/bash\n#SBATCH --job-name=train\n"));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! The pieces, in the order `herd submit` uses them:
+//!
+//! - [`job`]: [`JobFile`] and [`Profile`] (TOML, unknown keys refused), [`load_profiles`].
+//! - [`resolve`](mod@resolve): [`Overrides`] (the flags) + job file + profile →
+//!   [`Plan`], recording each key's [`Source`]; [`ResolveError`] lists every bad value.
+//! - [`values`]: SLURM's [`TimeLimit`], [`Memory`] and [`Signal`] formats, parsed strictly.
+//! - [`partition`]: the partition table from `scontrol show partition -o` and `sinfo`.
+//! - [`check`](mod@check): [`check()`] → [`Finding`]s, each naming the keys to change.
+//! - [`render`]: [`render_script`] → the batch script.
+//! - [`ranks`]: [`rank_table`] for `--dry-run`.
+//! - [`quote`](mod@quote): the POSIX single-quoting every user value goes through.
+//!
+//! The job-file keys (flags override them; see [`Key`] for the flag of each):
+//!
+//! | key | meaning |
+//! |---|---|
+//! | `job_name` | SLURM job name and experiment folder name (default: the job file's name) |
+//! | `mode` | `agent` (default), `srun` (one task per GPU, `herd exec`), `torchrun` |
+//! | `nodes`, `gpus_per_node`, `gpus` | nodes, GPUs (= workers) per node, or the total from which nodes are derived |
+//! | `gpu_type` | GPU type in the GRES request (`gpu:a100:8`) |
+//! | `ntasks_per_node` | srun mode only: tasks per node (default one per GPU) |
+//! | `cpus_per_task` | CPUs per SLURM task: per node in agent/torchrun mode, per worker in srun mode |
+//! | `mem`, `time` | memory per node (`240G`), time limit (`2-00:00:00`) |
+//! | `partition`, `constraint` | where the job may run |
+//! | `after` | jobs to wait for, free-form (resolved into `--dependency` by the caller) |
+//! | `requeue`, `signal` | `--requeue`/`--no-requeue`; early warning such as `USR1@60` |
+//! | `command`, `params` | the argument vector; `{NAME}` placeholders filled by `--param NAME=VALUE` |
+//! | `sbatch_args` | extra sbatch options, one `#SBATCH` line each, verbatim |
+//! | `exp_root`, `exclude` | where experiment folders go; snapshot exclusions (plus `*.out`) |
+//! | `max_restarts` | restarts of all workers inside the allocation (agent, torchrun) |
+
+pub mod check;
+pub mod job;
+pub mod keys;
+pub mod partition;
+pub mod quote;
+pub mod ranks;
+pub mod render;
+pub mod resolve;
+pub mod values;
+
+pub use check::{
+    check, check_script, has_errors, CheckContext, Finding, MemoryPolicy, ProgramLookup, Severity,
+};
+pub use job::{load_profiles, profile_dir, select_profile, JobFile, JobKeys, LoadError, Profile};
+pub use keys::{Key, Source};
+pub use partition::{
+    add_node_groups, parse_scontrol_partitions, parse_sinfo, NodeGroup, OutputError, Partition,
+    SinfoRow, SINFO_FORMAT,
+};
+pub use quote::{quote, quote_words, NulError};
+pub use ranks::{format_rank_table, rank_table, RankRow};
+pub use render::{render_script, RenderError, ScriptParams};
+pub use resolve::{parse_param, resolve, Mode, Overrides, Plan, Problem, ResolveError};
+pub use values::{Memory, Signal, TextOrNumber, TimeLimit, ValueError};

@@ -1,0 +1,1266 @@
+//! Resolution: flags, job file, cluster profile and herd's defaults merged into one
+//! [`Plan`], every value checked, every key's origin recorded.
+//!
+//! Precedence, per key: a flag, else the job file, else the profile chosen by the login
+//! host's name, else herd's default. Two lists add up instead: `sbatch_args` (profile,
+//! then file, then flags) and `exclude` (herd's `*.out`, then profile, file, flags). The
+//! command from the flags replaces the job file's whole command.
+//!
+//! Resolution fails only on values that cannot make a plan (malformed, out of range,
+//! unusable in a batch script) and reports all of them at once; a plan that is well-formed
+//! but unwise (GPUs that do not divide, too little memory) resolves, and
+//! [`crate::check()`] reports it.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::job::{select_profile, JobFile, JobKeys, Profile};
+use crate::keys::{Key, Source};
+use crate::values::{non_negative, positive, Memory, Signal, TextOrNumber, TimeLimit, ValueError};
+
+/// How the batch script starts the workers (SPEC §2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// One `herd launch` agent per node spawns and supervises the node's workers (default).
+    #[default]
+    Agent,
+    /// One SLURM task per GPU, each running `herd exec` (the seeds' `slurm_train.sh`).
+    Srun,
+    /// One `torchrun` per node with c10d rendezvous (the seeds' `submit.sh`).
+    Torchrun,
+}
+
+impl Mode {
+    /// The name used in job files and flags.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Agent => "agent",
+            Mode::Srun => "srun",
+            Mode::Torchrun => "torchrun",
+        }
+    }
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Mode {
+    type Err = ValueError;
+
+    fn from_str(s: &str) -> Result<Mode, ValueError> {
+        match s {
+            "agent" => Ok(Mode::Agent),
+            "srun" => Ok(Mode::Srun),
+            "torchrun" => Ok(Mode::Torchrun),
+            _ => Err(ValueError {
+                message: format!("`{s}` is not a launch mode: use agent, srun or torchrun"),
+            }),
+        }
+    }
+}
+
+/// What `herd submit`'s flags say; `None` and empty lists leave the key to the job file,
+/// the profile or the default. Values are checked by [`resolve`], like a job file's.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Overrides {
+    /// `--job-name`.
+    pub job_name: Option<String>,
+    /// `--mode agent|srun|torchrun`.
+    pub mode: Option<String>,
+    /// `--nodes`.
+    pub nodes: Option<u32>,
+    /// `--gpus` (total).
+    pub gpus: Option<u32>,
+    /// `--gpus-per-node` (alias `--nproc-per-node`).
+    pub gpus_per_node: Option<u32>,
+    /// `--gpu-type`.
+    pub gpu_type: Option<String>,
+    /// `--ntasks-per-node` (srun mode).
+    pub ntasks_per_node: Option<u32>,
+    /// `--cpus-per-task`.
+    pub cpus_per_task: Option<u32>,
+    /// `--mem`.
+    pub mem: Option<String>,
+    /// `--time`.
+    pub time: Option<String>,
+    /// `--partition`.
+    pub partition: Option<String>,
+    /// `--constraint`.
+    pub constraint: Option<String>,
+    /// `--after` (replaces the job file's list when given).
+    pub after: Option<Vec<String>>,
+    /// `--requeue` / `--no-requeue`.
+    pub requeue: Option<bool>,
+    /// `--signal`.
+    pub signal: Option<String>,
+    /// The command after `--` (replaces the job file's command).
+    pub command: Option<Vec<String>>,
+    /// `--param NAME=VALUE`, in the order given (see [`parse_param`]).
+    pub params: Vec<(String, String)>,
+    /// `--sbatch-arg`, added after the profile's and job file's.
+    pub sbatch_args: Vec<String>,
+    /// `--exp-root`.
+    pub exp_root: Option<PathBuf>,
+    /// `--exclude`, added to the other layers' globs.
+    pub exclude: Vec<String>,
+    /// `--max-restarts`.
+    pub max_restarts: Option<u32>,
+}
+
+impl Overrides {
+    /// The flags as a layer of raw keys.
+    fn as_keys(&self) -> JobKeys {
+        JobKeys {
+            job_name: self.job_name.clone(),
+            mode: self.mode.clone(),
+            nodes: self.nodes.map(i64::from),
+            gpus: self.gpus.map(i64::from),
+            gpus_per_node: self.gpus_per_node.map(i64::from),
+            gpu_type: self.gpu_type.clone(),
+            ntasks_per_node: self.ntasks_per_node.map(i64::from),
+            cpus_per_task: self.cpus_per_task.map(i64::from),
+            mem: self.mem.clone().map(TextOrNumber::Text),
+            time: self.time.clone().map(TextOrNumber::Text),
+            partition: self.partition.clone(),
+            constraint: self.constraint.clone(),
+            after: self.after.clone(),
+            requeue: self.requeue,
+            signal: self.signal.clone(),
+            command: self.command.clone(),
+            params: None,
+            sbatch_args: (!self.sbatch_args.is_empty()).then(|| self.sbatch_args.clone()),
+            exp_root: self.exp_root.clone(),
+            exclude: (!self.exclude.is_empty()).then(|| self.exclude.clone()),
+            max_restarts: self.max_restarts.map(i64::from),
+        }
+    }
+}
+
+/// Split a `--param NAME=VALUE` argument (the value may contain `=`).
+pub fn parse_param(arg: &str) -> Result<(String, String), ValueError> {
+    match arg.split_once('=') {
+        Some((name, value)) if valid_param_name(name) => Ok((name.to_owned(), value.to_owned())),
+        _ => Err(ValueError {
+            message: format!("`{arg}` is not NAME=VALUE with NAME made of letters, digits and `_`"),
+        }),
+    }
+}
+
+fn valid_param_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && name.len() <= 64
+}
+
+/// herd's default folder for experiment folders, relative to where `herd submit` runs.
+pub const DEFAULT_EXP_ROOT: &str = "herd-exp";
+/// Globs always left out of the snapshot: SLURM's own `%j.out` logs (as the seed's
+/// `rsync --exclude='*.out'`).
+pub const DEFAULT_EXCLUDE: &[&str] = &["*.out"];
+/// Most workers a plan may have (a bound on the rank table, far above any cluster).
+pub const MAX_RANKS: u64 = 1_000_000;
+/// Longest single argument Linux passes to a program (`MAX_ARG_STRLEN` − 1).
+pub const MAX_ARG_BYTES: usize = 128 * 1024 - 1;
+/// Longest job name: it names a folder and a SLURM job.
+pub const MAX_JOB_NAME: usize = 128;
+
+/// A resolved, well-formed job: what the batch script asks for and runs.
+///
+/// Counts are SLURM's: `cpus_per_task` is per SLURM task, which is one agent (or one
+/// torchrun) per node in agent and torchrun mode and one worker in srun mode.
+///
+/// Serializes to JSON for the manifest, and reads back from it (`herd submit --resume`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Plan {
+    /// SLURM job name and experiment folder name.
+    pub job_name: String,
+    /// Launch mode.
+    pub mode: Mode,
+    /// Number of nodes.
+    pub nodes: u32,
+    /// Total GPUs as asked (`gpus`); `None` when only nodes × gpus_per_node was given.
+    pub gpus: Option<u32>,
+    /// GPUs per node; `None`: no GPUs asked for (one worker per node).
+    pub gpus_per_node: Option<u32>,
+    /// GPU type in the GRES request.
+    pub gpu_type: Option<String>,
+    /// SLURM tasks per node as asked (srun mode; see [`Plan::tasks_per_node`]).
+    pub ntasks_per_node: Option<u32>,
+    /// CPUs per SLURM task.
+    pub cpus_per_task: Option<u32>,
+    /// Memory per node.
+    pub mem: Option<Memory>,
+    /// Time limit.
+    pub time: Option<TimeLimit>,
+    /// Partition (or comma-separated partitions).
+    pub partition: Option<String>,
+    /// Node features.
+    pub constraint: Option<String>,
+    /// Jobs to wait for, free-form.
+    pub after: Vec<String>,
+    /// `Some(true)`: `--requeue`; `Some(false)`: `--no-requeue`; `None`: the cluster's
+    /// default.
+    pub requeue: Option<bool>,
+    /// Early-warning signal.
+    pub signal: Option<Signal>,
+    /// Worker program and arguments, params substituted.
+    pub command: Vec<String>,
+    /// Param values used in `command`.
+    pub params: BTreeMap<String, String>,
+    /// Extra sbatch options, verbatim.
+    pub sbatch_args: Vec<String>,
+    /// Folder experiment folders are made in (relative to where herd runs, unless
+    /// absolute).
+    pub exp_root: PathBuf,
+    /// Globs left out of the code snapshot.
+    pub exclude: Vec<String>,
+    /// Restarts of all workers inside the allocation.
+    pub max_restarts: u32,
+    /// The cluster profile that filled defaults, if one matched the host.
+    pub profile: Option<PathBuf>,
+    /// Where each set key came from; lists that add up have one source per layer that
+    /// contributed.
+    pub sources: BTreeMap<Key, Vec<Source>>,
+}
+
+impl Plan {
+    /// Workers on each node: one per GPU (one when no GPUs are asked for); in srun mode the
+    /// SLURM tasks per node.
+    pub fn workers_per_node(&self) -> u32 {
+        match self.mode {
+            Mode::Srun => self.ntasks_per_node.or(self.gpus_per_node).unwrap_or(1),
+            Mode::Agent | Mode::Torchrun => self.gpus_per_node.unwrap_or(1),
+        }
+    }
+
+    /// SLURM tasks on each node: the workers in srun mode, one agent or torchrun otherwise.
+    pub fn tasks_per_node(&self) -> u32 {
+        match self.mode {
+            Mode::Srun => self.workers_per_node(),
+            Mode::Agent | Mode::Torchrun => 1,
+        }
+    }
+
+    /// All workers of the job.
+    pub fn world_size(&self) -> u64 {
+        u64::from(self.nodes) * u64::from(self.workers_per_node())
+    }
+
+    /// CPUs the job asks for on each node: `cpus_per_task` (SLURM's default 1) × tasks per
+    /// node.
+    pub fn cpus_per_node(&self) -> u64 {
+        u64::from(self.cpus_per_task.unwrap_or(1)) * u64::from(self.tasks_per_node())
+    }
+
+    /// Where `key`'s value came from (for a list that adds up, the highest layer).
+    pub fn source(&self, key: Key) -> Option<&Source> {
+        self.sources.get(&key).and_then(|s| s.last())
+    }
+
+    /// `key` named for a message, with where it was set: "`mem` in job.toml", "--mem",
+    /// "`mem` (not set)".
+    pub fn describe(&self, key: Key) -> String {
+        match self.source(key) {
+            Some(s) => s.describe(key),
+            None => format!("`{key}` (not set)"),
+        }
+    }
+}
+
+/// One value that cannot make a plan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// The key to change.
+    pub key: Key,
+    /// Where the bad value was set (`None`: nowhere, e.g. a missing command).
+    pub origin: Option<Source>,
+    /// What is wrong and what is accepted.
+    pub message: String,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.origin {
+            Some(o) => write!(f, "{}: {}", o.describe(self.key), self.message),
+            None => write!(f, "`{}`: {}", self.key, self.message),
+        }
+    }
+}
+
+/// The values that cannot make a plan, all of them.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}", join_problems(.problems))]
+pub struct ResolveError {
+    /// Every problem found, in key order.
+    pub problems: Vec<Problem>,
+}
+
+fn join_problems(problems: &[Problem]) -> String {
+    problems
+        .iter()
+        .map(|p| p.to_string())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The layers in precedence order: flags, job file, profile.
+struct Layers<'a> {
+    list: Vec<(&'a JobKeys, Source)>,
+    problems: Vec<Problem>,
+    sources: BTreeMap<Key, Vec<Source>>,
+}
+
+impl<'a> Layers<'a> {
+    /// The highest layer's raw value for `key`.
+    fn first<T: ?Sized + 'a>(
+        &self,
+        get: impl Fn(&'a JobKeys) -> Option<&'a T>,
+    ) -> Option<(&'a T, Source)> {
+        self.list
+            .iter()
+            .find_map(|(keys, src)| get(keys).map(|v| (v, src.clone())))
+    }
+
+    /// The highest layer's value for `key`, parsed; a parse failure is a problem.
+    fn take<R: ?Sized + 'a, T>(
+        &mut self,
+        key: Key,
+        get: impl Fn(&'a JobKeys) -> Option<&'a R>,
+        parse: impl Fn(&R) -> Result<T, ValueError>,
+    ) -> Option<T> {
+        let (raw, src) = self.first(get)?;
+        match parse(raw) {
+            Ok(v) => {
+                self.sources.insert(key, vec![src]);
+                Some(v)
+            }
+            Err(e) => {
+                self.problem(key, Some(src), e.message);
+                None
+            }
+        }
+    }
+
+    fn problem(&mut self, key: Key, origin: Option<Source>, message: impl Into<String>) {
+        self.problems.push(Problem {
+            key,
+            origin,
+            message: message.into(),
+        });
+    }
+
+    fn set_source(&mut self, key: Key, src: Source) {
+        self.sources.insert(key, vec![src]);
+    }
+}
+
+/// Merge `flags`, the `job` file and the first of `profiles` whose `match` fits `host`
+/// (the login host's name) into a checked [`Plan`].
+///
+/// Defaults: mode `agent`, 1 node, no GPUs, `max_restarts` 0, `exp_root` `herd-exp`,
+/// `exclude` `*.out`, job name the job file's name (else the program's). When `gpus` (total)
+/// is given without `nodes`, nodes are `gpus ÷ gpus_per_node` (rounded up; [`crate::check()`]
+/// reports a remainder); without `gpus_per_node`, it is `gpus ÷ nodes`.
+pub fn resolve(
+    job: Option<&JobFile>,
+    flags: &Overrides,
+    profiles: &[Profile],
+    host: &str,
+) -> Result<Plan, ResolveError> {
+    let flag_keys = flags.as_keys();
+    let profile = select_profile(profiles, host);
+    let mut list: Vec<(&JobKeys, Source)> = vec![(&flag_keys, Source::Flag)];
+    if let Some(job) = job {
+        list.push((
+            &job.keys,
+            Source::File {
+                path: job.path.clone(),
+            },
+        ));
+    }
+    if let Some(p) = profile {
+        list.push((
+            &p.keys,
+            Source::Profile {
+                path: p.path.clone(),
+            },
+        ));
+    }
+    let mut l = Layers {
+        list,
+        problems: Vec::new(),
+        sources: BTreeMap::new(),
+    };
+
+    let mode = l
+        .take(
+            Key::Mode,
+            |k| k.mode.as_deref(),
+            |s: &str| s.parse::<Mode>(),
+        )
+        .unwrap_or_else(|| {
+            if l.first(|k| k.mode.as_deref()).is_none() {
+                l.set_source(Key::Mode, Source::Default);
+            }
+            Mode::Agent
+        });
+
+    let count = |v: &i64| positive(*v);
+    let nodes_raw = l.take(Key::Nodes, |k| k.nodes.as_ref(), count);
+    let gpus = l.take(Key::Gpus, |k| k.gpus.as_ref(), count);
+    let gpn_raw = l.take(Key::GpusPerNode, |k| k.gpus_per_node.as_ref(), count);
+    let ntasks_per_node = l.take(Key::NtasksPerNode, |k| k.ntasks_per_node.as_ref(), count);
+    let cpus_per_task = l.take(Key::CpusPerTask, |k| k.cpus_per_task.as_ref(), count);
+    let max_restarts = l.take(
+        Key::MaxRestarts,
+        |k| k.max_restarts.as_ref(),
+        |v: &i64| non_negative(*v),
+    );
+    let max_restarts = max_restarts.unwrap_or_else(|| {
+        if l.first(|k| k.max_restarts.as_ref()).is_none() {
+            l.set_source(Key::MaxRestarts, Source::Default);
+        }
+        0
+    });
+
+    // Nodes and GPUs per node, derived from the total where one is missing.
+    let derived = |from: &[Key]| Source::Derived {
+        from: from.to_vec(),
+    };
+    let (nodes, gpus_per_node) = match (nodes_raw, gpus, gpn_raw) {
+        (Some(n), _, Some(g)) => (n, Some(g)),
+        (Some(n), Some(total), None) => {
+            l.set_source(Key::GpusPerNode, derived(&[Key::Gpus, Key::Nodes]));
+            (n, Some(total.div_ceil(n)))
+        }
+        (Some(n), None, None) => (n, None),
+        (None, Some(total), Some(g)) => {
+            l.set_source(Key::Nodes, derived(&[Key::Gpus, Key::GpusPerNode]));
+            (total.div_ceil(g), Some(g))
+        }
+        (None, Some(total), None) => {
+            l.set_source(Key::Nodes, Source::Default);
+            l.set_source(Key::GpusPerNode, derived(&[Key::Gpus]));
+            (1, Some(total))
+        }
+        (None, None, g) => {
+            if l.first(|k| k.nodes.as_ref()).is_none() {
+                l.set_source(Key::Nodes, Source::Default);
+            }
+            (1, g)
+        }
+    };
+
+    let gpu_type = l.take(
+        Key::GpuType,
+        |k| k.gpu_type.as_deref(),
+        |s: &str| simple_name(s, "GPU type", false),
+    );
+    let partition = l.take(
+        Key::Partition,
+        |k| k.partition.as_deref(),
+        |s: &str| simple_name(s, "partition name", true),
+    );
+    let constraint = l.take(
+        Key::Constraint,
+        |k| k.constraint.as_deref(),
+        |s: &str| sbatch_safe(s, "constraint").map(|()| s.to_owned()),
+    );
+    let mem = l.take(
+        Key::Mem,
+        |k| k.mem.as_ref(),
+        |v: &TextOrNumber| match v {
+            TextOrNumber::Text(t) => t.parse::<Memory>(),
+            TextOrNumber::Number(n) => Memory::from_number(*n),
+        },
+    );
+    let time = l.take(
+        Key::Time,
+        |k| k.time.as_ref(),
+        |v: &TextOrNumber| match v {
+            TextOrNumber::Text(t) => t.parse::<TimeLimit>(),
+            TextOrNumber::Number(n) => TimeLimit::from_minutes(*n),
+        },
+    );
+    let signal = l.take(
+        Key::Signal,
+        |k| k.signal.as_deref(),
+        |s: &str| s.parse::<Signal>(),
+    );
+    let requeue = l.take(Key::Requeue, |k| k.requeue.as_ref(), |b: &bool| Ok(*b));
+    let after = l
+        .take(
+            Key::After,
+            |k| k.after.as_ref(),
+            |v: &Vec<String>| Ok(v.clone()),
+        )
+        .unwrap_or_default();
+    let exp_root = l
+        .take(
+            Key::ExpRoot,
+            |k| k.exp_root.as_ref(),
+            |p: &PathBuf| {
+                if p.as_os_str().is_empty() {
+                    Err(ValueError {
+                        message: "is empty: give the folder experiment folders are made in".into(),
+                    })
+                } else {
+                    Ok(p.clone())
+                }
+            },
+        )
+        .unwrap_or_else(|| {
+            if l.first(|k| k.exp_root.as_ref()).is_none() {
+                l.set_source(Key::ExpRoot, Source::Default);
+            }
+            PathBuf::from(DEFAULT_EXP_ROOT)
+        });
+
+    // Lists that add up: profile first, then job file, then flags.
+    let mut sbatch_args = Vec::new();
+    let mut exclude: Vec<String> = DEFAULT_EXCLUDE.iter().map(|s| s.to_string()).collect();
+    let mut exclude_sources = vec![Source::Default];
+    let mut sbatch_sources = Vec::new();
+    let layers: Vec<(JobKeys, Source)> = l
+        .list
+        .iter()
+        .rev()
+        .map(|(k, s)| ((*k).clone(), s.clone()))
+        .collect();
+    for (keys, src) in layers {
+        if let Some(args) = keys.sbatch_args {
+            for a in &args {
+                if let Err(e) = sbatch_arg(a) {
+                    l.problem(Key::SbatchArgs, Some(src.clone()), e.message);
+                }
+            }
+            sbatch_args.extend(args);
+            sbatch_sources.push(src.clone());
+        }
+        if let Some(globs) = keys.exclude {
+            for g in &globs {
+                if g.starts_with('!') {
+                    l.problem(
+                        Key::Exclude,
+                        Some(src.clone()),
+                        format!(
+                            "`{g}`: these globs only leave files out; `!` cannot bring one back"
+                        ),
+                    );
+                } else if let Err(e) = globset::Glob::new(g) {
+                    l.problem(
+                        Key::Exclude,
+                        Some(src.clone()),
+                        format!("`{g}` is not a valid glob: {}", e.kind()),
+                    );
+                }
+                if !exclude.contains(g) {
+                    exclude.push(g.clone());
+                }
+            }
+            exclude_sources.push(src);
+        }
+    }
+    if !sbatch_sources.is_empty() {
+        l.sources.insert(Key::SbatchArgs, sbatch_sources);
+    }
+    l.sources.insert(Key::Exclude, exclude_sources);
+
+    // The command, with params substituted when it comes from the job file.
+    let (command, params) = resolve_command(&mut l, job, flags);
+
+    // Job name: given, else the job file's name, else the program's.
+    let job_name = match l.take(
+        Key::JobName,
+        |k| k.job_name.as_deref(),
+        |s: &str| job_name(s),
+    ) {
+        Some(n) => n,
+        None if l.first(|k| k.job_name.as_deref()).is_some() => String::new(),
+        None => {
+            l.set_source(Key::JobName, Source::Default);
+            let base = job
+                .and_then(|j| j.stem())
+                .map(str::to_owned)
+                .or_else(|| {
+                    command
+                        .first()
+                        .map(|p| p.rsplit('/').next().unwrap_or(p).to_owned())
+                })
+                .unwrap_or_else(|| "job".to_owned());
+            sanitize_job_name(&base)
+        }
+    };
+
+    let workers = match mode {
+        Mode::Srun => ntasks_per_node.or(gpus_per_node).unwrap_or(1),
+        Mode::Agent | Mode::Torchrun => gpus_per_node.unwrap_or(1),
+    };
+    if u64::from(nodes) * u64::from(workers) > MAX_RANKS {
+        let origin = l.sources.get(&Key::Nodes).and_then(|s| s.last()).cloned();
+        l.problem(
+            Key::Nodes,
+            origin,
+            format!(
+                "{nodes} nodes × {workers} workers is more than herd's limit of {MAX_RANKS} workers"
+            ),
+        );
+    }
+
+    if !l.problems.is_empty() {
+        let mut problems = l.problems;
+        problems.sort_by_key(|p| p.key);
+        return Err(ResolveError { problems });
+    }
+    Ok(Plan {
+        job_name,
+        mode,
+        nodes,
+        gpus,
+        gpus_per_node,
+        gpu_type,
+        ntasks_per_node,
+        cpus_per_task,
+        mem,
+        time,
+        partition,
+        constraint,
+        after,
+        requeue,
+        signal,
+        command,
+        params,
+        sbatch_args,
+        exp_root,
+        exclude,
+        max_restarts,
+        profile: profile.map(|p| p.path.clone()),
+        sources: l.sources,
+    })
+}
+
+fn resolve_command(
+    l: &mut Layers<'_>,
+    job: Option<&JobFile>,
+    flags: &Overrides,
+) -> (Vec<String>, BTreeMap<String, String>) {
+    let mut given: BTreeMap<String, String> = BTreeMap::new();
+    for (name, value) in &flags.params {
+        if !valid_param_name(name) {
+            l.problem(
+                Key::Params,
+                Some(Source::Flag),
+                format!("`{name}` is not a param name: use letters, digits and `_`"),
+            );
+        } else if given.insert(name.clone(), value.clone()).is_some() {
+            l.problem(
+                Key::Params,
+                Some(Source::Flag),
+                format!("`{name}` is given twice"),
+            );
+        }
+    }
+    let file_src = job.map(|j| Source::File {
+        path: j.path.clone(),
+    });
+    let declared: Vec<String> = job.and_then(|j| j.keys.params.clone()).unwrap_or_default();
+    for (i, name) in declared.iter().enumerate() {
+        if !valid_param_name(name) {
+            l.problem(
+                Key::Params,
+                file_src.clone(),
+                format!("`{name}` is not a param name: use letters, digits and `_`"),
+            );
+        } else if declared[..i].contains(name) {
+            l.problem(
+                Key::Params,
+                file_src.clone(),
+                format!("`{name}` is declared twice"),
+            );
+        }
+    }
+
+    let (mut command, src) = match (&flags.command, job.and_then(|j| j.keys.command.as_ref())) {
+        (Some(cmd), _) => {
+            for name in given.keys() {
+                l.problem(
+                    Key::Params,
+                    Some(Source::Flag),
+                    format!(
+                        "--param {name}: the command comes from after `--`, which takes no params (write the value into it)"
+                    ),
+                );
+            }
+            (cmd.clone(), Source::Flag)
+        }
+        (None, Some(cmd)) => {
+            let src = file_src.clone().unwrap_or(Source::Default);
+            for name in given.keys() {
+                if !declared.contains(name) {
+                    let known = if declared.is_empty() {
+                        "it declares none".to_owned()
+                    } else {
+                        format!("it declares {}", declared.join(", "))
+                    };
+                    l.problem(
+                        Key::Params,
+                        Some(Source::Flag),
+                        format!("--param {name}: the job file has no param `{name}` ({known})"),
+                    );
+                }
+            }
+            let mut cmd = cmd.clone();
+            for name in &declared {
+                let placeholder = format!("{{{name}}}");
+                if !cmd.iter().any(|w| w.contains(&placeholder)) {
+                    l.problem(
+                        Key::Params,
+                        file_src.clone(),
+                        format!(
+                            "`{name}` is declared but `{placeholder}` appears nowhere in `command`"
+                        ),
+                    );
+                }
+                match given.get(name) {
+                    Some(value) => {
+                        for w in &mut cmd {
+                            *w = w.replace(&placeholder, value);
+                        }
+                    }
+                    None => l.problem(
+                        Key::Params,
+                        file_src.clone(),
+                        format!(
+                            "the command needs a value for `{name}`: give --param {name}=VALUE"
+                        ),
+                    ),
+                }
+            }
+            if !declared.is_empty() {
+                l.set_source(Key::Params, Source::Flag);
+            }
+            (cmd, src)
+        }
+        (None, None) => {
+            l.problem(
+                Key::Command,
+                None,
+                "no command: set `command = [\"python\", \"train.py\"]` in the job file or give it after `--`",
+            );
+            return (Vec::new(), given);
+        }
+    };
+    let mut ok = true;
+    if command.is_empty() || command.first().is_some_and(|p| p.is_empty()) {
+        l.problem(
+            Key::Command,
+            Some(src.clone()),
+            "the command is empty: its first word is the program to run",
+        );
+        ok = false;
+    } else if command.first().is_some_and(|p| p.starts_with('-')) {
+        l.problem(
+            Key::Command,
+            Some(src.clone()),
+            format!(
+                "the program `{}` starts with `-`: the first word is the program, not an option",
+                command[0]
+            ),
+        );
+        ok = false;
+    }
+    for (i, w) in command.iter().enumerate() {
+        if w.contains('\0') {
+            l.problem(
+                Key::Command,
+                Some(src.clone()),
+                format!(
+                    "argument {} contains a NUL byte, which no program argument can hold",
+                    i + 1
+                ),
+            );
+            ok = false;
+        } else if w.len() > MAX_ARG_BYTES {
+            l.problem(
+                Key::Command,
+                Some(src.clone()),
+                format!(
+                    "argument {} is {} bytes, more than Linux passes to a program ({MAX_ARG_BYTES})",
+                    i + 1,
+                    w.len()
+                ),
+            );
+            ok = false;
+        }
+    }
+    if ok {
+        l.set_source(Key::Command, src);
+    } else {
+        command.clear();
+    }
+    let used = if flags.command.is_some() {
+        BTreeMap::new()
+    } else {
+        given
+            .into_iter()
+            .filter(|(k, _)| declared.contains(k))
+            .collect()
+    };
+    (command, used)
+}
+
+/// Refuse what would break or change an `#SBATCH` line: whitespace, quotes, `#` (starts a
+/// comment there), backslash, control characters; and empty values.
+pub(crate) fn sbatch_safe(s: &str, what: &str) -> Result<(), ValueError> {
+    if s.is_empty() {
+        return Err(ValueError {
+            message: format!("the {what} is empty"),
+        });
+    }
+    if let Some(c) = s
+        .chars()
+        .find(|c| c.is_whitespace() || c.is_control() || matches!(c, '"' | '\'' | '#' | '\\'))
+    {
+        return Err(ValueError {
+            message: format!(
+                "the {what} `{}` contains {}, which an #SBATCH line cannot carry",
+                s.escape_debug(),
+                describe_char(c)
+            ),
+        });
+    }
+    Ok(())
+}
+
+fn describe_char(c: char) -> String {
+    match c {
+        ' ' => "a space".to_owned(),
+        '\n' => "a newline".to_owned(),
+        '#' => "`#` (it starts a comment in an #SBATCH line)".to_owned(),
+        c if c.is_control() || c.is_whitespace() => format!("the character U+{:04X}", c as u32),
+        c => format!("`{c}`"),
+    }
+}
+
+/// A partition or GPU type: letters, digits, `_`, `.`, `-` (and `,` between partitions).
+fn simple_name(s: &str, what: &str, list: bool) -> Result<String, ValueError> {
+    let ok = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-');
+    let parts: Vec<&str> = if list {
+        s.split(',').collect()
+    } else {
+        vec![s]
+    };
+    if parts.iter().all(|p| !p.is_empty() && p.chars().all(ok)) {
+        Ok(s.to_owned())
+    } else {
+        Err(ValueError {
+            message: format!(
+                "`{}` is not a {what}: use letters, digits, `_`, `.` and `-`{}",
+                s.escape_debug(),
+                if list {
+                    " (several separated by `,`)"
+                } else {
+                    ""
+                }
+            ),
+        })
+    }
+}
+
+/// Whether `s` is a usable partition name (`list`: or comma-separated names) or GPU type.
+pub(crate) fn simple_name_ok(s: &str, list: bool) -> bool {
+    simple_name(s, "name", list).is_ok()
+}
+
+/// Whether `s` is a usable job name.
+pub(crate) fn job_name_ok(s: &str) -> bool {
+    job_name(s).is_ok()
+}
+
+/// A job name: it names the SLURM job and the experiment folder.
+fn job_name(s: &str) -> Result<String, ValueError> {
+    let ok = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-' | '+');
+    if !s.is_empty()
+        && s.len() <= MAX_JOB_NAME
+        && s.chars().all(ok)
+        && s.chars().next().is_some_and(|c| c.is_ascii_alphanumeric())
+    {
+        Ok(s.to_owned())
+    } else {
+        Err(ValueError {
+            message: format!(
+                "`{}` is not a job name: use up to {MAX_JOB_NAME} letters, digits, `_`, `.`, `+` and `-`, starting with a letter or digit (it names the experiment folder)",
+                s.escape_debug()
+            ),
+        })
+    }
+}
+
+/// A default job name made from a file or program name.
+fn sanitize_job_name(base: &str) -> String {
+    let mut name: String = base
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-' | '+') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(MAX_JOB_NAME)
+        .collect();
+    if !name
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphanumeric())
+    {
+        name.insert(0, 'j');
+        name.truncate(MAX_JOB_NAME);
+    }
+    name
+}
+
+/// An extra sbatch option: an option (starts with `-`) on one line.
+pub(crate) fn sbatch_arg(a: &str) -> Result<(), ValueError> {
+    if a.contains(['\n', '\r', '\0']) {
+        return Err(ValueError {
+            message: format!(
+                "`{}` contains a line break or NUL: each entry becomes one #SBATCH line",
+                a.escape_debug()
+            ),
+        });
+    }
+    if !a.starts_with('-') {
+        return Err(ValueError {
+            message: format!(
+                "`{a}` is not an sbatch option: options start with `-` (e.g. \"--account=vision\")"
+            ),
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn file(text: &str) -> JobFile {
+        JobFile::parse(text, Path::new("jobs/train.toml")).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn profile(text: &str) -> Profile {
+        Profile::parse(text, Path::new("profiles/login.toml")).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn ok(job: Option<&JobFile>, flags: &Overrides, profiles: &[Profile], host: &str) -> Plan {
+        resolve(job, flags, profiles, host).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn err(job: Option<&JobFile>, flags: &Overrides) -> ResolveError {
+        resolve(job, flags, &[], "login1").expect_err("should not resolve")
+    }
+
+    const BASIC: &str = "nodes = 2\ngpus_per_node = 4\ncommand = [\"python\", \"train.py\"]\n";
+
+    #[test]
+    fn defaults() {
+        let plan = ok(Some(&file(BASIC)), &Overrides::default(), &[], "login1");
+        assert_eq!(plan.mode, Mode::Agent);
+        assert_eq!(plan.job_name, "train");
+        assert_eq!(plan.nodes, 2);
+        assert_eq!(plan.workers_per_node(), 4);
+        assert_eq!(plan.tasks_per_node(), 1);
+        assert_eq!(plan.world_size(), 8);
+        assert_eq!(plan.exp_root, PathBuf::from("herd-exp"));
+        assert_eq!(plan.exclude, vec!["*.out".to_owned()]);
+        assert_eq!(plan.max_restarts, 0);
+        assert_eq!(plan.source(Key::Mode), Some(&Source::Default));
+        assert_eq!(plan.describe(Key::Nodes), "`nodes` in jobs/train.toml");
+        assert_eq!(plan.describe(Key::Partition), "`partition` (not set)");
+        assert_eq!(plan.profile, None);
+    }
+
+    #[test]
+    fn flags_over_file_over_profile() {
+        let job = file(
+            "nodes = 2\ngpus_per_node = 4\nmem = \"100G\"\ncommand = [\"python\", \"train.py\"]\n",
+        );
+        let profiles = [profile(
+            "match = \"login*\"\npartition = \"gpu\"\nmem = \"240GB\"\ncpus_per_task = 64\ntime = \"2-00:00:00\"\nsbatch_args = [\"--account=lab\"]\nexclude = [\"data/**\"]\n",
+        )];
+        let flags = Overrides {
+            nodes: Some(4),
+            sbatch_args: vec!["--qos=high".into()],
+            exclude: vec!["*.ckpt".into()],
+            ..Overrides::default()
+        };
+        let plan = ok(Some(&job), &flags, &profiles, "login3.cluster.org");
+        assert_eq!(plan.nodes, 4);
+        assert_eq!(plan.source(Key::Nodes), Some(&Source::Flag));
+        assert_eq!(plan.mem.map(|m| m.megabytes()), Some(100 * 1024));
+        assert!(matches!(plan.source(Key::Mem), Some(Source::File { .. })));
+        assert_eq!(plan.cpus_per_task, Some(64));
+        assert_eq!(plan.partition.as_deref(), Some("gpu"));
+        assert_eq!(
+            plan.describe(Key::Partition),
+            "`partition` in profile profiles/login.toml"
+        );
+        assert_eq!(plan.time.map(|t| t.seconds()), Some(2 * 86_400));
+        assert_eq!(plan.sbatch_args, vec!["--account=lab", "--qos=high"]);
+        assert_eq!(plan.exclude, vec!["*.out", "data/**", "*.ckpt"]);
+        assert_eq!(plan.sources.get(&Key::Exclude).map(Vec::len), Some(3));
+        assert_eq!(plan.profile, Some(PathBuf::from("profiles/login.toml")));
+
+        // Another host: no profile, so nothing fills partition.
+        let plan = ok(Some(&job), &flags, &profiles, "gpu-a01");
+        assert_eq!(plan.partition, None);
+        assert_eq!(plan.profile, None);
+    }
+
+    #[test]
+    fn gpus_total_derives_nodes() {
+        let job = file("gpus = 16\ngpus_per_node = 8\ncommand = [\"python\", \"t.py\"]\n");
+        let plan = ok(Some(&job), &Overrides::default(), &[], "h");
+        assert_eq!(
+            (plan.nodes, plan.gpus, plan.gpus_per_node),
+            (2, Some(16), Some(8))
+        );
+        assert_eq!(
+            plan.source(Key::Nodes),
+            Some(&Source::Derived {
+                from: vec![Key::Gpus, Key::GpusPerNode]
+            })
+        );
+        let job = file("gpus = 16\nnodes = 4\ncommand = [\"python\", \"t.py\"]\n");
+        let plan = ok(Some(&job), &Overrides::default(), &[], "h");
+        assert_eq!(plan.gpus_per_node, Some(4));
+        let job = file("gpus = 4\ncommand = [\"python\", \"t.py\"]\n");
+        let plan = ok(Some(&job), &Overrides::default(), &[], "h");
+        assert_eq!((plan.nodes, plan.gpus_per_node), (1, Some(4)));
+        // A remainder resolves (rounded up); check() reports it.
+        let job = file("gpus = 12\ngpus_per_node = 8\ncommand = [\"python\", \"t.py\"]\n");
+        assert_eq!(ok(Some(&job), &Overrides::default(), &[], "h").nodes, 2);
+    }
+
+    #[test]
+    fn srun_mode_counts() {
+        let job = file("mode = \"srun\"\nnodes = 2\ngpus_per_node = 8\ncpus_per_task = 5\ncommand = [\"python\", \"t.py\"]\n");
+        let plan = ok(Some(&job), &Overrides::default(), &[], "h");
+        assert_eq!(plan.tasks_per_node(), 8);
+        assert_eq!(plan.workers_per_node(), 8);
+        assert_eq!(plan.cpus_per_node(), 40);
+        let flags = Overrides {
+            mode: Some("agent".into()),
+            ..Overrides::default()
+        };
+        let plan = ok(Some(&job), &flags, &[], "h");
+        assert_eq!((plan.tasks_per_node(), plan.cpus_per_node()), (1, 5));
+    }
+
+    #[test]
+    fn every_bad_value_is_reported_with_key_and_origin() {
+        let job = file(
+            r#"
+nodes = 0
+gpus_per_node = -1
+cpus_per_task = 0
+mem = "1.5G"
+time = "50h"
+signal = "USR9"
+mode = "mpi"
+partition = "gpu debug"
+constraint = "a#b"
+gpu_type = "a100 80gb"
+job_name = "my job"
+max_restarts = -1
+sbatch_args = ["--comment=a\nb", "account=x"]
+exclude = ["a[b", "!keep.out"]
+command = ["python", "train.py"]
+"#,
+        );
+        let e = err(Some(&job), &Overrides::default());
+        let keys: Vec<Key> = e.problems.iter().map(|p| p.key).collect();
+        for k in [
+            Key::Nodes,
+            Key::GpusPerNode,
+            Key::CpusPerTask,
+            Key::Mem,
+            Key::Time,
+            Key::Signal,
+            Key::Mode,
+            Key::Partition,
+            Key::Constraint,
+            Key::GpuType,
+            Key::JobName,
+            Key::MaxRestarts,
+            Key::SbatchArgs,
+            Key::Exclude,
+        ] {
+            assert!(keys.contains(&k), "{k} not reported: {e}");
+        }
+        let text = e.to_string();
+        assert!(
+            text.contains("`time` in jobs/train.toml: `50h` is not a SLURM time"),
+            "{text}"
+        );
+        assert!(
+            text.contains("`mode` in jobs/train.toml: `mpi` is not a launch mode"),
+            "{text}"
+        );
+        assert!(
+            text.contains("`constraint` in jobs/train.toml: the constraint `a#b` contains `#`"),
+            "{text}"
+        );
+        assert_eq!(
+            e.problems
+                .iter()
+                .filter(|p| p.key == Key::SbatchArgs)
+                .count(),
+            2
+        );
+        let count = |k: Key| e.problems.iter().filter(|p| p.key == k).count();
+        assert_eq!(count(Key::Exclude), 2);
+        assert!(
+            text.contains("`!keep.out`: these globs only leave files out"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn bad_flag_values_name_the_flag() {
+        let flags = Overrides {
+            nodes: Some(0),
+            time: Some("forever".into()),
+            mem: Some("lots".into()),
+            ..Overrides::default()
+        };
+        let text = err(Some(&file(BASIC)), &flags).to_string();
+        assert!(
+            text.contains("--nodes: must be a whole number from 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("--time: `forever` is not a SLURM time"),
+            "{text}"
+        );
+        assert!(
+            text.contains("--mem: `lots` is not a SLURM memory size"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn command_rules() {
+        let e = err(Some(&file("nodes = 1\n")), &Overrides::default());
+        assert!(e.to_string().contains("no command"), "{e}");
+        let e = err(Some(&file("command = []\n")), &Overrides::default());
+        assert!(e.to_string().contains("the command is empty"), "{e}");
+        let e = err(Some(&file("command = [\"--x\"]\n")), &Overrides::default());
+        assert!(e.to_string().contains("starts with `-`"), "{e}");
+        let flags = Overrides {
+            command: Some(vec!["python".into(), "a\0b".into()]),
+            ..Overrides::default()
+        };
+        let e = err(None, &flags);
+        assert!(
+            e.to_string()
+                .contains("-- CMD ARGS…: argument 2 contains a NUL byte"),
+            "{e}"
+        );
+        // The flags' command replaces the file's, and names the job when no file does.
+        let flags = Overrides {
+            command: Some(vec!["/opt/bin/my train".into(), "x".into()]),
+            ..Overrides::default()
+        };
+        let plan = ok(Some(&file(BASIC)), &flags, &[], "h");
+        assert_eq!(plan.command, vec!["/opt/bin/my train", "x"]);
+        let plan = ok(None, &flags, &[], "h");
+        assert_eq!(plan.job_name, "my_train");
+    }
+
+    #[test]
+    fn params_fill_placeholders() {
+        let job = file(
+            "params = [\"CHECKPOINT\"]\ncommand = [\"python\", \"test.py\", \"{CHECKPOINT}\", \"--out={CHECKPOINT}.pkl\", \"{OTHER}\"]\n",
+        );
+        let flags = Overrides {
+            params: vec![("CHECKPOINT".into(), "work dirs/epoch_5.pth".into())],
+            ..Overrides::default()
+        };
+        let plan = ok(Some(&job), &flags, &[], "h");
+        assert_eq!(
+            plan.command,
+            vec![
+                "python",
+                "test.py",
+                "work dirs/epoch_5.pth",
+                "--out=work dirs/epoch_5.pth.pkl",
+                "{OTHER}"
+            ]
+        );
+        assert_eq!(
+            plan.params.get("CHECKPOINT").map(String::as_str),
+            Some("work dirs/epoch_5.pth")
+        );
+
+        let e = err(Some(&job), &Overrides::default());
+        assert!(
+            e.to_string()
+                .contains("needs a value for `CHECKPOINT`: give --param CHECKPOINT=VALUE"),
+            "{e}"
+        );
+        let flags2 = Overrides {
+            params: vec![
+                ("CHECKPOINT".into(), "a".into()),
+                ("CKPT".into(), "b".into()),
+            ],
+            ..Overrides::default()
+        };
+        let e = err(Some(&job), &flags2);
+        assert!(
+            e.to_string().contains(
+                "--param CKPT: the job file has no param `CKPT` (it declares CHECKPOINT)"
+            ),
+            "{e}"
+        );
+        let unused = file("params = [\"X\"]\ncommand = [\"python\"]\n");
+        let flags3 = Overrides {
+            params: vec![("X".into(), "1".into())],
+            ..Overrides::default()
+        };
+        let e = err(Some(&unused), &flags3);
+        assert!(e.to_string().contains("`{X}` appears nowhere"), "{e}");
+        assert_eq!(parse_param("A=b=c"), Ok(("A".into(), "b=c".into())));
+        assert!(parse_param("=x").is_err());
+        assert!(parse_param("a b=x").is_err());
+        assert!(parse_param("noequals").is_err());
+    }
+
+    #[test]
+    fn plan_serializes_for_the_manifest() {
+        let job = file("nodes = 2\ngpus_per_node = 4\nmem = \"240GB\"\ntime = \"50:00:00\"\nsignal = \"USR1\"\ncommand = [\"python\", \"train.py\"]\n");
+        let plan = ok(Some(&job), &Overrides::default(), &[], "h");
+        let json = serde_json::to_value(&plan).unwrap_or_default();
+        assert_eq!(json["mem"], "240G");
+        assert_eq!(json["time"], "2-02:00:00");
+        assert_eq!(json["signal"], "USR1@60");
+        assert_eq!(json["mode"], "agent");
+        assert_eq!(json["sources"]["nodes"][0]["kind"], "file");
+        assert_eq!(json["sources"]["nodes"][0]["path"], "jobs/train.toml");
+        assert_eq!(json["sources"]["mode"][0]["kind"], "default");
+        let back: Plan = serde_json::from_value(json).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(back, plan);
+    }
+}
