@@ -13,6 +13,7 @@ pub mod env;
 pub mod exec;
 pub mod hostlist;
 pub mod launch;
+pub mod submit;
 
 /// Exit codes of `herd`, documented in `docs/cli.md`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -93,7 +94,7 @@ pub struct PendingArgs {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Plan a job, create its experiment folder, snapshot the code and queue it with sbatch.
-    Submit(PendingArgs),
+    Submit(submit::SubmitArgs),
     /// Run a job here: N simulated nodes on this machine, or on the nodes of the current
     /// allocation.
     Run(launch::RunArgs),
@@ -113,7 +114,7 @@ pub enum Command {
     /// Plots and scaling tables of finished runs.
     Report(PendingArgs),
     /// Check a job before queueing it; every finding names the key to change.
-    Check(PendingArgs),
+    Check(submit::CheckArgs),
     /// Expand, compress and count SLURM hostlist expressions.
     Hostlist(hostlist::HostlistArgs),
     /// Print where this SLURM task sits (nodes, master, ranks) and the variables herd gives
@@ -163,6 +164,8 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
         Command::Launch(args) => launch::launch(args),
         Command::Run(args) => launch::run(args),
         Command::Exec(args) => exec::run(args),
+        Command::Check(args) => submit::run_check(args, out),
+        Command::Submit(args) => submit::run_submit(args, out),
         command => Err(CliError::NotImplemented {
             command: command.name(),
             version: env!("CARGO_PKG_VERSION"),
@@ -222,6 +225,7 @@ mod tests {
             let rest: &[&str] = match name.as_str() {
                 "hostlist" => &["count", "x"],
                 "run" | "launch" | "exec" => &["--", "true"],
+                "submit" | "check" => &[],
                 _ => &[],
             };
             let mut argv = vec!["herd", name.as_str()];
@@ -234,10 +238,10 @@ mod tests {
 
     #[test]
     fn pending_command_accepts_any_flags_and_reports_not_implemented() {
-        let cli = Cli::try_parse_from(["herd", "submit", "--dry-run", "job.toml", "--", "a b"])
+        let cli = Cli::try_parse_from(["herd", "report", "--plots", "x.png", "--", "a b"])
             .expect("pending command must accept arbitrary arguments");
-        let err = run(cli, &mut Vec::new()).expect_err("submit is not built yet");
+        let err = run(cli, &mut Vec::new()).expect_err("report is not built yet");
         assert_eq!(err.exit_status(), ExitStatus::Usage);
-        assert!(err.to_string().contains("`herd submit` is not implemented"));
+        assert!(err.to_string().contains("`herd report` is not implemented"));
     }
 }

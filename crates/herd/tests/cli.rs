@@ -43,9 +43,7 @@ fn version_prints_package_version() {
 }
 
 /// Commands whose implementation has not landed yet.
-const PENDING: [&str; 7] = [
-    "submit", "status", "logs", "cancel", "top", "report", "check",
-];
+const PENDING: [&str; 5] = ["status", "logs", "cancel", "top", "report"];
 
 #[test]
 fn unbuilt_commands_exit_2_and_say_so_without_output() {
@@ -280,4 +278,79 @@ fn exec_needs_a_slurm_task_and_a_port() {
         "0/1@127.0.0.1:29400\n",
         "{out:?}"
     );
+}
+
+fn temp_dir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("herd-cli-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+#[test]
+fn submit_dry_run_prints_script_and_ranks_and_writes_nothing() {
+    let dir = temp_dir("dry-run");
+    let exps = dir.join("exps");
+    let out = Command::new(env!("CARGO_BIN_EXE_herd"))
+        .args([
+            "submit",
+            "--dry-run",
+            "-J",
+            "demo",
+            "--nodes",
+            "2",
+            "--gpus-per-node",
+            "2",
+            "--exp-root",
+        ])
+        .arg(&exps)
+        .args(["--", "sh", "-c", "echo $(id) 'x'"])
+        .current_dir(&dir)
+        .output()
+        .expect("herd runs");
+    let text = stdout_of(&out);
+    assert!(text.starts_with("#!/bin/bash\n"), "{text}");
+    assert!(text.contains("#SBATCH --nodes=2"), "{text}");
+    assert!(
+        text.contains("'sh' '-c' 'echo $(id) '\\''x'\\'''"),
+        "arguments are single-quoted words: {text}"
+    );
+    assert!(text.contains("node  rank  local_rank  gpus"), "{text}");
+    assert!(!exps.exists(), "a dry run writes nothing");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn check_names_the_key_to_change_and_fails() {
+    let dir = temp_dir("check");
+    let out = Command::new(env!("CARGO_BIN_EXE_herd"))
+        .args([
+            "check",
+            "-J",
+            "x",
+            "--gpus",
+            "3",
+            "--gpus-per-node",
+            "2",
+            "--",
+            "no-such-program-here",
+        ])
+        .current_dir(&dir)
+        .output()
+        .expect("herd runs");
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--gpus = 3 GPUs is not a multiple of --gpus-per-node = 2"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("`no-such-program-here` is not on PATH"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("nothing written, nothing submitted"),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1,0 +1,409 @@
+//! `herd check` and `herd submit`: a job file, flags and cluster profiles resolved into one
+//! plan, checked (SPEC §5), and — for submit — an experiment folder and an sbatch.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use clap::Args;
+use herd_plan::{
+    check, format_rank_table, load_profiles, parse_param, profile_dir, rank_table, render_script,
+    resolve, CheckContext, Finding, JobFile, MemoryPolicy, Overrides, Plan, ProgramLookup,
+    ScriptParams, Severity,
+};
+
+use crate::{CliError, ExitStatus};
+
+/// The plan's inputs: a job file and flags that override it.
+#[derive(Debug, Clone, Args)]
+pub struct PlanArgs {
+    /// Job file (TOML) with the plan's keys; flags override it.
+    #[arg(value_name = "JOB.toml")]
+    pub job: Option<PathBuf>,
+    /// `--job-name`: also the experiment folder's name.
+    #[arg(long, short = 'J', value_name = "NAME")]
+    pub job_name: Option<String>,
+    /// Launch mode: agent (default), srun (one task per GPU) or torchrun.
+    #[arg(long, value_name = "MODE")]
+    pub mode: Option<String>,
+    /// Nodes.
+    #[arg(long, short = 'N', value_name = "N")]
+    pub nodes: Option<u32>,
+    /// GPUs in all (nodes follow from it and --gpus-per-node).
+    #[arg(long, value_name = "N")]
+    pub gpus: Option<u32>,
+    /// GPUs per node (= workers per node in agent mode).
+    #[arg(
+        long,
+        alias = "nproc-per-node",
+        alias = "nproc_per_node",
+        value_name = "G"
+    )]
+    pub gpus_per_node: Option<u32>,
+    /// GPU type for `--gres=gpu:TYPE:N`.
+    #[arg(long, value_name = "TYPE")]
+    pub gpu_type: Option<String>,
+    /// Tasks per node (srun mode).
+    #[arg(long, value_name = "N")]
+    pub ntasks_per_node: Option<u32>,
+    /// CPUs per task.
+    #[arg(long, short = 'c', value_name = "N")]
+    pub cpus_per_task: Option<u32>,
+    /// Memory per node (`240G`, `16000M`).
+    #[arg(long, value_name = "MEM")]
+    pub mem: Option<String>,
+    /// Time limit (`2-00:00:00`, `90`).
+    #[arg(long, short = 't', value_name = "TIME")]
+    pub time: Option<String>,
+    /// Partition.
+    #[arg(long, short = 'p', value_name = "NAME")]
+    pub partition: Option<String>,
+    /// Node features.
+    #[arg(long, short = 'C', value_name = "LIST")]
+    pub constraint: Option<String>,
+    /// Start after job NAME or ID (`NAME[:ok|any|notok]`), resolved with one squeue query.
+    #[arg(long, value_name = "NAME|ID[:ok|any|notok]")]
+    pub after: Vec<String>,
+    /// Let SLURM requeue the job (preemption, node failure).
+    #[arg(long, overrides_with = "no_requeue")]
+    pub requeue: bool,
+    /// Never requeue.
+    #[arg(long)]
+    pub no_requeue: bool,
+    /// Signal before the time limit (`USR1@60`, `B:USR1@90`).
+    #[arg(long, value_name = "[B:]SIG[@SECONDS]")]
+    pub signal: Option<String>,
+    /// A `{NAME}` parameter of the job file's command (`--param CHECKPOINT=/x.pth`).
+    #[arg(long, value_name = "NAME=VALUE")]
+    pub param: Vec<String>,
+    /// An extra sbatch option, passed verbatim (repeatable).
+    #[arg(long, value_name = "OPTION", allow_hyphen_values = true)]
+    pub sbatch_arg: Vec<String>,
+    /// Where experiment folders go.
+    #[arg(long, value_name = "DIR")]
+    pub exp_root: Option<PathBuf>,
+    /// A glob left out of the code snapshot (repeatable; `*.out` always is).
+    #[arg(long, value_name = "GLOB")]
+    pub exclude: Vec<String>,
+    /// Restarts of all workers inside the allocation after a failure.
+    #[arg(long, value_name = "N")]
+    pub max_restarts: Option<u32>,
+    /// The command and its arguments (after `--`); replaces the job file's.
+    #[arg(last = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+impl PlanArgs {
+    fn overrides(&self) -> Result<Overrides, CliError> {
+        let params = self
+            .param
+            .iter()
+            .map(|p| parse_param(p).map_err(|e| CliError::Usage(format!("--param {p:?}: {e}"))))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Overrides {
+            job_name: self.job_name.clone(),
+            mode: self.mode.clone(),
+            nodes: self.nodes,
+            gpus: self.gpus,
+            gpus_per_node: self.gpus_per_node,
+            gpu_type: self.gpu_type.clone(),
+            ntasks_per_node: self.ntasks_per_node,
+            cpus_per_task: self.cpus_per_task,
+            mem: self.mem.clone(),
+            time: self.time.clone(),
+            partition: self.partition.clone(),
+            constraint: self.constraint.clone(),
+            after: (!self.after.is_empty()).then(|| self.after.clone()),
+            requeue: match (self.requeue, self.no_requeue) {
+                (true, _) => Some(true),
+                (_, true) => Some(false),
+                _ => None,
+            },
+            signal: self.signal.clone(),
+            command: (!self.command.is_empty()).then(|| self.command.clone()),
+            params,
+            sbatch_args: self.sbatch_arg.clone(),
+            exp_root: self.exp_root.clone(),
+            exclude: self.exclude.clone(),
+            max_restarts: self.max_restarts,
+        })
+    }
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_default()
+}
+
+/// Resolve the plan from a job file, flags and the matching cluster profile.
+pub fn plan(args: &PlanArgs) -> Result<Plan, CliError> {
+    let job = match &args.job {
+        Some(path) => Some(JobFile::load(path).map_err(|e| CliError::Input(e.to_string()))?),
+        None => None,
+    };
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_default();
+    let xdg = std::env::var_os("XDG_CONFIG_HOME").map(PathBuf::from);
+    let profiles = load_profiles(&profile_dir(xdg.as_deref(), &home))
+        .map_err(|e| CliError::Input(e.to_string()))?;
+    let mut plan = resolve(job.as_ref(), &args.overrides()?, &profiles, &hostname())
+        .map_err(|e| CliError::Input(e.to_string()))?;
+    if plan.exp_root.is_relative() {
+        let cwd = std::env::current_dir().map_err(CliError::Io)?;
+        plan.exp_root = cwd.join(&plan.exp_root);
+    }
+    Ok(plan)
+}
+
+/// The cluster's partitions, when `scontrol` answers; `None` (with a note) otherwise.
+fn partitions() -> Option<Vec<herd_plan::Partition>> {
+    let out = Command::new("scontrol")
+        .args(["show", "partition", "-o"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())?;
+    match herd_plan::parse_scontrol_partitions(&String::from_utf8_lossy(&out.stdout)) {
+        Ok(p) => Some(p),
+        Err(e) => {
+            eprintln!("herd: note: partitions not checked: {e}");
+            None
+        }
+    }
+}
+
+/// Resolve `after` entries (`NAME|ID[:ok|any|notok]`) into sbatch's `--dependency`, with one
+/// squeue query. A name that matches no job or several is a finding listing the candidates.
+pub fn dependency(after: &[String]) -> Result<Option<String>, Vec<String>> {
+    if after.is_empty() {
+        return Ok(None);
+    }
+    let jobs: Vec<(String, String)> = Command::new("squeue")
+        .args(["-h", "--me", "-o", "%i|%j"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .filter_map(|l| l.split_once('|'))
+                .map(|(i, n)| (i.trim().to_owned(), n.trim().to_owned()))
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut problems = Vec::new();
+    let mut by_kind: Vec<(&str, Vec<String>)> = Vec::new();
+    for entry in after {
+        let (target, kind) = match entry.rsplit_once(':') {
+            Some((t, k @ ("ok" | "any" | "notok"))) => (t, k),
+            _ => (entry.as_str(), "ok"),
+        };
+        let ids: Vec<String> = if target.bytes().all(|b| b.is_ascii_digit()) && !target.is_empty() {
+            vec![target.to_owned()]
+        } else {
+            jobs.iter()
+                .filter(|(_, n)| n == target)
+                .map(|(i, _)| i.clone())
+                .collect()
+        };
+        match ids.len() {
+            1 => {}
+            0 => {
+                let names: Vec<&str> = jobs.iter().map(|(_, n)| n.as_str()).collect();
+                problems.push(format!(
+                    "--after {entry}: no queued or running job of yours is named {target:?} (yours: {}); fix the name in `after`",
+                    if names.is_empty() { "none".to_owned() } else { names.join(", ") }
+                ));
+                continue;
+            }
+            _ => {
+                problems.push(format!(
+                    "--after {entry}: {} jobs are named {target:?} (ids {}); give the id instead",
+                    ids.len(),
+                    ids.join(", ")
+                ));
+                continue;
+            }
+        }
+        let slurm_kind = match kind {
+            "any" => "afterany",
+            "notok" => "afternotok",
+            _ => "afterok",
+        };
+        match by_kind.iter_mut().find(|(k, _)| *k == slurm_kind) {
+            Some((_, v)) => v.extend(ids),
+            None => by_kind.push((slurm_kind, ids)),
+        }
+    }
+    if !problems.is_empty() {
+        return Err(problems);
+    }
+    Ok(Some(
+        by_kind
+            .iter()
+            .map(|(k, ids)| format!("{k}:{}", ids.join(":")))
+            .collect::<Vec<_>>()
+            .join(","),
+    ))
+}
+
+/// Everything `check` and `submit` compute before writing anything.
+pub struct Checked {
+    /// The plan.
+    pub plan: Plan,
+    /// The experiment folder it would create.
+    pub exp_dir: PathBuf,
+    /// The rendered batch script.
+    pub script: String,
+    /// `--dependency`, resolved.
+    pub dependency: Option<String>,
+    /// Every finding.
+    pub findings: Vec<Finding>,
+}
+
+/// Resolve, render and check: the work `herd check` shows and `herd submit` starts with.
+pub fn prepare(args: &PlanArgs, resume: bool) -> Result<Checked, CliError> {
+    let plan = plan(args)?;
+    let exp_dir = plan.exp_root.join(&plan.job_name);
+    let herd = std::env::current_exe().map_err(CliError::Io)?;
+    let project = std::env::current_dir().map_err(CliError::Io)?;
+    let mut extra = Vec::new();
+    let dependency = match dependency(&plan.after) {
+        Ok(d) => d,
+        Err(problems) => {
+            extra.extend(problems);
+            None
+        }
+    };
+    let script = render_script(
+        &plan,
+        &ScriptParams {
+            exp_dir: &exp_dir,
+            snapshot_dir: &exp_dir.join("code"),
+            herd: &herd,
+            dependency: dependency.as_deref(),
+        },
+    )
+    .map_err(|e| CliError::Input(e.to_string()))?;
+    let parts = partitions();
+    let path: Vec<PathBuf> = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).collect())
+        .unwrap_or_default();
+    let exists = |p: &Path| p.is_file();
+    let mut findings = check(
+        &plan,
+        &CheckContext {
+            memory: MemoryPolicy::default(),
+            partitions: parts.as_deref(),
+            programs: Some(ProgramLookup {
+                snapshot: &project,
+                path: &path,
+                exists: &exists,
+            }),
+            script: Some(&script),
+        },
+    );
+    if !resume && exp_dir.exists() {
+        extra.push(format!(
+            "experiment folder {} exists and is never overwritten: choose another `job_name` (--job-name), or add an attempt with `herd submit --resume {}`",
+            exp_dir.display(),
+            plan.job_name
+        ));
+    }
+    for message in extra {
+        findings.push(Finding {
+            severity: Severity::Error,
+            code: "submit",
+            keys: Vec::new(),
+            message,
+        });
+    }
+    Ok(Checked {
+        plan,
+        exp_dir,
+        script,
+        dependency,
+        findings,
+    })
+}
+
+fn report(findings: &[Finding], out: &mut dyn Write) -> Result<bool, CliError> {
+    let errors = findings
+        .iter()
+        .filter(|f| f.severity == Severity::Error)
+        .count();
+    for f in findings {
+        eprintln!("herd: {f}");
+    }
+    let warnings = findings.len() - errors;
+    if errors == 0 {
+        writeln!(
+            out,
+            "check passed ({warnings} warning{})",
+            if warnings == 1 { "" } else { "s" }
+        )?;
+    } else {
+        eprintln!(
+            "herd: {errors} error{}: nothing written, nothing submitted",
+            if errors == 1 { "" } else { "s" }
+        );
+    }
+    Ok(errors == 0)
+}
+
+/// `herd check` arguments.
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    #[command(flatten)]
+    plan: PlanArgs,
+}
+
+/// Run `herd check`.
+pub fn run_check(args: CheckArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
+    let checked = prepare(&args.plan, false)?;
+    Ok(if report(&checked.findings, out)? {
+        ExitStatus::Success
+    } else {
+        ExitStatus::Failure
+    })
+}
+
+/// `herd submit` arguments.
+#[derive(Debug, Args)]
+pub struct SubmitArgs {
+    #[command(flatten)]
+    plan: PlanArgs,
+    /// Print the batch script and the per-rank table; write and submit nothing.
+    #[arg(long)]
+    dry_run: bool,
+}
+
+/// Run `herd submit`.
+pub fn run_submit(args: SubmitArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
+    let checked = prepare(&args.plan, false)?;
+    if args.dry_run {
+        writeln!(out, "{}", checked.script.trim_end())?;
+        writeln!(out)?;
+        write!(out, "{}", format_rank_table(&rank_table(&checked.plan)))?;
+        writeln!(
+            out,
+            "experiment folder (not created): {}",
+            checked.exp_dir.display()
+        )?;
+        let ok = report(&checked.findings, &mut std::io::sink())?;
+        return Ok(if ok {
+            ExitStatus::Success
+        } else {
+            ExitStatus::Failure
+        });
+    }
+    if !report(&checked.findings, &mut std::io::sink())? {
+        return Ok(ExitStatus::Failure);
+    }
+    Err(CliError::NotImplemented {
+        command: "submit",
+        version: env!("CARGO_PKG_VERSION"),
+        tracking: "issue #5: only --dry-run is built so far",
+    })
+}
