@@ -401,9 +401,63 @@ pub fn run_submit(args: SubmitArgs, out: &mut dyn Write) -> Result<ExitStatus, C
     if !report(&checked.findings, &mut std::io::sink())? {
         return Ok(ExitStatus::Failure);
     }
-    Err(CliError::NotImplemented {
-        command: "submit",
-        version: env!("CARGO_PKG_VERSION"),
-        tracking: "issue #5: only --dry-run is built so far",
-    })
+    let plan = &checked.plan;
+    let project = std::env::current_dir().map_err(CliError::Io)?;
+    let plan_json = serde_json::to_value(plan).map_err(|e| CliError::Launch(e.to_string()))?;
+    let created = herd_exp::NewExperiment {
+        exp_root: plan.exp_root.clone(),
+        name: plan.job_name.clone(),
+        project_root: project,
+        plan: plan_json,
+        invocation: herd_exp::Invocation::current(env!("CARGO_PKG_VERSION")),
+        snapshot: herd_exp::SnapshotOptions {
+            exclude: plan.exclude.clone(),
+            ..herd_exp::SnapshotOptions::default()
+        },
+        files: vec![herd_exp::ExtraFile {
+            name: "job.sbatch".into(),
+            contents: checked.script.clone().into_bytes(),
+            executable: true,
+        }],
+    }
+    .create()
+    .map_err(|e| CliError::Input(e.to_string()))?;
+    let exp = &created.experiment;
+    let script = exp.dir().join("job.sbatch");
+    let sbatch = Command::new("sbatch")
+        .arg("--parsable")
+        .arg(&script)
+        .current_dir(exp.code_dir())
+        .output();
+    let id = match sbatch {
+        Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout)
+            .trim()
+            .split(';')
+            .next()
+            .unwrap_or_default()
+            .to_owned(),
+        other => {
+            // Nothing ran from this folder: remove it, so the same name can be used again.
+            let why = match other {
+                Ok(o) => String::from_utf8_lossy(&o.stderr).trim().to_owned(),
+                Err(e) => format!("cannot run sbatch: {e}"),
+            };
+            let _ = std::fs::remove_dir_all(exp.dir());
+            return Err(CliError::Launch(format!(
+                "sbatch refused the job, so no experiment folder was kept: {why}"
+            )));
+        }
+    };
+    exp.record_job_id(1, &id).map_err(|e| {
+        CliError::Launch(format!(
+            "job {id} submitted, but its id could not be recorded: {e}"
+        ))
+    })?;
+    writeln!(out, "{id}")?;
+    eprintln!(
+        "herd: submitted job {id} ({}): experiment {}",
+        plan.job_name,
+        exp.dir().display()
+    );
+    Ok(ExitStatus::Success)
 }

@@ -1,1 +1,682 @@
-//! The experiment folder (being written).
+//! The experiment folder: created atomically, never overwritten; the code snapshot, the
+//! manifest, the logs folder (SPEC §4).
+//!
+//! ```no_run
+//! use herd_exp::{Experiment, Invocation, NewExperiment};
+//!
+//! # fn main() -> Result<(), herd_exp::Error> {
+//! let plan = serde_json::json!({"nodes": 2, "gpus_per_node": 8});
+//! let new = NewExperiment::new(
+//!     "/scratch/me/exp",                       // the experiment root
+//!     "resnet50-lr0.1",                        // the job name: the folder's name
+//!     ".",                                     // the project root: what is snapshotted
+//!     plan,                                    // the resolved plan, as JSON
+//!     Invocation::current(env!("CARGO_PKG_VERSION")),
+//! );
+//! let created = new.create()?;                 // refused if the folder exists
+//! println!("{} files, {} linked", created.snapshot.files, created.snapshot.linked);
+//! // … queue the job, then:
+//! created.experiment.record_job_id(1, "4242")?;
+//!
+//! // `herd submit --resume resnet50-lr0.1`: a new attempt, same folder, same snapshot.
+//! let exp = Experiment::open("/scratch/me/exp".as_ref(), "resnet50-lr0.1")?;
+//! let attempt = exp.add_attempt(&Invocation::current(env!("CARGO_PKG_VERSION")))?;
+//! exp.record_job_id(attempt, "4243")?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # The folder
+//!
+//! `<exp_root>/<name>/` holds:
+//!
+//! | path | what |
+//! |---|---|
+//! | `code/` | the code snapshot: what the job runs, so edits after submit change nothing |
+//! | `snapshot.idx` | the snapshot's index: project root, and size, times, inode and mode of every file |
+//! | `manifest.json` | [`Manifest`]: resolved plan, git commit and dirty diff, argv, herd version, attempts and their job ids |
+//! | `logs/` | empty; the job's logs go here |
+//! | any [`ExtraFile`] | e.g. the rendered batch script |
+//! | `.lock` | taken while the manifest is updated (created on the first update) |
+//!
+//! # Guarantees
+//!
+//! - **Atomic, never overwritten.** [`NewExperiment::create`] builds everything in a hidden
+//!   temporary folder `<exp_root>/.herd-new-*` (same file system) and renames it into place
+//!   with `renameat2(RENAME_NOREPLACE)`. An existing `<exp_root>/<name>` (folder, file or
+//!   symlink) is refused and left untouched, also when another submit creates it at the
+//!   same moment. On any error the temporary folder is removed: nothing half-written
+//!   remains. (A submit killed by SIGKILL leaves its `.herd-new-*` folder behind; such a
+//!   folder is never used and can be deleted.)
+//! - **Job names** are one folder name: see [`validate_name`].
+//! - **The snapshot** walks the project root, honouring `.gitignore`, `.ignore`,
+//!   `.git/info/exclude` and git's global excludes (ignore files of folders above the root
+//!   only inside a git work tree), hidden files included, `.git` left out, `*.out` and
+//!   [`SnapshotOptions::exclude`] left out, and an experiment root inside the project left
+//!   out. Symlinks are recreated as symlinks (never followed); files keep their permission
+//!   bits and modification time; sockets, FIFOs and devices are skipped and listed.
+//! - **Unchanged files are hard-linked** from the previous snapshot of the same project
+//!   (same canonical root) under the same experiment root: the newest experiment whose
+//!   `snapshot.idx` names that root. Unchanged means size, mtime, ctime, inode and mode all
+//!   as recorded there, the file not modified within 2 s before that snapshot started (it
+//!   might have changed again within the file system's timestamp granularity), and the old
+//!   copy still of the recorded size, mtime and mode. Anything else is copied. Linked files
+//!   share their inode with the older experiment: a snapshot is meant to be read, not
+//!   written; a job that writes into a file of its `code/` in place changes that file in
+//!   the experiments it is linked with too.
+//! - **The manifest** is written with the folder; later changes
+//!   ([`Experiment::add_attempt`], [`Experiment::record_job_id`]) append or fill in, under
+//!   an exclusive lock, through a temporary file renamed over the old manifest.
+//! - **Resuming** ([`Experiment::open`] + [`Experiment::add_attempt`]) never touches the
+//!   snapshot.
+
+mod manifest;
+mod name;
+mod snapshot;
+mod text;
+
+use std::ffi::OsString;
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::process::ExitStatus;
+
+pub use manifest::{Attempt, GitState, Manifest, Project, SnapshotSummary, MANIFEST_FORMAT};
+pub use name::{validate_name, NameError, NameProblem, MAX_NAME_BYTES};
+pub use snapshot::{SnapshotOptions, SnapshotReport, ALWAYS_EXCLUDED};
+pub use text::{BadEscape, LosslessText};
+
+/// The code snapshot's folder inside an experiment.
+pub const CODE_DIR: &str = "code";
+/// The logs folder inside an experiment.
+pub const LOGS_DIR: &str = "logs";
+/// The manifest inside an experiment.
+pub const MANIFEST_FILE: &str = "manifest.json";
+/// The snapshot's index inside an experiment.
+pub const SNAPSHOT_INDEX_FILE: &str = "snapshot.idx";
+/// The lock file taken while the manifest is updated.
+pub const LOCK_FILE: &str = ".lock";
+
+/// Names herd uses inside an experiment folder; an [`ExtraFile`] may not take them.
+const TAKEN: [&str; 5] = [
+    CODE_DIR,
+    LOGS_DIR,
+    MANIFEST_FILE,
+    SNAPSHOT_INDEX_FILE,
+    LOCK_FILE,
+];
+
+/// Longest job id [`Experiment::record_job_id`] accepts, in bytes.
+pub const MAX_JOB_ID_BYTES: usize = 64;
+
+/// Why creating, opening or updating an experiment failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A refused job or file name.
+    #[error(transparent)]
+    Name(#[from] NameError),
+    /// The experiment folder exists already.
+    #[error(
+        "experiment folder {} already exists and is never overwritten: choose another job name, or add an attempt to it with `herd submit --resume`",
+        path.display()
+    )]
+    AlreadyExists {
+        /// The existing folder.
+        path: PathBuf,
+    },
+    /// No experiment folder (with a manifest) at this path.
+    #[error("experiment folder {} does not exist (no {MANIFEST_FILE} in it)", path.display())]
+    NotFound {
+        /// The folder looked for.
+        path: PathBuf,
+    },
+    /// A file system operation failed.
+    #[error("{action} {}: {source}", path.display())]
+    Io {
+        /// What was being done, e.g. `cannot copy`.
+        action: &'static str,
+        /// The path it was done to.
+        path: PathBuf,
+        /// The operating system's error.
+        #[source]
+        source: io::Error,
+    },
+    /// Walking the project failed (a folder or an ignore file that cannot be read).
+    #[error("cannot read {} in the project: {message}", path.display())]
+    Walk {
+        /// The file or folder.
+        path: PathBuf,
+        /// What went wrong.
+        message: String,
+    },
+    /// An exclude glob of [`SnapshotOptions::exclude`] is not usable.
+    #[error("exclude glob `{glob}` is not usable: {reason}")]
+    BadExclude {
+        /// The glob.
+        glob: String,
+        /// Why.
+        reason: String,
+    },
+    /// The experiment root is the project root itself.
+    #[error(
+        "the experiment root {} is the project root: every experiment would be snapshotted into the next; put experiments in a sub-folder (e.g. experiments/) or elsewhere",
+        path.display()
+    )]
+    ExpRootIsProject {
+        /// The folder.
+        path: PathBuf,
+    },
+    /// git could not be started in a project that is in a git work tree.
+    #[error("cannot run `{command}` (the project is in a git work tree): {source}")]
+    GitStart {
+        /// The command line.
+        command: String,
+        /// Why it did not start.
+        #[source]
+        source: io::Error,
+    },
+    /// git failed.
+    #[error("`{command}` failed ({status}): {stderr}")]
+    Git {
+        /// The command line.
+        command: String,
+        /// How it exited.
+        status: ExitStatus,
+        /// What it printed on stderr (the last 2,000 characters).
+        stderr: String,
+    },
+    /// A manifest that is not valid JSON or not a manifest.
+    #[error("manifest {} is not valid: {source}", path.display())]
+    ManifestParse {
+        /// The manifest.
+        path: PathBuf,
+        /// What is wrong.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// A manifest of a newer format than this herd writes.
+    #[error(
+        "manifest {} has format {found}, newer than this herd's ({MANIFEST_FORMAT}): update it with a newer herd",
+        path.display()
+    )]
+    ManifestFormat {
+        /// The manifest.
+        path: PathBuf,
+        /// Its format.
+        found: u32,
+    },
+    /// [`Experiment::record_job_id`] for an attempt that does not exist.
+    #[error("experiment {} has no attempt {attempt} (it has {count})", path.display())]
+    NoSuchAttempt {
+        /// The experiment folder.
+        path: PathBuf,
+        /// The attempt asked for.
+        attempt: u32,
+        /// How many attempts it has.
+        count: usize,
+    },
+    /// [`Experiment::record_job_id`] for an attempt that has another job id already.
+    #[error(
+        "attempt {attempt} of experiment {} already has job id {existing}: a job id is recorded once, never replaced",
+        path.display()
+    )]
+    JobIdAlreadySet {
+        /// The experiment folder.
+        path: PathBuf,
+        /// The attempt.
+        attempt: u32,
+        /// The job id it has.
+        existing: String,
+    },
+    /// A job id that is empty, too long or has characters job ids do not have.
+    #[error("job id {job_id:?} is not a job id: {reason}")]
+    BadJobId {
+        /// The refused id.
+        job_id: String,
+        /// Why.
+        reason: &'static str,
+    },
+    /// [`Experiment::add_file`] for a file that exists.
+    #[error("{} already exists: files in an experiment are never overwritten", path.display())]
+    FileExists {
+        /// The existing file.
+        path: PathBuf,
+    },
+}
+
+pub(crate) fn io_error(action: &'static str, path: &Path, source: io::Error) -> Error {
+    Error::Io {
+        action,
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// Who made an experiment or an attempt: herd's version and the command line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Invocation {
+    /// The herd version (`env!("CARGO_PKG_VERSION")` of the binary).
+    pub herd_version: String,
+    /// The command line as given, non-UTF-8 arguments included.
+    pub argv: Vec<OsString>,
+}
+
+impl Invocation {
+    /// This process's command line (`std::env::args_os`) with `herd_version`.
+    pub fn current(herd_version: impl Into<String>) -> Invocation {
+        Invocation {
+            herd_version: herd_version.into(),
+            argv: std::env::args_os().collect(),
+        }
+    }
+}
+
+/// A file to put into the experiment folder, e.g. the rendered batch script.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExtraFile {
+    /// Its name: one file name, the rules of [`validate_name`], and none of the names herd
+    /// uses itself (`code`, `logs`, `manifest.json`, `snapshot.idx`, `.lock`).
+    pub name: String,
+    /// Its contents.
+    pub contents: Vec<u8>,
+    /// Executable (mode 0777 less the umask) or not (0666 less the umask).
+    pub executable: bool,
+}
+
+impl ExtraFile {
+    fn check(&self) -> Result<(), NameError> {
+        name::check("file name", &self.name)?;
+        if TAKEN.contains(&self.name.as_str()) {
+            return Err(NameError {
+                what: "file name",
+                name: self.name.clone(),
+                problem: NameProblem::Taken,
+            });
+        }
+        Ok(())
+    }
+
+    fn mode(&self) -> u32 {
+        if self.executable {
+            0o777
+        } else {
+            0o666
+        }
+    }
+}
+
+/// The folder a job name gets under `exp_root`: `<exp_root>/<name>`, the name checked.
+/// Lets a batch script name its paths before the folder exists.
+pub fn experiment_dir(exp_root: &Path, name: &str) -> Result<PathBuf, NameError> {
+    validate_name(name)?;
+    Ok(exp_root.join(name))
+}
+
+/// Everything needed to create an experiment; [`NewExperiment::create`] does it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewExperiment {
+    /// The experiment root; created (with its parents) if missing.
+    pub exp_root: PathBuf,
+    /// The job name, the folder's name: see [`validate_name`].
+    pub name: String,
+    /// The project root, snapshotted into `code/`.
+    pub project_root: PathBuf,
+    /// The resolved plan, recorded in the manifest as it is.
+    pub plan: serde_json::Value,
+    /// herd's version and the command line, recorded in the manifest and its first attempt.
+    pub invocation: Invocation,
+    /// How to take the snapshot.
+    pub snapshot: SnapshotOptions,
+    /// Files to put into the folder besides the snapshot and the manifest.
+    pub files: Vec<ExtraFile>,
+}
+
+/// A created experiment and what its snapshot did.
+#[derive(Debug, Clone)]
+pub struct Created {
+    /// The experiment, its first attempt (number 1) without a job id yet.
+    pub experiment: Experiment,
+    /// What the snapshot did.
+    pub snapshot: SnapshotReport,
+}
+
+impl NewExperiment {
+    /// A request with default snapshot options and no extra files.
+    pub fn new(
+        exp_root: impl Into<PathBuf>,
+        name: impl Into<String>,
+        project_root: impl Into<PathBuf>,
+        plan: serde_json::Value,
+        invocation: Invocation,
+    ) -> NewExperiment {
+        NewExperiment {
+            exp_root: exp_root.into(),
+            name: name.into(),
+            project_root: project_root.into(),
+            plan,
+            invocation,
+            snapshot: SnapshotOptions::default(),
+            files: Vec::new(),
+        }
+    }
+
+    /// Creates `<exp_root>/<name>/` with the snapshot, the manifest (first attempt
+    /// included), `logs/` and the extra files, all at once or not at all.
+    ///
+    /// Refused when the folder exists ([`Error::AlreadyExists`], checked before the
+    /// snapshot and again, atomically, when the folder is put in place). Any error leaves
+    /// nothing behind.
+    pub fn create(&self) -> Result<Created, Error> {
+        validate_name(&self.name)?;
+        for file in &self.files {
+            file.check()?;
+        }
+        let root = fs::canonicalize(&self.project_root)
+            .map_err(|e| io_error("cannot open the project root", &self.project_root, e))?;
+        if !root.is_dir() {
+            return Err(io_error(
+                "cannot snapshot the project root",
+                &root,
+                io::Error::other("it is not a folder"),
+            ));
+        }
+        fs::create_dir_all(&self.exp_root)
+            .map_err(|e| io_error("cannot create the experiment root", &self.exp_root, e))?;
+        let exp_root = fs::canonicalize(&self.exp_root)
+            .map_err(|e| io_error("cannot open the experiment root", &self.exp_root, e))?;
+        if exp_root == root {
+            return Err(Error::ExpRootIsProject { path: root });
+        }
+        let target = exp_root.join(&self.name);
+        refuse_existing(&target)?;
+
+        let prepared = snapshot::prepare(&root, &exp_root, &self.snapshot)?;
+        let git = manifest::git_state(&root)?;
+
+        // Dropping `tmp` (an error, a panic) removes the folder and all in it.
+        let tmp = tempfile::Builder::new()
+            .prefix(".herd-new-")
+            .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o777))
+            .tempdir_in(&exp_root)
+            .map_err(|e| io_error("cannot create a temporary folder in", &exp_root, e))?;
+        let code = tmp.path().join(CODE_DIR);
+        let logs = tmp.path().join(LOGS_DIR);
+        fs::create_dir(&code).map_err(|e| io_error("cannot create folder", &code, e))?;
+        fs::create_dir(&logs).map_err(|e| io_error("cannot create folder", &logs, e))?;
+        let report = prepared.run(&code, &tmp.path().join(SNAPSHOT_INDEX_FILE))?;
+        for file in &self.files {
+            write_new_file(&tmp.path().join(&file.name), file)?;
+        }
+        let inv = &self.invocation;
+        let manifest = Manifest {
+            format: MANIFEST_FORMAT,
+            name: self.name.clone(),
+            created_unix: manifest::unix_now(),
+            herd_version: inv.herd_version.clone(),
+            argv: inv.argv.iter().map(|a| a.as_os_str().into()).collect(),
+            project: Project {
+                root: root.as_path().into(),
+                git,
+            },
+            snapshot: SnapshotSummary {
+                files: report.files,
+                bytes: report.bytes,
+                symlinks: report.symlinks,
+                copied: report.copied,
+                linked: report.linked,
+                linked_from: report.linked_from.clone(),
+                skipped: report.skipped.iter().map(|p| p.as_path().into()).collect(),
+            },
+            plan: self.plan.clone(),
+            attempts: vec![Attempt::new(1, &inv.herd_version, &inv.argv)],
+            other: serde_json::Map::new(),
+        };
+        manifest::write_new(&tmp.path().join(MANIFEST_FILE), &manifest)?;
+
+        rename_noreplace(tmp.path(), &target).map_err(|e| {
+            if e.kind() == io::ErrorKind::AlreadyExists {
+                Error::AlreadyExists {
+                    path: target.clone(),
+                }
+            } else {
+                io_error(
+                    "cannot put the new experiment folder in place at",
+                    &target,
+                    e,
+                )
+            }
+        })?;
+        // The folder now lives at `target`: nothing left to remove.
+        let _ = tmp.keep();
+        Ok(Created {
+            experiment: Experiment {
+                name: self.name.clone(),
+                dir: target,
+            },
+            snapshot: report,
+        })
+    }
+}
+
+fn refuse_existing(path: &Path) -> Result<(), Error> {
+    match fs::symlink_metadata(path) {
+        Ok(_) => Err(Error::AlreadyExists {
+            path: path.to_owned(),
+        }),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(io_error("cannot look at", path, e)),
+    }
+}
+
+/// Creates `path` (which must not exist) with the file's contents and mode.
+fn write_new_file(path: &Path, file: &ExtraFile) -> Result<(), Error> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(file.mode())
+        .open(path)
+        .map_err(|e| io_error("cannot create", path, e))?;
+    f.write_all(&file.contents)
+        .map_err(|e| io_error("cannot write", path, e))
+}
+
+/// Renames `from` to `to` unless `to` exists (`io::ErrorKind::AlreadyExists` then).
+fn rename_noreplace(from: &Path, to: &Path) -> io::Result<()> {
+    use rustix::fs::{renameat_with, RenameFlags, CWD};
+    use rustix::io::Errno;
+    match renameat_with(CWD, from, CWD, to, RenameFlags::NOREPLACE) {
+        Ok(()) => Ok(()),
+        // A kernel or file system without RENAME_NOREPLACE (EINVAL; ENOSYS before Linux
+        // 3.15): check that the target is absent, then rename. Something created at `to`
+        // between the check and the rename would be replaced if it is an empty folder
+        // (otherwise the rename fails): a window of microseconds, on file systems that
+        // cannot do better.
+        Err(e) if e == Errno::INVAL || e == Errno::NOSYS || e == Errno::OPNOTSUPP => {
+            match fs::symlink_metadata(to) {
+                Ok(_) => Err(io::ErrorKind::AlreadyExists.into()),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => fs::rename(from, to),
+                Err(e) => Err(e),
+            }
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// An existing experiment folder.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Experiment {
+    name: String,
+    dir: PathBuf,
+}
+
+impl Experiment {
+    /// Opens `<exp_root>/<name>/`, which must hold a manifest (`herd submit --resume`).
+    pub fn open(exp_root: &Path, name: &str) -> Result<Experiment, Error> {
+        let dir = experiment_dir(exp_root, name)?;
+        if !dir.join(MANIFEST_FILE).is_file() {
+            return Err(Error::NotFound { path: dir });
+        }
+        Ok(Experiment {
+            name: name.to_owned(),
+            dir,
+        })
+    }
+
+    /// The job name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The experiment folder.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The code snapshot, `<dir>/code`.
+    pub fn code_dir(&self) -> PathBuf {
+        self.dir.join(CODE_DIR)
+    }
+
+    /// The logs folder, `<dir>/logs`.
+    pub fn logs_dir(&self) -> PathBuf {
+        self.dir.join(LOGS_DIR)
+    }
+
+    /// The manifest, `<dir>/manifest.json`.
+    pub fn manifest_path(&self) -> PathBuf {
+        self.dir.join(MANIFEST_FILE)
+    }
+
+    /// Reads the manifest.
+    pub fn manifest(&self) -> Result<Manifest, Error> {
+        manifest::read(&self.manifest_path())
+    }
+
+    /// Appends a new attempt (`herd submit --resume`) and returns its number (2 for the
+    /// first resume). The snapshot is not touched.
+    pub fn add_attempt(&self, invocation: &Invocation) -> Result<u32, Error> {
+        self.update(|m| {
+            let number = m.attempts.last().map_or(1, |a| a.number.saturating_add(1));
+            m.attempts.push(Attempt::new(
+                number,
+                &invocation.herd_version,
+                &invocation.argv,
+            ));
+            Ok(number)
+        })
+    }
+
+    /// Records the scheduler's job id of an attempt. Recording the same id again is a
+    /// no-op; a different one is refused ([`Error::JobIdAlreadySet`]).
+    pub fn record_job_id(&self, attempt: u32, job_id: &str) -> Result<(), Error> {
+        check_job_id(job_id)?;
+        let path = self.dir.clone();
+        self.update(|m| {
+            let count = m.attempts.len();
+            let Some(a) = m.attempts.iter_mut().find(|a| a.number == attempt) else {
+                return Err(Error::NoSuchAttempt {
+                    path,
+                    attempt,
+                    count,
+                });
+            };
+            match &a.job_id {
+                Some(existing) if existing == job_id => Ok(()),
+                Some(existing) => Err(Error::JobIdAlreadySet {
+                    path,
+                    attempt,
+                    existing: existing.clone(),
+                }),
+                None => {
+                    a.job_id = Some(job_id.to_owned());
+                    Ok(())
+                }
+            }
+        })
+    }
+
+    /// Puts a file into the folder (e.g. an attempt's batch script) and returns its path;
+    /// refused ([`Error::FileExists`]) if a file of that name exists. Written to a
+    /// temporary file first, then renamed into place without replacing anything.
+    pub fn add_file(&self, file: &ExtraFile) -> Result<PathBuf, Error> {
+        file.check()?;
+        let target = self.dir.join(&file.name);
+        // Checked first so that a refused file changes nothing, not even the folder's
+        // mtime; the rename below refuses atomically whatever appears meanwhile.
+        if fs::symlink_metadata(&target).is_ok() {
+            return Err(Error::FileExists { path: target });
+        }
+        let tmp = tempfile::Builder::new()
+            .prefix(name::RESERVED_PREFIX)
+            .permissions(std::os::unix::fs::PermissionsExt::from_mode(file.mode()))
+            .tempfile_in(&self.dir)
+            .map_err(|e| io_error("cannot create a temporary file in", &self.dir, e))?;
+        let tmp_path = tmp.into_temp_path();
+        fs::write(&tmp_path, &file.contents).map_err(|e| io_error("cannot write", &tmp_path, e))?;
+        rename_noreplace(&tmp_path, &target).map_err(|e| {
+            if e.kind() == io::ErrorKind::AlreadyExists {
+                Error::FileExists {
+                    path: target.clone(),
+                }
+            } else {
+                io_error("cannot put in place", &target, e)
+            }
+        })?;
+        // Renamed: nothing left to remove.
+        let _ = tmp_path.keep();
+        Ok(target)
+    }
+
+    /// Reads, changes and rewrites the manifest under the experiment's lock.
+    fn update<T>(
+        &self,
+        change: impl FnOnce(&mut Manifest) -> Result<T, Error>,
+    ) -> Result<T, Error> {
+        let lock_path = self.dir.join(LOCK_FILE);
+        let lock = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(|e| io_error("cannot open", &lock_path, e))?;
+        rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive)
+            .map_err(|e| io_error("cannot lock", &lock_path, e.into()))?;
+        let path = self.manifest_path();
+        let mut m = manifest::read(&path)?;
+        if m.format > MANIFEST_FORMAT {
+            return Err(Error::ManifestFormat {
+                path,
+                found: m.format,
+            });
+        }
+        let out = change(&mut m)?;
+        manifest::replace(&path, &m)?;
+        drop(lock);
+        Ok(out)
+    }
+}
+
+fn check_job_id(job_id: &str) -> Result<(), Error> {
+    let reason = if job_id.is_empty() {
+        Some("it is empty")
+    } else if job_id.len() > MAX_JOB_ID_BYTES {
+        Some("it is longer than 64 bytes")
+    } else if !job_id
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"_+.-:".contains(&b))
+    {
+        Some("only ASCII letters, digits and `_+.-:` appear in job ids")
+    } else {
+        None
+    };
+    match reason {
+        None => Ok(()),
+        Some(reason) => Err(Error::BadJobId {
+            job_id: job_id.to_owned(),
+            reason,
+        }),
+    }
+}

@@ -9,5 +9,6 @@ mod herd_env;
 mod hostlist_differential;
 mod launch;
 mod srun_mode;
+mod submit;
 mod support;
 mod train_ddp_contract;

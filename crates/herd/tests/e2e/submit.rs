@@ -1,0 +1,320 @@
+//! `herd submit` on the bed (issue #5): experiment folders, snapshots, the three launch
+//! modes, dependencies, refusals.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use herd_testbed::{rank_lines, read_lossy, repo_root, Bed, JobId, JobInfo};
+use serde_json::Value;
+
+const HERD: &str = env!("CARGO_BIN_EXE_herd");
+
+/// A project folder with the example and the probe, and an experiment root beside it.
+fn project(bed: &Bed, name: &str) -> (PathBuf, PathBuf) {
+    let dir = bed.scratch(name).expect("scratch");
+    let project = dir.join("project");
+    std::fs::create_dir_all(&project).expect("project");
+    for (from, to) in [
+        ("examples/train_ddp.py", "train_ddp.py"),
+        ("crates/herd/tests/e2e/workers/probe.py", "probe.py"),
+    ] {
+        std::fs::copy(repo_root().join(from), project.join(to)).expect("copy");
+    }
+    (project, dir.join("exps"))
+}
+
+/// `herd submit ARGS` from `project`, with the venv's bin first on PATH (sbatch passes the
+/// environment on, so the job finds python and torchrun there).
+fn submit(bed: &Bed, project: &Path, args: &[&str]) -> Output {
+    let venv_bin = bed.python().parent().expect("venv bin").to_path_buf();
+    let path = format!(
+        "{}:{}",
+        venv_bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    Command::new(HERD)
+        .arg("submit")
+        .args(args)
+        .env("PATH", path)
+        .current_dir(project)
+        .output()
+        .expect("herd submit runs")
+}
+
+fn job_id(out: &Output) -> JobId {
+    assert!(
+        out.status.success(),
+        "herd submit failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    JobId(
+        String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse()
+            .expect("job id on stdout"),
+    )
+}
+
+fn wait_ok(bed: &Bed, job: JobId, exp: &Path) -> String {
+    let info: JobInfo = bed.wait(job, Duration::from_secs(300)).expect("job ends");
+    let out = read_lossy(exp.join(format!("logs/{job}.out")));
+    let err = read_lossy(exp.join(format!("logs/{job}.err")));
+    assert!(
+        info.succeeded(),
+        "job {job} {} {}:\n{out}\n{err}",
+        info.state,
+        info.exit_code
+    );
+    out
+}
+
+fn checksum(output: &str, world: usize) -> String {
+    let done = rank_lines(output, "done");
+    assert_eq!(done.len(), world, "{output}");
+    let sums: BTreeSet<String> = done.values().map(|f| f["checksum"].clone()).collect();
+    assert_eq!(sums.len(), 1, "{output}");
+    sums.into_iter().next().unwrap_or_default()
+}
+
+/// Agent, srun and torchrun mode each run examples/train_ddp.py (2 nodes × 2 GPUs) from the
+/// snapshot to the same checksum; the folder holds per-rank logs, manifest and script.
+#[test]
+fn three_launch_modes_train_to_one_checksum_from_the_experiment_folder() {
+    let bed = Bed::require();
+    let (project, exps) = project(&bed, "submit_modes");
+    let exp_root = exps.display().to_string();
+    let mut sums = BTreeSet::new();
+    for mode in ["agent", "srun", "torchrun"] {
+        let name = format!("ddp-{mode}");
+        let out = submit(
+            &bed,
+            &project,
+            &[
+                "-J",
+                &name,
+                "--mode",
+                mode,
+                "--nodes",
+                "2",
+                "--gpus-per-node",
+                "2",
+                "--partition",
+                "gpu",
+                "--time",
+                "10",
+                "--exp-root",
+                &exp_root,
+                "--",
+                "python",
+                "train_ddp.py",
+                "--steps",
+                "20",
+                "--log-every",
+                "10",
+            ],
+        );
+        let job = job_id(&out);
+        let exp = exps.join(&name);
+        let output = wait_ok(&bed, job, &exp);
+        sums.insert(checksum(&output, 4));
+        assert!(exp.join("job.sbatch").is_file());
+        assert!(
+            exp.join("code/train_ddp.py").is_file(),
+            "the job ran from the snapshot"
+        );
+        let manifest: Value = serde_json::from_str(
+            &std::fs::read_to_string(exp.join("manifest.json")).expect("manifest"),
+        )
+        .expect("manifest json");
+        assert!(
+            manifest.to_string().contains(&format!("\"{job}\"")),
+            "job id recorded: {manifest:#}"
+        );
+        if mode == "agent" {
+            for rank in 0..4 {
+                let log = read_lossy(exp.join(format!("logs/attempt-0/rank-{rank}.out")));
+                assert!(
+                    log.contains(&format!("rank={rank} done")),
+                    "rank {rank} log: {log}"
+                );
+            }
+        }
+    }
+    assert_eq!(sums.len(), 1, "modes disagree: {sums:?}");
+}
+
+/// Submitting an existing name is refused and the folder stays byte-for-byte the same; a
+/// misspelled dependency is refused before anything is written.
+#[test]
+fn existing_names_and_unknown_dependencies_are_refused_writing_nothing() {
+    let bed = Bed::require();
+    let (project, exps) = project(&bed, "submit_refusals");
+    let exp_root = exps.display().to_string();
+    let base = ["--nodes", "1", "--exp-root", &exp_root];
+    let first = submit(
+        &bed,
+        &project,
+        &[
+            &["-J", "taken"][..],
+            &base,
+            &["--", "python", "probe.py", "."],
+        ]
+        .concat(),
+    );
+    let job = job_id(&first);
+    wait_ok(&bed, job, &exps.join("taken"));
+    let before = tree_digest(&exps.join("taken"));
+    let again = submit(
+        &bed,
+        &project,
+        &[&["-J", "taken"][..], &base, &["--", "true"]].concat(),
+    );
+    assert_eq!(again.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&again.stderr).contains("exists and is never overwritten"));
+    assert_eq!(
+        tree_digest(&exps.join("taken")),
+        before,
+        "the existing folder changed"
+    );
+
+    let typo = submit(
+        &bed,
+        &project,
+        &[
+            &["-J", "eval", "--after", "pretrian"][..],
+            &base,
+            &["--", "true"],
+        ]
+        .concat(),
+    );
+    assert_eq!(typo.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&typo.stderr);
+    assert!(
+        stderr.contains("no queued or running job of yours is named \"pretrian\""),
+        "{stderr}"
+    );
+    assert!(
+        !exps.join("eval").exists(),
+        "nothing written after a failed check"
+    );
+}
+
+/// A chain: eval starts only after pretrain ends (`--after pretrain`, by name).
+#[test]
+fn a_dependency_by_name_runs_the_chain_in_order() {
+    let bed = Bed::require();
+    let (project, exps) = project(&bed, "submit_chain");
+    let exp_root = exps.display().to_string();
+    let pre = job_id(&submit(
+        &bed,
+        &project,
+        &[
+            "-J",
+            "pretrain-chain",
+            "--nodes",
+            "1",
+            "--exp-root",
+            &exp_root,
+            "--",
+            "sleep",
+            "4",
+        ],
+    ));
+    let eval = job_id(&submit(
+        &bed,
+        &project,
+        &[
+            "-J",
+            "eval-chain",
+            "--nodes",
+            "1",
+            "--after",
+            "pretrain-chain",
+            "--exp-root",
+            &exp_root,
+            "--",
+            "true",
+        ],
+    ));
+    let info = bed.job(eval).expect("eval job");
+    assert_eq!(
+        info.fields.get("Dependency").map(String::as_str),
+        Some(format!("afterok:{pre}(unfulfilled)").as_str()),
+        "{:?}",
+        info.fields
+    );
+    let pre_info = bed
+        .wait(pre, Duration::from_secs(120))
+        .expect("pretrain ends");
+    let eval_info = bed.wait(eval, Duration::from_secs(120)).expect("eval ends");
+    assert!(pre_info.succeeded() && eval_info.succeeded());
+    assert!(
+        eval_info.fields["StartTime"] >= pre_info.fields["EndTime"],
+        "eval started {} before pretrain ended {}",
+        eval_info.fields["StartTime"],
+        pre_info.fields["EndTime"]
+    );
+}
+
+/// Edits to the source after submitting change nothing the job runs; arguments with spaces,
+/// quotes, `$()`, newlines and non-ASCII reach the worker byte for byte.
+#[test]
+fn the_job_runs_the_snapshot_with_arguments_intact() {
+    let bed = Bed::require();
+    let (project, exps) = project(&bed, "submit_snapshot");
+    let exp_root = exps.display().to_string();
+    std::fs::write(project.join("version.txt"), "v1").expect("write");
+    std::fs::write(
+        project.join("show.py"),
+        "import json, sys, time\ntime.sleep(2)\nprint('VERSION', open('version.txt').read())\nprint('ARGV', json.dumps(sys.argv[1:]))\n",
+    )
+    .expect("write");
+    let args = [
+        "with space",
+        "it's \"q\"",
+        "$(touch pwned)",
+        "*",
+        "new\nline",
+        "ünï ✓",
+        "",
+    ];
+    let mut argv: Vec<&str> = vec![
+        "-J",
+        "snap",
+        "--nodes",
+        "1",
+        "--exp-root",
+        &exp_root,
+        "--",
+        "python",
+        "show.py",
+    ];
+    argv.extend(args);
+    let job = job_id(&submit(&bed, &project, &argv));
+    std::fs::write(project.join("version.txt"), "v2").expect("edit after submit");
+    let out = wait_ok(&bed, job, &exps.join("snap"));
+    assert!(
+        out.contains("VERSION v1"),
+        "the job must run the snapshot:\n{out}"
+    );
+    let line = out
+        .lines()
+        .find_map(|l| l.split_once("ARGV ").map(|(_, a)| a))
+        .expect("argv line");
+    let got: Vec<String> = serde_json::from_str(line).expect("argv json");
+    assert_eq!(got, args);
+    assert!(!exps.join("snap/code/pwned").exists() && !project.join("pwned").exists());
+}
+
+/// A digest of every path, type, mode and content under `dir`.
+fn tree_digest(dir: &Path) -> String {
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg("find . -printf '%p %y %m %s %T@\\n' | sort; find . -type f -print0 | sort -z | xargs -0 sha256sum")
+        .current_dir(dir)
+        .output()
+        .expect("find");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
