@@ -94,6 +94,35 @@ pub struct PlanArgs {
 }
 
 impl PlanArgs {
+    /// No file, no flags.
+    fn empty() -> PlanArgs {
+        PlanArgs {
+            job: None,
+            job_name: None,
+            mode: None,
+            nodes: None,
+            gpus: None,
+            gpus_per_node: None,
+            gpu_type: None,
+            ntasks_per_node: None,
+            cpus_per_task: None,
+            mem: None,
+            time: None,
+            partition: None,
+            constraint: None,
+            after: Vec::new(),
+            requeue: false,
+            no_requeue: false,
+            signal: None,
+            param: Vec::new(),
+            sbatch_arg: Vec::new(),
+            exp_root: None,
+            exclude: Vec::new(),
+            max_restarts: None,
+            command: Vec::new(),
+        }
+    }
+
     fn overrides(&self) -> Result<Overrides, CliError> {
         let params = self
             .param
@@ -377,30 +406,18 @@ pub struct SubmitArgs {
     /// Print the batch script and the per-rank table; write and submit nothing.
     #[arg(long)]
     dry_run: bool,
+    /// Submit the existing experiment NAME again as a new attempt (same folder, same
+    /// snapshot and script); other plan options are not used.
+    #[arg(long, value_name = "NAME", conflicts_with_all = ["dry_run", "then"])]
+    resume: Option<String>,
+    /// Then submit this job file to start after the first one succeeds (a chain; repeatable,
+    /// each waits for the one before). Every plan is checked before anything is written.
+    #[arg(long, value_name = "JOB.toml")]
+    then: Vec<PathBuf>,
 }
 
-/// Run `herd submit`.
-pub fn run_submit(args: SubmitArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
-    let checked = prepare(&args.plan, false)?;
-    if args.dry_run {
-        writeln!(out, "{}", checked.script.trim_end())?;
-        writeln!(out)?;
-        write!(out, "{}", format_rank_table(&rank_table(&checked.plan)))?;
-        writeln!(
-            out,
-            "experiment folder (not created): {}",
-            checked.exp_dir.display()
-        )?;
-        let ok = report(&checked.findings, &mut std::io::sink())?;
-        return Ok(if ok {
-            ExitStatus::Success
-        } else {
-            ExitStatus::Failure
-        });
-    }
-    if !report(&checked.findings, &mut std::io::sink())? {
-        return Ok(ExitStatus::Failure);
-    }
+/// Create the experiment folder for a checked plan and sbatch its script; returns the id.
+fn create_and_submit(checked: &Checked) -> Result<String, CliError> {
     let plan = &checked.plan;
     let project = std::env::current_dir().map_err(CliError::Io)?;
     let plan_json = serde_json::to_value(plan).map_err(|e| CliError::Launch(e.to_string()))?;
@@ -423,41 +440,123 @@ pub fn run_submit(args: SubmitArgs, out: &mut dyn Write) -> Result<ExitStatus, C
     .create()
     .map_err(|e| CliError::Input(e.to_string()))?;
     let exp = &created.experiment;
-    let script = exp.dir().join("job.sbatch");
-    let sbatch = Command::new("sbatch")
-        .arg("--parsable")
-        .arg(&script)
-        .current_dir(exp.code_dir())
-        .output();
-    let id = match sbatch {
-        Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout)
-            .trim()
-            .split(';')
-            .next()
-            .unwrap_or_default()
-            .to_owned(),
-        other => {
-            // Nothing ran from this folder: remove it, so the same name can be used again.
-            let why = match other {
-                Ok(o) => String::from_utf8_lossy(&o.stderr).trim().to_owned(),
-                Err(e) => format!("cannot run sbatch: {e}"),
-            };
-            let _ = std::fs::remove_dir_all(exp.dir());
-            return Err(CliError::Launch(format!(
-                "sbatch refused the job, so no experiment folder was kept: {why}"
-            )));
+    match sbatch(exp) {
+        Ok(id) => {
+            exp.record_job_id(1, &id).map_err(|e| {
+                CliError::Launch(format!(
+                    "job {id} submitted, but its id could not be recorded: {e}"
+                ))
+            })?;
+            eprintln!(
+                "herd: submitted job {id} ({}): experiment {}",
+                plan.job_name,
+                exp.dir().display()
+            );
+            Ok(id)
         }
+        Err(why) => {
+            // Nothing ran from this folder: remove it, so the same name can be used again.
+            let _ = std::fs::remove_dir_all(exp.dir());
+            Err(CliError::Launch(format!(
+                "sbatch refused the job, so no experiment folder was kept: {why}"
+            )))
+        }
+    }
+}
+
+/// `sbatch --parsable` the experiment's script from its snapshot; the job id or why not.
+fn sbatch(exp: &herd_exp::Experiment) -> Result<String, String> {
+    let out = Command::new("sbatch")
+        .arg("--parsable")
+        .arg(exp.dir().join("job.sbatch"))
+        .current_dir(exp.code_dir())
+        .output()
+        .map_err(|e| format!("cannot run sbatch: {e}"))?;
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).trim().to_owned());
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let id = text.trim().split(';').next().unwrap_or_default().to_owned();
+    if id.is_empty() || !id.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!("unexpected sbatch output {:?}", text.trim()));
+    }
+    Ok(id)
+}
+
+/// `herd submit --resume NAME`: a new attempt of an existing experiment.
+fn resume(args: &SubmitArgs, name: &str, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
+    let exp_root = match &args.plan.exp_root {
+        Some(r) => r.clone(),
+        None => PathBuf::from("herd-exp"),
     };
-    exp.record_job_id(1, &id).map_err(|e| {
+    let exp =
+        herd_exp::Experiment::open(&exp_root, name).map_err(|e| CliError::Input(e.to_string()))?;
+    let attempt = exp
+        .add_attempt(&herd_exp::Invocation::current(env!("CARGO_PKG_VERSION")))
+        .map_err(|e| CliError::Input(e.to_string()))?;
+    let id = sbatch(&exp).map_err(|why| {
+        CliError::Launch(format!("sbatch refused attempt {attempt} of {name}: {why}"))
+    })?;
+    exp.record_job_id(attempt, &id).map_err(|e| {
         CliError::Launch(format!(
             "job {id} submitted, but its id could not be recorded: {e}"
         ))
     })?;
     writeln!(out, "{id}")?;
     eprintln!(
-        "herd: submitted job {id} ({}): experiment {}",
-        plan.job_name,
+        "herd: submitted job {id}: attempt {attempt} of experiment {}",
         exp.dir().display()
     );
+    Ok(ExitStatus::Success)
+}
+
+/// Run `herd submit`.
+pub fn run_submit(args: SubmitArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
+    if let Some(name) = &args.resume {
+        return resume(&args, name, out);
+    }
+    let checked = prepare(&args.plan, false)?;
+    if args.dry_run {
+        writeln!(out, "{}", checked.script.trim_end())?;
+        writeln!(out)?;
+        write!(out, "{}", format_rank_table(&rank_table(&checked.plan)))?;
+        writeln!(
+            out,
+            "experiment folder (not created): {}",
+            checked.exp_dir.display()
+        )?;
+        let ok = report(&checked.findings, &mut std::io::sink())?;
+        return Ok(if ok {
+            ExitStatus::Success
+        } else {
+            ExitStatus::Failure
+        });
+    }
+    // Every job of a chain is checked before anything is written.
+    let chain: Vec<PlanArgs> = args
+        .then
+        .iter()
+        .map(|path| PlanArgs {
+            job: Some(path.clone()),
+            exp_root: args.plan.exp_root.clone(),
+            // A placeholder id: the real one is known after the first sbatch.
+            after: vec!["1".into()],
+            ..PlanArgs::empty()
+        })
+        .collect();
+    let mut findings = checked.findings.clone();
+    for next in &chain {
+        findings.extend(prepare(next, false)?.findings);
+    }
+    if !report(&findings, &mut std::io::sink())? {
+        return Ok(ExitStatus::Failure);
+    }
+    let mut id = create_and_submit(&checked)?;
+    writeln!(out, "{id}")?;
+    for mut next in chain {
+        next.after = vec![format!("{id}:ok")];
+        id = create_and_submit(&prepare(&next, false)?)?;
+        writeln!(out, "{id}")?;
+    }
     Ok(ExitStatus::Success)
 }

@@ -318,3 +318,71 @@ fn tree_digest(dir: &Path) -> String {
         .expect("find");
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
+
+/// `herd submit pretrain.toml --then eval.toml`: one command, two jobs, the second held until
+/// the first succeeds; `--resume NAME` adds an attempt in the same folder with a new job id.
+#[test]
+fn then_chains_in_one_command_and_resume_adds_an_attempt() {
+    let bed = Bed::require();
+    let (project, exps) = project(&bed, "submit_then");
+    let exp_root = exps.display().to_string();
+    std::fs::write(
+        project.join("pre.toml"),
+        "job_name = \"then-pre\"\ncommand = [\"sleep\", \"3\"]\n",
+    )
+    .expect("write");
+    std::fs::write(
+        project.join("eval.toml"),
+        "job_name = \"then-eval\"\ncommand = [\"python\", \"probe.py\", \".\"]\n",
+    )
+    .expect("write");
+    let out = submit(
+        &bed,
+        &project,
+        &["pre.toml", "--then", "eval.toml", "--exp-root", &exp_root],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let ids: Vec<JobId> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| JobId(l.trim().parse().expect("id")))
+        .collect();
+    assert_eq!(ids.len(), 2, "{out:?}");
+    let eval = bed.job(ids[1]).expect("eval");
+    assert_eq!(
+        eval.fields.get("Dependency").map(String::as_str),
+        Some(format!("afterok:{}(unfulfilled)", ids[0]).as_str())
+    );
+    let pre_info = bed
+        .wait(ids[0], Duration::from_secs(120))
+        .expect("pre ends");
+    let eval_info = bed
+        .wait(ids[1], Duration::from_secs(120))
+        .expect("eval ends");
+    assert!(pre_info.succeeded() && eval_info.succeeded());
+    assert!(eval_info.fields["StartTime"] >= pre_info.fields["EndTime"]);
+
+    // A second attempt of the finished eval experiment, in the same folder.
+    let again = submit(
+        &bed,
+        &project,
+        &["--resume", "then-eval", "--exp-root", &exp_root],
+    );
+    let second = job_id(&again);
+    assert_ne!(second, ids[1]);
+    wait_ok(&bed, second, &exps.join("then-eval"));
+    let manifest = std::fs::read_to_string(exps.join("then-eval/manifest.json")).expect("manifest");
+    assert!(
+        manifest.contains(&format!("\"{}\"", ids[1]))
+            && manifest.contains(&format!("\"{second}\"")),
+        "{manifest}"
+    );
+    assert!(
+        exps.join(format!("then-eval/logs/{}.out", ids[1]))
+            .is_file(),
+        "attempt 1's log kept"
+    );
+}
