@@ -48,22 +48,14 @@ pub fn run(args: EnvArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
     };
 
     let worker = alloc.task.as_ref().map(|task| {
-        let info = LaunchInfo {
-            master_addr: master_addr
+        let info = LaunchInfo::for_task(
+            &alloc,
+            &vars,
+            master_addr
                 .as_ref()
                 .map_or_else(|_| master.clone(), |a| a.to_string()),
             master_port,
-            run_id: alloc.job_id.to_string(),
-            restart_count: vars
-                .get("SLURM_RESTART_COUNT")
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0),
-            max_restarts: 0,
-            node_gpus: alloc.gpus.visible.clone().unwrap_or_default(),
-            node_cpus: alloc.cpus_on_node,
-            user_omp_threads: vars.get("OMP_NUM_THREADS").map(str::to_owned),
-            job_id: Some(alloc.job_id),
-        };
+        );
         let pos = Position {
             rank: task.rank,
             local_rank: task.local_rank,

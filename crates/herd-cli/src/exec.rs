@@ -59,20 +59,7 @@ pub fn run(args: ExecArgs) -> Result<ExitStatus, CliError> {
             .map_err(|e| CliError::Launch(e.to_string()))?
             .to_string()
     };
-    let info = LaunchInfo {
-        master_addr,
-        master_port: Some(port),
-        run_id: alloc.job_id.to_string(),
-        restart_count: vars
-            .get("SLURM_RESTART_COUNT")
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0),
-        max_restarts: 0,
-        node_gpus: alloc.gpus.visible.clone().unwrap_or_default(),
-        node_cpus: alloc.cpus_on_node,
-        user_omp_threads: vars.get("OMP_NUM_THREADS").map(str::to_owned),
-        job_id: Some(alloc.job_id),
-    };
+    let info = LaunchInfo::for_task(&alloc, &vars, master_addr, Some(port));
     let env = worker_env(
         &alloc.layout,
         Position {

@@ -49,6 +49,33 @@ pub struct LaunchInfo {
     pub job_id: Option<u64>,
 }
 
+impl LaunchInfo {
+    /// What a task of `alloc` knows when it launches itself (`herd exec`, `herd env`): the
+    /// job id as run id, SLURM's restart count, the node's GPUs and CPUs, the user's
+    /// `OMP_NUM_THREADS` from `vars`.
+    pub fn for_task(
+        alloc: &crate::Allocation,
+        vars: &crate::Vars,
+        master_addr: String,
+        master_port: Option<u16>,
+    ) -> LaunchInfo {
+        LaunchInfo {
+            master_addr,
+            master_port,
+            run_id: alloc.job_id.to_string(),
+            restart_count: vars
+                .get("SLURM_RESTART_COUNT")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0),
+            max_restarts: 0,
+            node_gpus: alloc.gpus.visible.clone().unwrap_or_default(),
+            node_cpus: alloc.cpus_on_node,
+            user_omp_threads: vars.get("OMP_NUM_THREADS").map(str::to_owned),
+            job_id: Some(alloc.job_id),
+        }
+    }
+}
+
 /// The GPUs local rank `local_rank` of `local_world_size` gets: an equal share when the
 /// node's GPUs divide among the workers; all of them otherwise (workers then share).
 pub fn gpu_share(node_gpus: &[String], local_rank: u32, local_world_size: u32) -> Vec<String> {

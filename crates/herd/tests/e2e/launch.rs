@@ -9,7 +9,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use herd_testbed::{rank_lines, repo_root, shell_join, Bed};
 use serde_json::Value;
 
-use crate::support::{train_command, Job};
+use crate::support::{local_herd_run, train_command, Job};
 
 const HERD: &str = env!("CARGO_BIN_EXE_herd");
 
@@ -103,20 +103,7 @@ fn a_three_nodes_by_two_gpus_match_a_local_run() {
             .is_file());
     }
 
-    let local = Command::new(HERD)
-        .args(["run", "--nodes", "3", "--nproc-per-node", "2", "--log-dir"])
-        .arg(dir.join("local-logs"))
-        .arg("--")
-        .args(&train)
-        .current_dir(&dir)
-        .output()
-        .expect("herd run");
-    let local_out = String::from_utf8_lossy(&local.stdout).into_owned();
-    assert!(
-        local.status.success(),
-        "local herd run failed: {}",
-        String::from_utf8_lossy(&local.stderr)
-    );
+    let local_out = local_herd_run(&dir, 3, 2, &train);
     assert_eq!(
         checksums(&local_out, 6),
         on_bed,
@@ -395,19 +382,7 @@ fn e_arguments_reach_workers_byte_for_byte() {
     ];
     cmd.extend(args.iter().cloned());
 
-    let local = Command::new(HERD)
-        .args(["run", "--nodes", "2", "--nproc-per-node", "2", "--log-dir"])
-        .arg(dir.join("local-logs"))
-        .arg("--")
-        .args(&cmd)
-        .current_dir(&dir)
-        .output()
-        .expect("herd run");
-    assert!(
-        local.status.success(),
-        "{}",
-        String::from_utf8_lossy(&local.stderr)
-    );
+    local_herd_run(&dir, 2, 2, &cmd);
     assert_argv_exact(&dir, &args, 4);
 
     for entry in std::fs::read_dir(&dir).expect("dir").flatten() {

@@ -8,7 +8,7 @@ use std::time::Duration;
 use herd_testbed::{rank_lines, repo_root, run_cmd, shell_join, Bed};
 use serde_json::Value;
 
-use crate::support::{train_command, Job};
+use crate::support::{local_herd_run, train_command, Job};
 
 const HERD: &str = env!("CARGO_BIN_EXE_herd");
 
@@ -104,18 +104,5 @@ fn srun_mode_trains_to_the_same_checksum_as_agent_mode() {
     let srun_sums = sums(&output);
     assert_eq!(srun_sums.len(), 1, "{output}");
 
-    let local = Command::new(HERD)
-        .args(["run", "--nodes", "3", "--nproc-per-node", "2", "--log-dir"])
-        .arg(dir.join("local-logs"))
-        .arg("--")
-        .args(&train)
-        .current_dir(&dir)
-        .output()
-        .expect("herd run");
-    assert!(
-        local.status.success(),
-        "{}",
-        String::from_utf8_lossy(&local.stderr)
-    );
-    assert_eq!(srun_sums, sums(&String::from_utf8_lossy(&local.stdout)));
+    assert_eq!(srun_sums, sums(&local_herd_run(&dir, 3, 2, &train)));
 }

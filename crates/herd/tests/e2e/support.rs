@@ -85,3 +85,29 @@ impl Job {
         }
     }
 }
+
+/// `herd run --nodes N --nproc-per-node G -- CMD…` on this machine (no SLURM), from `dir`
+/// with logs in `dir/local-logs`; panics unless it succeeds; returns its stdout.
+pub fn local_herd_run(dir: &Path, nodes: u32, nproc: u32, cmd: &[String]) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_herd"))
+        .args([
+            "run",
+            "--nodes",
+            &nodes.to_string(),
+            "--nproc-per-node",
+            &nproc.to_string(),
+        ])
+        .arg("--log-dir")
+        .arg(dir.join("local-logs"))
+        .arg("--")
+        .args(cmd)
+        .current_dir(dir)
+        .output()
+        .expect("herd run");
+    assert!(
+        out.status.success(),
+        "local herd run failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
