@@ -12,7 +12,7 @@
 //! 4. A follower that loses its leader tears down instead of hanging; the leader treats a
 //!    lost follower as a failure.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
@@ -850,22 +850,5 @@ async fn follow(
                 }
             }
         }
-    }
-}
-
-/// Human summary of a layout: `3 nodes × 2 workers` or per-node counts.
-pub fn describe_layout(tasks_per_node: &[u32]) -> String {
-    let counts: BTreeMap<u32, usize> = tasks_per_node.iter().fold(BTreeMap::new(), |mut m, &t| {
-        *m.entry(t).or_default() += 1;
-        m
-    });
-    if counts.len() == 1 {
-        format!(
-            "{} nodes × {} workers",
-            tasks_per_node.len(),
-            tasks_per_node[0]
-        )
-    } else {
-        herd_slurm::format_counts(tasks_per_node)
     }
 }

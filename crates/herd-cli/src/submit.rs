@@ -487,7 +487,7 @@ fn sbatch(exp: &herd_exp::Experiment) -> Result<String, String> {
 fn resume(args: &SubmitArgs, name: &str, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
     let exp_root = match &args.plan.exp_root {
         Some(r) => r.clone(),
-        None => PathBuf::from("herd-exp"),
+        None => PathBuf::from(herd_plan::DEFAULT_EXP_ROOT),
     };
     let exp =
         herd_exp::Experiment::open(&exp_root, name).map_err(|e| CliError::Input(e.to_string()))?;

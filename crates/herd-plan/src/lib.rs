@@ -86,5 +86,7 @@ pub use partition::{
 pub use quote::{quote, quote_words, NulError};
 pub use ranks::{format_rank_table, rank_table, RankRow};
 pub use render::{render_script, RenderError, ScriptParams};
-pub use resolve::{parse_param, resolve, Mode, Overrides, Plan, Problem, ResolveError};
+pub use resolve::{
+    parse_param, resolve, Mode, Overrides, Plan, Problem, ResolveError, DEFAULT_EXP_ROOT,
+};
 pub use values::{Memory, Signal, TextOrNumber, TimeLimit, ValueError};

@@ -252,9 +252,9 @@ impl fmt::Display for Memory {
     /// The largest unit that divides the size: `240G`, `1T`, `16000M`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mb = self.megabytes;
-        if mb != 0 && mb % (1024 * 1024) == 0 {
+        if mb != 0 && mb.is_multiple_of(1024 * 1024) {
             write!(f, "{}T", mb / (1024 * 1024))
-        } else if mb != 0 && mb % 1024 == 0 {
+        } else if mb != 0 && mb.is_multiple_of(1024) {
             write!(f, "{}G", mb / 1024)
         } else {
             write!(f, "{mb}M")

@@ -21,6 +21,15 @@ fn worker(name: &str) -> String {
         .to_string()
 }
 
+/// `python probe.py DIR`: the worker that records what it sees into DIR.
+fn probe_cmd(bed: &Bed, dir: &Path) -> Vec<String> {
+    vec![
+        bed.python().display().to_string(),
+        worker("probe.py"),
+        dir.display().to_string(),
+    ]
+}
+
 /// `herd run ARGS… -- CMD…` as a batch-script line (the test's own quoting).
 fn herd_run(args: &[&str], cmd: &[String]) -> String {
     let mut argv: Vec<String> = vec![HERD.into(), "run".into()];
@@ -118,11 +127,7 @@ fn a_three_nodes_by_two_gpus_match_a_local_run() {
 fn b_seeds_rank_discovery_is_right_under_agent_mode() {
     let bed = Bed::require();
     let dir = bed.scratch("launch_b").expect("scratch");
-    let cmd = vec![
-        bed.python().display().to_string(),
-        worker("probe.py"),
-        dir.display().to_string(),
-    ];
+    let cmd = probe_cmd(&bed, &dir);
     let job = Job::submit(
         &bed,
         &dir,
@@ -307,11 +312,7 @@ fn d_busy_preferred_port_does_not_stop_the_job() {
     )
     .expect("squatter ready");
     assert_eq!(line.trim(), "listening");
-    let cmd = vec![
-        bed.python().display().to_string(),
-        worker("probe.py"),
-        dir.display().to_string(),
-    ];
+    let cmd = probe_cmd(&bed, &dir);
     let job = Job::submit(
         &bed,
         &dir,
@@ -375,11 +376,7 @@ fn e_arguments_reach_workers_byte_for_byte() {
     let bed = Bed::require();
     let dir: PathBuf = bed.scratch("launch_e").expect("scratch");
     let args = nasty_args(&dir);
-    let mut cmd = vec![
-        bed.python().display().to_string(),
-        worker("probe.py"),
-        dir.display().to_string(),
-    ];
+    let mut cmd = probe_cmd(&bed, &dir);
     cmd.extend(args.iter().cloned());
 
     local_herd_run(&dir, 2, 2, &cmd);
