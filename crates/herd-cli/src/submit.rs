@@ -429,6 +429,9 @@ fn create_and_submit(checked: &Checked) -> Result<String, CliError> {
         invocation: herd_exp::Invocation::current(env!("CARGO_PKG_VERSION")),
         snapshot: herd_exp::SnapshotOptions {
             exclude: plan.exclude.clone(),
+            // `code/` is made when the job starts (`herd materialize` in the script): a
+            // queued job costs its folder one index file, not one link per file.
+            materialize: false,
             ..herd_exp::SnapshotOptions::default()
         },
         files: vec![herd_exp::ExtraFile {
@@ -464,12 +467,13 @@ fn create_and_submit(checked: &Checked) -> Result<String, CliError> {
     }
 }
 
-/// `sbatch --parsable` the experiment's script from its snapshot; the job id or why not.
+/// `sbatch --parsable` the experiment's script from its folder; the job id or why not.
+/// (The script changes to `code/` itself, once it has made it.)
 fn sbatch(exp: &herd_exp::Experiment) -> Result<String, String> {
     let out = Command::new("sbatch")
         .arg("--parsable")
         .arg(exp.dir().join("job.sbatch"))
-        .current_dir(exp.code_dir())
+        .current_dir(exp.dir())
         .output()
         .map_err(|e| format!("cannot run sbatch: {e}"))?;
     if !out.status.success() {
@@ -558,5 +562,76 @@ pub fn run_submit(args: SubmitArgs, out: &mut dyn Write) -> Result<ExitStatus, C
         id = create_and_submit(&prepare(&next, false)?)?;
         writeln!(out, "{id}")?;
     }
+    Ok(ExitStatus::Success)
+}
+
+/// `herd materialize` arguments.
+#[derive(Debug, Args)]
+pub struct MaterializeArgs {
+    /// The experiment folder (default: $HERD_EXP_DIR, which the batch script sets).
+    #[arg(value_name = "EXP_DIR")]
+    dir: Option<PathBuf>,
+}
+
+/// Run `herd materialize`: make `code/` from the snapshot unless it exists.
+pub fn run_materialize(args: MaterializeArgs) -> Result<ExitStatus, CliError> {
+    let dir = match args.dir {
+        Some(dir) => dir,
+        None => std::env::var_os("HERD_EXP_DIR")
+            .filter(|d| !d.is_empty())
+            .map(PathBuf::from)
+            .ok_or_else(|| {
+                CliError::Usage(
+                    "no experiment folder: give it (`herd materialize EXP_DIR`) or set HERD_EXP_DIR"
+                        .into(),
+                )
+            })?,
+    };
+    let exp = herd_exp::Experiment::open_dir(&dir).map_err(|e| CliError::Input(e.to_string()))?;
+    match exp.materialize() {
+        Ok(Some(r)) => eprintln!(
+            "herd: made {} from the snapshot: {} files, {} folders, {} symlinks in {:.0} ms",
+            exp.code_dir().display(),
+            r.files,
+            r.dirs,
+            r.symlinks,
+            r.elapsed.as_secs_f64() * 1e3
+        ),
+        Ok(None) => eprintln!("herd: {} exists already", exp.code_dir().display()),
+        Err(e) => return Err(CliError::Launch(e.to_string())),
+    }
+    Ok(ExitStatus::Success)
+}
+
+/// `herd gc` arguments.
+#[derive(Debug, Args)]
+pub struct GcArgs {
+    /// The experiment root whose store to clean (default: `herd-exp`, as for submit).
+    #[arg(long, value_name = "DIR")]
+    exp_root: Option<PathBuf>,
+}
+
+/// Run `herd gc`: remove stored code files of deleted experiments.
+pub fn run_gc(args: GcArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
+    let root = args
+        .exp_root
+        .unwrap_or_else(|| PathBuf::from(herd_plan::DEFAULT_EXP_ROOT));
+    if !root.is_dir() {
+        return Err(CliError::Input(format!(
+            "experiment root {} is not a folder: give the one you submit into with --exp-root",
+            root.display()
+        )));
+    }
+    let r = herd_exp::collect_garbage(&root).map_err(|e| CliError::Launch(e.to_string()))?;
+    writeln!(
+        out,
+        "{} experiment(s) in {}: {} stored file(s) in use, {} removed ({:.1} MB freed), {} stale temporary folder(s) removed",
+        r.experiments,
+        root.display(),
+        r.objects_kept,
+        r.objects_removed,
+        r.bytes_freed as f64 / 1e6,
+        r.stale_folders_removed
+    )?;
     Ok(ExitStatus::Success)
 }

@@ -32,8 +32,8 @@
 //!
 //! | path | what |
 //! |---|---|
-//! | `code/` | the code snapshot: what the job runs, so edits after submit change nothing |
-//! | `snapshot.idx` | the snapshot's index: project root, and size, times, inode and mode of every file |
+//! | `code/` | the code snapshot: what the job runs, so edits after submit change nothing; made with the folder, or later by [`Experiment::materialize`] ([`SnapshotOptions::materialize`]) |
+//! | `snapshot.idx` | the snapshot's index: project root; every folder, symlink and file, each file with its size, times, inode, mode and stored copy |
 //! | `manifest.json` | [`Manifest`]: resolved plan, git commit and dirty diff, argv, herd version, attempts and their job ids |
 //! | `logs/` | empty; the job's logs go here |
 //! | any [`ExtraFile`] | e.g. the rendered batch script |
@@ -55,15 +55,18 @@
 //!   [`SnapshotOptions::exclude`] left out, and an experiment root inside the project left
 //!   out. Symlinks are recreated as symlinks (never followed); files keep their permission
 //!   bits and modification time; sockets, FIFOs and devices are skipped and listed.
-//! - **Unchanged files are hard-linked** from the previous snapshot of the same project
-//!   (same canonical root) under the same experiment root: the newest experiment whose
-//!   `snapshot.idx` names that root. Unchanged means size, mtime, ctime, inode and mode all
-//!   as recorded there, the file not modified within 2 s before that snapshot started (it
-//!   might have changed again within the file system's timestamp granularity), and the old
-//!   copy still of the recorded size, mtime and mode. Anything else is copied. Linked files
-//!   share their inode with the older experiment: a snapshot is meant to be read, not
-//!   written; a job that writes into a file of its `code/` in place changes that file in
-//!   the experiments it is linked with too.
+//! - **The store.** Files are copied into `<exp_root>/.herd-store/objects/` (one copy per
+//!   version of a file) and `code/` is made of hard links to those copies. A file
+//!   unchanged since the previous snapshot of the same project (same canonical root) under
+//!   the same experiment root, the newest experiment whose `snapshot.idx` names that root,
+//!   is not copied again: the new index names the same stored copy. Unchanged means size,
+//!   mtime, ctime, inode and mode all as recorded there, the file not modified within 2 s
+//!   before that snapshot started (it might have changed again within the file system's
+//!   timestamp granularity), and the stored copy still of the recorded size, mtime and
+//!   mode. Linked files share their inode with every experiment that runs that version: a
+//!   snapshot is meant to be read, not written; a job that writes into a file of its
+//!   `code/` in place changes it for those experiments too (and that copy is never reused
+//!   again). [`collect_garbage`] removes the copies no experiment uses any more.
 //! - **The manifest** is written with the folder; later changes
 //!   ([`Experiment::add_attempt`], [`Experiment::record_job_id`]) append or fill in, under
 //!   an exclusive lock, through a temporary file renamed over the old manifest.
@@ -83,7 +86,10 @@ use std::process::ExitStatus;
 
 pub use manifest::{Attempt, GitState, Manifest, Project, SnapshotSummary, MANIFEST_FORMAT};
 pub use name::{validate_name, NameError, NameProblem, MAX_NAME_BYTES};
-pub use snapshot::{SnapshotOptions, SnapshotReport, ALWAYS_EXCLUDED};
+pub use snapshot::{
+    collect_garbage, GarbageReport, MaterializeReport, SnapshotOptions, SnapshotReport,
+    ALWAYS_EXCLUDED, STORE_DIR,
+};
 pub use text::{BadEscape, LosslessText};
 
 /// The code snapshot's folder inside an experiment.
@@ -236,6 +242,18 @@ pub enum Error {
         job_id: String,
         /// Why.
         reason: &'static str,
+    },
+    /// A snapshot whose `code/` cannot be made: its index is malformed, or a stored copy of
+    /// a file is missing or was changed after the snapshot.
+    #[error(
+        "the code snapshot {} cannot be made into a code folder: {what}; submit the job again (a new experiment) to take a new snapshot",
+        index.display()
+    )]
+    SnapshotDamaged {
+        /// The snapshot's index.
+        index: PathBuf,
+        /// What is wrong.
+        what: String,
     },
     /// [`Experiment::add_file`] for a file that exists.
     #[error("{} already exists: files in an experiment are never overwritten", path.display())]
@@ -391,20 +409,31 @@ impl NewExperiment {
         let target = exp_root.join(&self.name);
         refuse_existing(&target)?;
 
+        // Dropping `objects` or `tmp` (an error, a panic) removes the new objects, or the
+        // folder and all in it. `objects` holds the store's shared lock from before the
+        // previous snapshot is chosen until the new experiment is in place.
+        let objects = snapshot::NewObjects::create(&exp_root)?;
         let prepared = snapshot::prepare(&root, &exp_root, &self.snapshot)?;
         let git = manifest::git_state(&root)?;
 
-        // Dropping `tmp` (an error, a panic) removes the folder and all in it.
         let tmp = tempfile::Builder::new()
             .prefix(".herd-new-")
             .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o777))
             .tempdir_in(&exp_root)
             .map_err(|e| io_error("cannot create a temporary folder in", &exp_root, e))?;
-        let code = tmp.path().join(CODE_DIR);
         let logs = tmp.path().join(LOGS_DIR);
-        fs::create_dir(&code).map_err(|e| io_error("cannot create folder", &code, e))?;
         fs::create_dir(&logs).map_err(|e| io_error("cannot create folder", &logs, e))?;
-        let report = prepared.run(&code, &tmp.path().join(SNAPSHOT_INDEX_FILE))?;
+        let index = tmp.path().join(SNAPSHOT_INDEX_FILE);
+        let mut report = prepared.run(&objects, &index)?;
+        if self.snapshot.materialize {
+            let code = tmp.path().join(CODE_DIR);
+            fs::create_dir(&code).map_err(|e| io_error("cannot create folder", &code, e))?;
+            report.materialized = Some(snapshot::materialize(
+                &index,
+                &snapshot::objects_dir(&exp_root),
+                &code,
+            )?);
+        }
         for file in &self.files {
             write_new_file(&tmp.path().join(&file.name), file)?;
         }
@@ -449,6 +478,7 @@ impl NewExperiment {
         })?;
         // The folder now lives at `target`: nothing left to remove.
         let _ = tmp.keep();
+        objects.keep();
         Ok(Created {
             experiment: Experiment {
                 name: self.name.clone(),
@@ -523,6 +553,57 @@ impl Experiment {
             name: name.to_owned(),
             dir,
         })
+    }
+
+    /// Opens the experiment folder `dir` (its name is the job name), which must hold a
+    /// manifest.
+    pub fn open_dir(dir: &Path) -> Result<Experiment, Error> {
+        let name = dir
+            .file_name()
+            .and_then(|n| n.to_str())
+            .ok_or_else(|| Error::NotFound {
+                path: dir.to_owned(),
+            })?;
+        if !dir.join(MANIFEST_FILE).is_file() {
+            return Err(Error::NotFound {
+                path: dir.to_owned(),
+            });
+        }
+        Ok(Experiment {
+            name: name.to_owned(),
+            dir: dir.to_owned(),
+        })
+    }
+
+    /// Makes `code/` from the snapshot (`herd materialize`, run by the batch script when
+    /// the job starts): every file a hard link to its stored copy, in a temporary folder
+    /// renamed into place. `Ok(None)` when `code/` exists already (made with the
+    /// experiment, by an earlier attempt, or by another process at the same moment).
+    pub fn materialize(&self) -> Result<Option<MaterializeReport>, Error> {
+        let code = self.code_dir();
+        if fs::symlink_metadata(&code).is_ok() {
+            return Ok(None);
+        }
+        let exp_root = self.dir.parent().unwrap_or(Path::new("."));
+        let tmp = tempfile::Builder::new()
+            .prefix(".herd-code-")
+            .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o777))
+            .tempdir_in(&self.dir)
+            .map_err(|e| io_error("cannot create a temporary folder in", &self.dir, e))?;
+        let report = snapshot::materialize(
+            &self.dir.join(SNAPSHOT_INDEX_FILE),
+            &snapshot::objects_dir(exp_root),
+            tmp.path(),
+        )?;
+        match rename_noreplace(tmp.path(), &code) {
+            Ok(()) => {
+                let _ = tmp.keep();
+                Ok(Some(report))
+            }
+            // Made meanwhile by another process: theirs stays, ours is removed.
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(None),
+            Err(e) => Err(io_error("cannot put the code folder in place at", &code, e)),
+        }
     }
 
     /// The job name.

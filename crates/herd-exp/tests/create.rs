@@ -39,8 +39,11 @@ fn creates_the_folder_with_code_logs_manifest() {
     );
     assert_eq!(created.snapshot.files, 2);
     assert_eq!(created.snapshot.copied, 2);
-    // Only the experiment: no temporary folder left in the root.
-    assert_eq!(names(&root), ["run1"]);
+    // Only the experiment and the store of snapshot objects: no temporary folder.
+    assert_eq!(names(&root), [".herd-store", "run1"]);
+    // The two copied files are stored once, in one folder for this snapshot.
+    let objects = root.join(".herd-store/objects");
+    assert_eq!(names(&objects).len(), 1, "{:?}", names(&objects));
 }
 
 #[test]
@@ -120,10 +123,12 @@ fn concurrent_creates_of_one_name_one_wins() {
             }
         }
     }
-    // The winners only: no temporary folders.
+    // The winners only: no temporary folders, and only the winners' objects in the store.
+    let objects = exp.path().join(".herd-store/objects");
+    assert_eq!(names(&objects).len(), 5, "{:?}", names(&objects));
     assert_eq!(
         names(exp.path()),
-        ["race0", "race1", "race2", "race3", "race4"]
+        [".herd-store", "race0", "race1", "race2", "race3", "race4"]
     );
 }
 

@@ -112,7 +112,7 @@ fn out_files_and_extra_globs_are_excluded() {
         assert!(matches!(err, Error::BadExclude { .. }), "{err:?}");
         assert!(err.to_string().contains(phrase), "{err}");
     }
-    assert_eq!(common::names(exp.path()), ["run"]);
+    assert_eq!(common::names(exp.path()), [".herd-store", "run"]);
 }
 
 #[test]

@@ -120,6 +120,15 @@ fn three_launch_modes_train_to_one_checksum_from_the_experiment_folder() {
         let output = wait_ok(&bed, job, &exp);
         sums.insert(checksum(&output, 4));
         assert!(exp.join("job.sbatch").is_file());
+        // herd submit stores the files; the job made its code folder when it started.
+        let err = read_lossy(exp.join(format!("logs/{job}.err")));
+        assert!(
+            err.contains(&format!(
+                "herd: made {}/code from the snapshot",
+                exp.display()
+            )),
+            "{mode}: the batch log does not say the code folder was made:\n{err}"
+        );
         assert!(
             exp.join("code/train_ddp.py").is_file(),
             "the job ran from the snapshot"

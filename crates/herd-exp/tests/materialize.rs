@@ -1,0 +1,397 @@
+//! Snapshots whose `code/` is made later, when the job starts (`herd submit`): what is made
+//! is what was captured, unchanged projects store nothing new, damaged stores are refused.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
+
+use common::{ino, names, request, settle, write};
+use herd_exp::{Error, NewExperiment};
+use tempfile::TempDir;
+
+/// Per path: kind, and for files mode, mtime and contents; for symlinks the target. What
+/// a job sees of a tree (inodes and folder times left out).
+fn contents(root: &Path) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for entry in walk(root) {
+        let md = fs::symlink_metadata(&entry).expect("lstat");
+        let rel = entry
+            .strip_prefix(root)
+            .expect("under root")
+            .to_string_lossy()
+            .into_owned();
+        let what = if md.file_type().is_symlink() {
+            format!(
+                "link {}",
+                fs::read_link(&entry).expect("readlink").display()
+            )
+        } else if md.is_dir() {
+            "dir".to_owned()
+        } else {
+            format!(
+                "file {:o} {}.{} {:?}",
+                md.mode() & 0o7777,
+                md.mtime(),
+                md.mtime_nsec(),
+                fs::read(&entry).expect("read")
+            )
+        };
+        out.insert(rel, what);
+    }
+    out
+}
+
+fn walk(root: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_owned()];
+    while let Some(dir) = stack.pop() {
+        for e in fs::read_dir(&dir).expect("read_dir") {
+            let p = e.expect("entry").path();
+            if fs::symlink_metadata(&p).expect("lstat").is_dir() {
+                stack.push(p.clone());
+            }
+            out.push(p);
+        }
+    }
+    out
+}
+
+fn project() -> TempDir {
+    let proj = TempDir::new().expect("tempdir");
+    let p = proj.path();
+    write(p, "train.py", "print('train')\n");
+    write(p, "models/net.py", "class Net: pass\n");
+    write(p, "models/deep/er/layer.py", "x = 1\n");
+    write(p, "configs/a b.yaml", "lr: 0.1\n");
+    write(p, "run.sh", "#!/bin/sh\n");
+    fs::set_permissions(p.join("run.sh"), fs::Permissions::from_mode(0o750)).expect("chmod");
+    fs::create_dir_all(p.join("empty/folder")).expect("mkdir");
+    std::os::unix::fs::symlink("models/net.py", p.join("net-link.py")).expect("symlink");
+    write(p, "slurm-1.out", "left out\n");
+    proj
+}
+
+fn deferred(exp_root: &Path, name: &str, project: &Path) -> NewExperiment {
+    let mut req = request(exp_root, name, project);
+    req.snapshot.materialize = false;
+    req
+}
+
+/// The objects folders of the store: one per snapshot that copied something.
+fn object_dirs(exp_root: &Path) -> Vec<String> {
+    names(&exp_root.join(".herd-store/objects"))
+}
+
+#[test]
+fn a_deferred_snapshot_makes_code_at_materialize_the_same_as_at_once() {
+    let proj = project();
+    let exp = TempDir::new().expect("tempdir");
+    let now = request(exp.path(), "now", proj.path())
+        .create()
+        .expect("now");
+    let later = deferred(exp.path(), "later", proj.path())
+        .create()
+        .expect("later");
+    assert!(later.snapshot.materialized.is_none());
+    assert!(now.snapshot.materialized.is_some());
+    let dir = later.experiment.dir();
+    assert!(!dir.join("code").exists(), "no code/ before materialize");
+    assert_eq!(
+        names(dir),
+        ["logs", "manifest.json", "snapshot.idx"],
+        "a queued experiment holds its index, not a tree"
+    );
+
+    let made = later
+        .experiment
+        .materialize()
+        .expect("materialize")
+        .expect("made now");
+    assert_eq!(
+        (made.files, made.symlinks, made.copied),
+        (5, 1, 0),
+        "{made:?}"
+    );
+    assert_eq!(made.dirs, 6, "{made:?}");
+    let code = later.experiment.code_dir();
+    assert_eq!(contents(&code), contents(&now.experiment.code_dir()));
+    assert!(!contents(&code).contains_key("slurm-1.out"));
+    assert_eq!(
+        fs::read_to_string(code.join("configs/a b.yaml")).expect("read"),
+        "lr: 0.1\n"
+    );
+    assert_eq!(
+        fs::metadata(code.join("run.sh")).expect("stat").mode() & 0o7777,
+        0o750
+    );
+    // No temporary folder left in the experiment.
+    assert_eq!(
+        names(dir),
+        ["code", "logs", "manifest.json", "snapshot.idx"]
+    );
+    // Again (a requeued job, a second attempt): nothing to do, nothing changed.
+    let before = common::fingerprint(&code);
+    assert!(later.experiment.materialize().expect("again").is_none());
+    assert_eq!(common::fingerprint(&code), before);
+}
+
+#[test]
+fn an_unchanged_project_stores_nothing_new_and_edits_after_submit_change_nothing() {
+    let proj = project();
+    settle();
+    let exp = TempDir::new().expect("tempdir");
+    let first = deferred(exp.path(), "first", proj.path())
+        .create()
+        .expect("first");
+    assert_eq!(first.snapshot.copied, 5);
+    assert_eq!(object_dirs(exp.path()).len(), 1);
+    let second = deferred(exp.path(), "second", proj.path())
+        .create()
+        .expect("second");
+    assert_eq!(
+        (second.snapshot.linked, second.snapshot.copied),
+        (5, 0),
+        "{:?}",
+        second.snapshot
+    );
+    assert_eq!(second.snapshot.linked_from.as_deref(), Some("first"));
+    assert_eq!(
+        object_dirs(exp.path()).len(),
+        1,
+        "a snapshot that copied nothing leaves no folder in the store"
+    );
+
+    // Edited, replaced and removed after submit, before the job starts.
+    write(proj.path(), "train.py", "print('edited after submit')\n");
+    fs::remove_file(proj.path().join("models/net.py")).expect("rm");
+    write(proj.path(), "new.py", "new\n");
+
+    for exp in [&first.experiment, &second.experiment] {
+        exp.materialize().expect("materialize").expect("made");
+        let code = exp.code_dir();
+        assert_eq!(
+            fs::read_to_string(code.join("train.py")).expect("read"),
+            "print('train')\n"
+        );
+        assert_eq!(
+            fs::read_to_string(code.join("models/net.py")).expect("read"),
+            "class Net: pass\n"
+        );
+        assert!(!code.join("new.py").exists());
+    }
+    // Both are links to the one stored copy.
+    assert_eq!(
+        ino(&first.experiment.code_dir().join("train.py")),
+        ino(&second.experiment.code_dir().join("train.py"))
+    );
+}
+
+#[test]
+fn a_queued_experiment_survives_deleting_the_one_it_reuses() {
+    let proj = project();
+    settle();
+    let exp = TempDir::new().expect("tempdir");
+    let first = request(exp.path(), "first", proj.path())
+        .create()
+        .expect("first");
+    let second = deferred(exp.path(), "second", proj.path())
+        .create()
+        .expect("second");
+    assert_eq!(second.snapshot.copied, 0);
+    let want = contents(&first.experiment.code_dir());
+    fs::remove_dir_all(first.experiment.dir()).expect("rm first");
+    second.experiment.materialize().expect("materialize");
+    assert_eq!(contents(&second.experiment.code_dir()), want);
+}
+
+#[test]
+fn a_changed_or_missing_stored_copy_is_refused_and_nothing_is_left() {
+    let proj = project();
+    let exp = TempDir::new().expect("tempdir");
+    let queued = deferred(exp.path(), "queued", proj.path())
+        .create()
+        .expect("queued");
+    let index = fs::read_to_string(queued.experiment.dir().join("snapshot.idx")).expect("index");
+    let object = index
+        .lines()
+        .find(|l| l.starts_with("f ") && l.ends_with(" models/net.py"))
+        .and_then(|l| l.split(' ').nth(8))
+        .expect("an entry for models/net.py")
+        .to_owned();
+    let stored = exp.path().join(".herd-store/objects").join(&object);
+    assert_eq!(
+        fs::read_to_string(&stored).expect("stored copy"),
+        "class Net: pass\n"
+    );
+
+    // Changed in place (same size): the mtime gives it away.
+    fs::write(&stored, "class Bad: pass\n").expect("tamper");
+    let err = queued.experiment.materialize().expect_err("changed copy");
+    assert!(matches!(err, Error::SnapshotDamaged { .. }), "{err:?}");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("models/net.py") && msg.contains("changed after the snapshot"),
+        "{msg}"
+    );
+    assert_eq!(
+        names(queued.experiment.dir()),
+        ["logs", "manifest.json", "snapshot.idx"],
+        "no code/ and no temporary folder after a refused materialize"
+    );
+
+    // Missing.
+    fs::remove_file(&stored).expect("rm");
+    let err = queued.experiment.materialize().expect_err("missing copy");
+    assert!(err.to_string().contains("models/net.py"), "{err}");
+
+    // A later snapshot of the same project does not reuse the damaged copy.
+    settle();
+    let again = request(exp.path(), "again", proj.path())
+        .create()
+        .expect("again");
+    assert_eq!(
+        fs::read_to_string(again.experiment.code_dir().join("models/net.py")).expect("read"),
+        "class Net: pass\n"
+    );
+}
+
+#[test]
+fn an_index_that_points_outside_code_is_refused() {
+    let proj = project();
+    let exp = TempDir::new().expect("tempdir");
+    let queued = deferred(exp.path(), "queued", proj.path())
+        .create()
+        .expect("queued");
+    let path = queued.experiment.dir().join("snapshot.idx");
+    let index = fs::read_to_string(&path).expect("index");
+    fs::write(&path, format!("{index}d ../escaped\n")).expect("write");
+    let err = queued.experiment.materialize().expect_err("bad path");
+    assert!(err.to_string().contains("../escaped"), "{err}");
+    assert!(!queued.experiment.dir().join("escaped").exists());
+    assert!(!exp.path().join("escaped").exists());
+}
+
+#[test]
+fn concurrent_materializes_make_one_code_folder() {
+    let proj = project();
+    let exp = TempDir::new().expect("tempdir");
+    let queued = deferred(exp.path(), "queued", proj.path())
+        .create()
+        .expect("queued");
+    let results: Vec<_> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..4)
+            .map(|_| s.spawn(|| queued.experiment.materialize()))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("no panic"))
+            .collect()
+    });
+    let made = results.iter().filter(|r| matches!(r, Ok(Some(_)))).count();
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    assert_eq!(made, 1, "{results:?}");
+    assert_eq!(
+        names(queued.experiment.dir()),
+        ["code", "logs", "manifest.json", "snapshot.idx"]
+    );
+    assert_eq!(contents(&queued.experiment.code_dir()).len(), 12);
+}
+
+/// Every stored copy in the store: `token/thread/n`.
+fn objects(exp_root: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let root = exp_root.join(".herd-store/objects");
+    for token in names(&root) {
+        for thread in names(&root.join(&token)) {
+            for n in names(&root.join(&token).join(&thread)) {
+                out.push(format!("{token}/{thread}/{n}"));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn garbage_collection_removes_only_copies_no_experiment_uses() {
+    let proj = TempDir::new().expect("tempdir");
+    let p = proj.path();
+    write(p, "shared.py", "kept by everyone\n");
+    write(p, "edited.py", "version 1, only in the first experiment\n");
+    settle();
+    let exp = TempDir::new().expect("tempdir");
+    let first = request(exp.path(), "first", p).create().expect("first");
+    write(p, "edited.py", "version 2\n");
+    settle();
+    let second = request(exp.path(), "second", p).create().expect("second");
+    let queued = deferred(exp.path(), "queued", p).create().expect("queued");
+    assert_eq!((second.snapshot.linked, second.snapshot.copied), (1, 1));
+    assert_eq!((queued.snapshot.linked, queued.snapshot.copied), (2, 0));
+    assert_eq!(objects(exp.path()).len(), 3);
+    // A creation killed halfway left its temporary folder.
+    fs::create_dir_all(exp.path().join(".herd-new-killed/code")).expect("mkdir");
+
+    // Nothing deleted: everything is in use; only the stale folder goes.
+    let r = herd_exp::collect_garbage(exp.path()).expect("gc");
+    assert_eq!(
+        (
+            r.experiments,
+            r.objects_kept,
+            r.objects_removed,
+            r.stale_folders_removed
+        ),
+        (3, 3, 0, 1),
+        "{r:?}"
+    );
+    assert!(!exp.path().join(".herd-new-killed").exists());
+
+    // The first experiment deleted: its copy of edited.py version 1 goes, nothing else.
+    fs::remove_dir_all(first.experiment.dir()).expect("rm first");
+    let r = herd_exp::collect_garbage(exp.path()).expect("gc");
+    assert_eq!((r.objects_kept, r.objects_removed), (2, 1), "{r:?}");
+    assert_eq!(
+        r.bytes_freed,
+        "version 1, only in the first experiment\n".len() as u64
+    );
+    queued
+        .experiment
+        .materialize()
+        .expect("materialize")
+        .expect("made");
+    assert_eq!(
+        fs::read_to_string(queued.experiment.code_dir().join("edited.py")).expect("read"),
+        "version 2\n"
+    );
+
+    // A broken index stops it before anything is removed.
+    fs::remove_dir_all(second.experiment.dir()).expect("rm second");
+    let index = queued.experiment.dir().join("snapshot.idx");
+    let good = fs::read(&index).expect("index");
+    fs::write(&index, "not an index\n").expect("write");
+    let err = herd_exp::collect_garbage(exp.path()).expect_err("broken index");
+    assert!(err.to_string().contains("nothing was removed"), "{err}");
+    assert_eq!(objects(exp.path()).len(), 2);
+    fs::write(&index, good).expect("write");
+
+    // Everything deleted: the store is emptied (its still-linked copies free nothing until
+    // the last code folder goes, and here they went with their experiments).
+    fs::remove_dir_all(queued.experiment.dir()).expect("rm queued");
+    let r = herd_exp::collect_garbage(exp.path()).expect("gc");
+    assert_eq!(
+        (r.experiments, r.objects_kept, r.objects_removed),
+        (0, 0, 2),
+        "{r:?}"
+    );
+    assert!(objects(exp.path()).is_empty());
+    assert!(names(&exp.path().join(".herd-store/objects")).is_empty());
+
+    // An experiment root without a store: nothing to do.
+    let empty = TempDir::new().expect("tempdir");
+    assert_eq!(
+        herd_exp::collect_garbage(empty.path()).expect("gc"),
+        herd_exp::GarbageReport::default()
+    );
+}
