@@ -443,6 +443,20 @@ fn create_and_submit(checked: &Checked) -> Result<String, CliError> {
     .create()
     .map_err(|e| CliError::Input(e.to_string()))?;
     let exp = &created.experiment;
+    let snap = &created.snapshot;
+    let reused = match (&snap.linked_from, snap.linked) {
+        (Some(from), n) if n > 0 => format!(", {n} unchanged since {from} (not copied)"),
+        _ => String::new(),
+    };
+    eprintln!(
+        "herd: code snapshot: {} files, {:.1} MB, {} copied{reused}; code/ is made when the job starts",
+        snap.files,
+        snap.bytes as f64 / 1e6,
+        snap.copied
+    );
+    for warning in &snap.warnings {
+        eprintln!("herd: warning: snapshot: {warning}");
+    }
     match sbatch(exp) {
         Ok(id) => {
             exp.record_job_id(1, &id).map_err(|e| {

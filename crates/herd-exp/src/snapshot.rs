@@ -572,9 +572,18 @@ pub(crate) struct NewObjects {
     _lock: OwnedFd,
 }
 
+/// Whether `flock` failed because the file system does not do locks (Lustre mounted
+/// without `flock`, some NFS setups), not because of the lock itself.
+fn locks_unsupported(e: rustix::io::Errno) -> bool {
+    use rustix::io::Errno;
+    e == Errno::NOSYS || e == Errno::OPNOTSUPP || e == Errno::NOLCK || e == Errno::INVAL
+}
+
 /// Opens the objects folder and locks it (`flock`), shared or exclusive; `Ok(None)` when
 /// it does not exist. The lock is taken on the folder that is at that path once locked (a
-/// folder removed and made again meanwhile is locked again).
+/// folder removed and made again meanwhile is locked again). A shared lock on a file
+/// system without locks is skipped (it only keeps [`collect_garbage`] out); an exclusive
+/// one is an error there.
 fn lock_objects(objects: &Path, exclusive: bool) -> io::Result<Option<OwnedFd>> {
     use rustix::fs::FlockOperation;
     loop {
@@ -592,7 +601,16 @@ fn lock_objects(objects: &Path, exclusive: bool) -> io::Result<Option<OwnedFd>> 
         } else {
             FlockOperation::LockShared
         };
-        rustix::fs::flock(&fd, op)?;
+        match rustix::fs::flock(&fd, op) {
+            Ok(()) => {}
+            Err(e) if !exclusive && locks_unsupported(e) => return Ok(Some(fd)),
+            Err(e) if locks_unsupported(e) => {
+                return Err(io::Error::other(format!(
+                    "this file system does not support locks ({e}), so herd gc cannot keep submits out while it removes files: nothing was removed"
+                )))
+            }
+            Err(e) => return Err(e.into()),
+        }
         let locked = rustix::fs::fstat(&fd)?;
         match rustix::fs::stat(objects) {
             Ok(now) if now.st_ino == locked.st_ino && now.st_dev == locked.st_dev => {
