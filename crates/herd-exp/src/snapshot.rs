@@ -1182,28 +1182,78 @@ impl Visitor<'_> {
         let report = &mut self.part.report;
         report.copied += 1;
         report.copied_bytes += copied;
-        write_file(&mut self.part.index, rel_bytes, &stat, &object);
+        // What was copied: a file that shrank while it was copied is recorded as copied
+        // (it differs from the project's file next time, so it is copied again then).
+        let stored = Stat {
+            size: copied,
+            ..stat
+        };
+        write_file(&mut self.part.index, rel_bytes, &stored, &object);
         Ok(())
     }
 }
 
-/// Copies the open file `src` into a new file `name` of the folder `dir` with the mode
-/// and mtime of `stat`; the bytes copied.
+/// This process's umask, from `/proc/self/status` (read once; `None` where that line is
+/// missing, before Linux 4.7). Reading it with `umask(2)` would change it for a moment, for
+/// every thread.
+fn umask() -> Option<u32> {
+    static UMASK: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
+    *UMASK.get_or_init(|| {
+        let status = fs::read_to_string("/proc/self/status").ok()?;
+        let line = status.lines().find_map(|l| l.strip_prefix("Umask:"))?;
+        u32::from_str_radix(line.trim(), 8).ok()
+    })
+}
+
+/// Copies at most `stat.size` bytes of the open file `src` into a new file `name` of the
+/// folder `dir`, with the mode and mtime of `stat`; the bytes copied (fewer when the file
+/// shrank meanwhile: the index records what was copied).
 fn copy_object(src: OwnedFd, dir: &OwnedFd, name: &OsStr, stat: &Stat) -> io::Result<u64> {
+    use rustix::io::Errno;
+    // Created with its final mode when the umask leaves that mode alone (nearly always),
+    // so no `fchmod` is needed.
+    let plain = stat.mode & 0o7000 == 0 && umask().is_some_and(|m| stat.mode & m == 0);
     let dst = rustix::fs::openat(
         dir,
         name,
         OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC,
-        Mode::from_raw_mode(0o600),
+        Mode::from_raw_mode(if plain { stat.mode } else { 0o600 }),
     )?;
-    let mut src = fs::File::from(src);
+    // copy_file_range for the known size: no bytes through user space, reflinks where the
+    // file system can, and no extra call to find the end. Another file system than the
+    // project's (EXDEV on older kernels) or one without it: a plain copy.
+    let mut copied = 0u64;
+    let mut fallback = false;
+    while copied < stat.size {
+        let want = usize::try_from(stat.size - copied)
+            .unwrap_or(usize::MAX)
+            .min(1 << 30);
+        match rustix::fs::copy_file_range(&src, None, &dst, None, want) {
+            Ok(0) => break,
+            Ok(n) => copied += n as u64,
+            Err(e)
+                if copied == 0
+                    && (e == Errno::XDEV
+                        || e == Errno::INVAL
+                        || e == Errno::NOSYS
+                        || e == Errno::OPNOTSUPP) =>
+            {
+                fallback = true;
+                break;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
     let mut dst = fs::File::from(dst);
-    // `io::copy` between two files uses copy_file_range (reflinks where the file system
-    // can, no bytes through user space).
-    let n = io::copy(&mut src, &mut dst)?;
-    rustix::fs::fchmod(&dst, Mode::from_raw_mode(stat.mode))?;
+    if fallback {
+        let mut src = io::Read::take(fs::File::from(src), stat.size);
+        copied = io::copy(&mut src, &mut dst)?;
+    }
+    if !plain {
+        rustix::fs::fchmod(&dst, Mode::from_raw_mode(stat.mode))?;
+    }
     set_mtime(&dst, stat.mtime)?;
-    Ok(n)
+    Ok(copied)
 }
 
 /// Gives the open file `fd` the modification time `mtime`, access time untouched.
