@@ -585,6 +585,8 @@ impl Experiment {
             return Ok(None);
         }
         let exp_root = self.dir.parent().unwrap_or(Path::new("."));
+        // Keeps `herd gc` out until the folder is in place.
+        let _lock = snapshot::lock_store_shared(exp_root)?;
         let tmp = tempfile::Builder::new()
             .prefix(".herd-code-")
             .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o777))

@@ -213,6 +213,10 @@ pub(crate) fn git_state(root: &Path) -> Result<Option<GitState>, Error> {
             "--no-color",
             "--no-ext-diff",
             "--no-textconv",
+            // Only the project's part of the repository: what the snapshot holds (a
+            // project in a sub-folder of a monorepo does not record its neighbours' edits).
+            "--",
+            ".",
         ],
     )?;
     Ok(Some(GitState {

@@ -572,6 +572,13 @@ pub(crate) struct NewObjects {
     _lock: OwnedFd,
 }
 
+/// The store's shared lock (see [`NewObjects`]), for making a `code/` folder: while it is
+/// held, [`collect_garbage`] does not run. `None` when there is no store.
+pub(crate) fn lock_store_shared(exp_root: &Path) -> Result<Option<OwnedFd>, Error> {
+    let objects = objects_dir(exp_root);
+    lock_objects(&objects, false).map_err(|e| io_error("cannot lock", &objects, e))
+}
+
 /// Whether `flock` failed because the file system does not do locks (Lustre mounted
 /// without `flock`, some NFS setups), not because of the lock itself.
 fn locks_unsupported(e: rustix::io::Errno) -> bool {
@@ -1325,8 +1332,8 @@ pub struct GarbageReport {
     /// Bytes those took that are free now (a copy still linked from some `code/` folder
     /// frees nothing).
     pub bytes_freed: u64,
-    /// Temporary folders of experiment creations that were killed (`.herd-new-*`),
-    /// removed.
+    /// Temporary folders of experiment creations (`.herd-new-*`) and of code folders
+    /// (`.herd-code-*`) whose processes were killed, removed.
     pub stale_folders_removed: u64,
 }
 
@@ -1362,6 +1369,15 @@ pub fn collect_garbage(exp_root: &Path) -> Result<GarbageReport, Error> {
         match fs::symlink_metadata(&index) {
             Ok(md) if md.is_file() => {}
             _ => continue,
+        }
+        // Temporary code folders of a `herd materialize` that was killed (none runs while
+        // the lock is held).
+        if let Ok(inner) = fs::read_dir(entry.path()) {
+            for e in inner.flatten() {
+                if e.file_name().as_bytes().starts_with(b".herd-code-") {
+                    stale.push(e.path());
+                }
+            }
         }
         let (_, body) = read_index(&index, None).map_err(|e| {
             io_error(

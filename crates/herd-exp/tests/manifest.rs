@@ -155,16 +155,25 @@ fn clean_repository_unborn_repository_and_no_repository() {
     let raw = fs::read_to_string(created.experiment.manifest_path()).expect("read");
     assert!(raw.contains(r#""git": null"#), "{raw}");
 
-    // A sub-folder of a repository is in that repository.
+    // A sub-folder of a repository is in that repository; its diff is its own part only
+    // (an edit elsewhere in the repository is not in the snapshot either).
     let sub = clean.path().join("sub");
     write(&sub, "b.py", "b\n");
+    git(clean.path(), &["add", "."]);
+    git(clean.path(), &["commit", "-q", "-m", "sub"]);
+    write(clean.path(), "a.py", "edited outside the project\n");
+    write(&sub, "b.py", "edited inside\n");
     let m = request(exp.path(), "sub", &sub)
         .create()
         .expect("create")
         .experiment
         .manifest()
         .expect("manifest");
-    assert!(m.project.git.expect("repository").commit.is_some());
+    let g = m.project.git.expect("repository");
+    assert!(g.commit.is_some() && g.dirty);
+    let diff = g.diff.expect("a diff").to_string_lossy();
+    assert!(diff.contains("+edited inside"), "{diff}");
+    assert!(!diff.contains("outside"), "{diff}");
 }
 
 #[test]

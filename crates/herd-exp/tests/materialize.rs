@@ -331,8 +331,9 @@ fn garbage_collection_removes_only_copies_no_experiment_uses() {
     assert_eq!((second.snapshot.linked, second.snapshot.copied), (1, 1));
     assert_eq!((queued.snapshot.linked, queued.snapshot.copied), (2, 0));
     assert_eq!(objects(exp.path()).len(), 3);
-    // A creation killed halfway left its temporary folder.
+    // A creation and a materialize killed halfway left their temporary folders.
     fs::create_dir_all(exp.path().join(".herd-new-killed/code")).expect("mkdir");
+    fs::create_dir_all(queued.experiment.dir().join(".herd-code-killed/a")).expect("mkdir");
 
     // Nothing deleted: everything is in use; only the stale folder goes.
     let r = herd_exp::collect_garbage(exp.path()).expect("gc");
@@ -343,10 +344,11 @@ fn garbage_collection_removes_only_copies_no_experiment_uses() {
             r.objects_removed,
             r.stale_folders_removed
         ),
-        (3, 3, 0, 1),
+        (3, 3, 0, 2),
         "{r:?}"
     );
     assert!(!exp.path().join(".herd-new-killed").exists());
+    assert!(!queued.experiment.dir().join(".herd-code-killed").exists());
 
     // The first experiment deleted: its copy of edited.py version 1 goes, nothing else.
     fs::remove_dir_all(first.experiment.dir()).expect("rm first");
