@@ -647,5 +647,12 @@ pub fn run_gc(args: GcArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError>
         r.bytes_freed as f64 / 1e6,
         r.stale_folders_removed
     )?;
+    if r.objects_not_removable > 0 {
+        writeln!(
+            out,
+            "{} unused stored file(s) belong to other users: their `herd gc` removes them",
+            r.objects_not_removable
+        )?;
+    }
     Ok(ExitStatus::Success)
 }

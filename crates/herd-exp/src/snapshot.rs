@@ -686,7 +686,7 @@ impl NewObjects {
             let token = format!("{secs:x}{nanos:08x}-{pid:x}-{attempt}");
             let dir = objects.join(&token);
             // Made again each time: a failed snapshot removes the store when it was empty.
-            fs::create_dir_all(&objects)
+            make_store(exp_root, &objects)
                 .map_err(|e| io_error("cannot create the snapshot store", &objects, e))?;
             let Some(lock) =
                 lock_objects(&objects, false).map_err(|e| io_error("cannot lock", &objects, e))?
@@ -741,6 +741,23 @@ impl Drop for NewObjects {
             }
         }
     }
+}
+
+/// Makes the store's folders where missing, with the experiment root's permissions (and
+/// set-group-ID bit): a root shared by a group gets a store the group can write to, with
+/// any umask.
+fn make_store(exp_root: &Path, objects: &Path) -> io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let store = exp_root.join(STORE_DIR);
+    let mode = fs::metadata(exp_root)?.permissions().mode() & 0o7777;
+    for dir in [&store, objects] {
+        match fs::create_dir(dir) {
+            Ok(()) => fs::set_permissions(dir, fs::Permissions::from_mode(mode))?,
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 /// A snapshot ready to run: options checked, previous snapshot found.
@@ -1375,6 +1392,9 @@ pub struct GarbageReport {
     pub objects_kept: u64,
     /// Stored copies no experiment uses any more (removed).
     pub objects_removed: u64,
+    /// Stored copies no experiment uses that this user may not remove (another user's
+    /// snapshot; their `herd gc` removes them).
+    pub objects_not_removable: u64,
     /// Bytes those took that are free now (a copy still linked from some `code/` folder
     /// frees nothing).
     pub bytes_freed: u64,
@@ -1476,7 +1496,15 @@ pub fn collect_garbage(exp_root: &Path) -> Result<GarbageReport, Error> {
                 let path = object.path();
                 let md =
                     fs::symlink_metadata(&path).map_err(|e| io_error("cannot read", &path, e))?;
-                fs::remove_file(&path).map_err(|e| io_error("cannot remove", &path, e))?;
+                match fs::remove_file(&path) {
+                    Ok(()) => {}
+                    // Stored by another user, in a folder only they may change.
+                    Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+                        report.objects_not_removable += 1;
+                        continue;
+                    }
+                    Err(e) => return Err(io_error("cannot remove", &path, e)),
+                }
                 report.objects_removed += 1;
                 if std::os::unix::fs::MetadataExt::nlink(&md) == 1 {
                     report.bytes_freed += md.len();
@@ -1556,8 +1584,15 @@ pub(crate) fn materialize(
                 match rustix::fs::linkat(&objects_fd, obj, rustix::fs::CWD, &path, AtFlags::empty())
                 {
                     Ok(()) => {}
-                    // Too many links to one object (65,000 on ext4): a copy of it.
-                    Err(e) if e == rustix::io::Errno::MLINK => {
+                    // Too many links to one object (65,000 on ext4), a copy stored by another
+                    // user (`fs.protected_hardlinks` refuses linking files one cannot
+                    // write), a file system without hard links: a copy of it.
+                    Err(e)
+                        if e == rustix::io::Errno::MLINK
+                            || e == rustix::io::Errno::PERM
+                            || e == rustix::io::Errno::ACCESS
+                            || e == rustix::io::Errno::XDEV =>
+                    {
                         let src = rustix::fs::openat(
                             &objects_fd,
                             obj,

@@ -397,3 +397,25 @@ fn garbage_collection_removes_only_copies_no_experiment_uses() {
         herd_exp::GarbageReport::default()
     );
 }
+
+#[test]
+fn the_store_gets_the_experiment_roots_permissions() {
+    use std::os::unix::fs::PermissionsExt;
+    let proj = project();
+    let parent = TempDir::new().expect("tempdir");
+    // A root shared by a group: group-writable, set-group-ID.
+    let root = parent.path().join("team-exp");
+    fs::create_dir(&root).expect("mkdir");
+    fs::set_permissions(&root, fs::Permissions::from_mode(0o2775)).expect("chmod");
+    deferred(&root, "one", proj.path())
+        .create()
+        .expect("create");
+    for dir in [".herd-store", ".herd-store/objects"] {
+        let mode = fs::metadata(root.join(dir))
+            .expect("stat")
+            .permissions()
+            .mode()
+            & 0o7777;
+        assert_eq!(mode, 0o2775, "{dir}: {mode:o}");
+    }
+}
