@@ -218,6 +218,35 @@ fn open_dir(path: &Path) -> io::Result<OwnedFd> {
     .map_err(io::Error::from)
 }
 
+/// This process's effective user id (asked once).
+fn euid() -> u32 {
+    static EUID: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *EUID.get_or_init(|| rustix::process::geteuid().as_raw())
+}
+
+/// Whether the stored object `name` in the open folder `dir` is intact ([`object_intact`])
+/// and readable by this process: a copy stored by another user may be unreadable (a
+/// project file of mode 0750, say), and reusing it would only fail later, when the job
+/// starts.
+fn object_usable(dir: &OwnedFd, name: &OsStr, was: &Stat) -> bool {
+    let mask = StatxFlags::TYPE
+        | StatxFlags::MODE
+        | StatxFlags::SIZE
+        | StatxFlags::MTIME
+        | StatxFlags::UID;
+    let Ok(st) = rustix::fs::statx(dir, name, AtFlags::SYMLINK_NOFOLLOW, mask) else {
+        return false;
+    };
+    let found = (
+        u32::from(st.stx_mode) & S_IFMT == S_IFREG,
+        Stat::of_statx(&st),
+    );
+    object_intact(found, was)
+        && (st.stx_uid == euid()
+            || rustix::fs::accessat(dir, name, rustix::fs::Access::READ_OK, AtFlags::EACCESS)
+                .is_ok())
+}
+
 /// An object must still be what its snapshot wrote: a regular file of the recorded size
 /// and mode with the mtime the snapshot gave it (the project file's). Someone editing a
 /// file of an experiment's `code/` in place edits its object: that must not spread into
@@ -1171,8 +1200,7 @@ impl Visitor<'_> {
             }
         };
         let fd = &self.object_dirs[i].1;
-        stat_at(fd, OsStr::new(name), || self.job.objects_path.join(object))
-            .is_ok_and(|found| object_intact(found, was))
+        object_usable(fd, OsStr::new(name), was)
     }
 
     fn file(&mut self, path: &Path, rel: &Path) -> Result<(), Error> {

@@ -419,3 +419,138 @@ fn the_store_gets_the_experiment_roots_permissions() {
         assert_eq!(mode, 0o2775, "{dir}: {mode:o}");
     }
 }
+
+/// Runs this test binary's test `name` again as user `nobody` (uid 65534), with `env`:
+/// the test sees `HERD_TEST_AS_NOBODY` and does the other user's part.
+fn as_nobody(name: &str, env: &[(&str, &Path)]) {
+    let exe = std::env::current_exe().expect("test binary");
+    let mut cmd = std::process::Command::new("setpriv");
+    cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(exe)
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env("HERD_TEST_AS_NOBODY", "1");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("setpriv runs");
+    assert!(
+        out.status.success(),
+        "as nobody: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn another_users_stored_copies_are_copied_into_code_and_left_to_their_gc() {
+    use std::os::unix::fs::PermissionsExt;
+    const NAME: &str = "another_users_stored_copies_are_copied_into_code_and_left_to_their_gc";
+    if std::env::var_os("HERD_TEST_AS_NOBODY").is_some() {
+        // The other user's part, in a shared experiment root.
+        let var = |k: &str| std::path::PathBuf::from(std::env::var_os(k).expect(k));
+        let (root, proj) = (var("T_ROOT"), var("T_PROJ"));
+        match std::env::var("T_STEP").expect("T_STEP").as_str() {
+            "unreadable" => {
+                // run.sh (0750, root's) is unreadable here: its stored copy is not
+                // reused (the job would fail at its start), the snapshot fails now.
+                let err = deferred(&root, "b0", &proj)
+                    .create()
+                    .expect_err("run.sh is unreadable");
+                let msg = err.to_string();
+                assert!(
+                    msg.contains("run.sh") && msg.contains("ermission denied"),
+                    "{msg}"
+                );
+                assert!(!root.join("b0").exists());
+            }
+            "snapshot" => {
+                let b = deferred(&root, "b", &proj).create().expect("create");
+                assert_eq!(
+                    (b.snapshot.linked, b.snapshot.copied),
+                    (4, 1),
+                    "{:?}",
+                    b.snapshot
+                );
+                let made = b
+                    .experiment
+                    .materialize()
+                    .expect("materialize")
+                    .expect("made");
+                // root's four copies may not be linked (fs.protected_hardlinks): copied.
+                assert_eq!((made.files, made.copied), (5, 4), "{made:?}");
+            }
+            "gc" => {
+                let r = herd_exp::collect_garbage(&root).expect("gc");
+                assert_eq!(
+                    (r.objects_removed, r.objects_not_removable),
+                    (1, 5),
+                    "{r:?}"
+                );
+            }
+            other => panic!("unknown step {other}"),
+        }
+        return;
+    }
+    // Switching users needs root; CI runs the tests as root.
+    assert_eq!(
+        fs::metadata("/proc/self").expect("/proc/self").uid(),
+        0,
+        "this test runs part of itself as user nobody with setpriv, which needs root"
+    );
+    let proj = project();
+    fs::set_permissions(proj.path(), fs::Permissions::from_mode(0o755)).expect("chmod");
+    settle();
+    let parent = TempDir::new().expect("tempdir");
+    fs::set_permissions(parent.path(), fs::Permissions::from_mode(0o755)).expect("chmod");
+    let root = parent.path().join("shared");
+    fs::create_dir(&root).expect("mkdir");
+    fs::set_permissions(&root, fs::Permissions::from_mode(0o777)).expect("chmod");
+    let a = request(&root, "a", proj.path()).create().expect("a");
+    let env = |step: &'static str| {
+        as_nobody(
+            NAME,
+            &[
+                ("T_ROOT", &root),
+                ("T_PROJ", proj.path()),
+                ("T_STEP", Path::new(step)),
+            ],
+        )
+    };
+    env("unreadable");
+    fs::set_permissions(
+        proj.path().join("run.sh"),
+        fs::Permissions::from_mode(0o755),
+    )
+    .expect("chmod");
+    env("snapshot");
+
+    let (ca, cb) = (a.experiment.code_dir(), root.join("b/code"));
+    let mut want = contents(&ca);
+    let run_sh = want.get_mut("run.sh").expect("run.sh");
+    *run_sh = run_sh.replacen("file 750", "file 755", 1);
+    assert_eq!(
+        want,
+        contents(&cb),
+        "the same snapshot, run.sh readable now"
+    );
+    for rel in ["train.py", "models/net.py"] {
+        let (ma, mb) = (
+            fs::metadata(ca.join(rel)).expect("a"),
+            fs::metadata(cb.join(rel)).expect("b"),
+        );
+        assert_ne!(ma.ino(), mb.ino(), "{rel}: copied, not linked");
+        assert_eq!(mb.uid(), 65534, "{rel}: the copy is nobody's");
+    }
+
+    // Both experiments deleted: nobody's gc removes nobody's copy and leaves root's five;
+    // root's removes those.
+    fs::remove_dir_all(a.experiment.dir()).expect("rm a");
+    fs::remove_dir_all(root.join("b")).expect("rm b");
+    env("gc");
+    let r = herd_exp::collect_garbage(&root).expect("gc as root");
+    assert_eq!(
+        (r.objects_removed, r.objects_not_removable),
+        (5, 0),
+        "{r:?}"
+    );
+}
