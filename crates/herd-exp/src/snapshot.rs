@@ -8,7 +8,9 @@
 //!   other file is copied into a new object of the experiment root's store
 //!   (`<exp_root>/.herd-store/objects/<snapshot>/<thread>/<n>`). The index (`snapshot.idx`)
 //!   lists every folder, symlink and file with its object. Capturing an unchanged project
-//!   costs one `statx` per file and writes one file, the index.
+//!   costs two `statx` per file (the project's file, and its stored copy: still intact and
+//!   readable?) and writes one file, the index. The previous index is mapped, not read,
+//!   and its lines are compared as text when looked up, not parsed.
 //! - **Materializing** (at job start, or at once): the `code/` folder is made from the index,
 //!   every file a hard link to its object, in a temporary folder renamed into place.
 //!
@@ -18,8 +20,11 @@
 //!
 //! Each walking thread keeps the project folders it works in open (`O_PATH`), so the
 //! per-file system calls name a file relative to its folder instead of walking the whole
-//! path each time, and writes its own share of the new index; the shares are joined at
-//! the end.
+//! path each time, and appends its lines of the new index to the file in 64 KiB chunks
+//! (lines are in no order; materializing sorts them).
+//!
+//! The store's objects folder is locked (`flock`) shared while a snapshot is taken or a
+//! `code/` folder made, and exclusively by [`collect_garbage`].
 
 use std::borrow::Cow;
 use std::ffi::OsStr;
