@@ -116,6 +116,12 @@ fn three_launch_modes_train_to_one_checksum_from_the_experiment_folder() {
             ],
         );
         let job = job_id(&out);
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            said.contains("herd: code snapshot: ")
+                && said.contains("code/ is made when the job starts"),
+            "{mode}: submit does not say what it stored:\n{said}"
+        );
         let exp = exps.join(&name);
         let output = wait_ok(&bed, job, &exp);
         sums.insert(checksum(&output, 4));
