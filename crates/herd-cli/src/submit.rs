@@ -501,12 +501,17 @@ fn sbatch(exp: &herd_exp::Experiment) -> Result<String, String> {
     Ok(id)
 }
 
+/// `--exp-root` as given, or the default one submit uses (relative to the working folder).
+fn exp_root_or_default(given: Option<&Path>) -> PathBuf {
+    given.map_or_else(
+        || PathBuf::from(herd_plan::DEFAULT_EXP_ROOT),
+        Path::to_path_buf,
+    )
+}
+
 /// `herd submit --resume NAME`: a new attempt of an existing experiment.
 fn resume(args: &SubmitArgs, name: &str, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
-    let exp_root = match &args.plan.exp_root {
-        Some(r) => r.clone(),
-        None => PathBuf::from(herd_plan::DEFAULT_EXP_ROOT),
-    };
+    let exp_root = exp_root_or_default(args.plan.exp_root.as_deref());
     let exp =
         herd_exp::Experiment::open(&exp_root, name).map_err(|e| CliError::Input(e.to_string()))?;
     let attempt = exp
@@ -627,9 +632,7 @@ pub struct GcArgs {
 
 /// Run `herd gc`: remove stored code files of deleted experiments.
 pub fn run_gc(args: GcArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
-    let root = args
-        .exp_root
-        .unwrap_or_else(|| PathBuf::from(herd_plan::DEFAULT_EXP_ROOT));
+    let root = exp_root_or_default(args.exp_root.as_deref());
     if !root.is_dir() {
         return Err(CliError::Input(format!(
             "experiment root {} is not a folder: give the one you submit into with --exp-root",

@@ -318,9 +318,15 @@ fn write_symlink(out: &mut String, rel: &[u8], target: &[u8]) {
 
 fn write_file(out: &mut String, rel: &[u8], s: &Stat, object: &str) {
     stat_prefix(out, s);
+    file_line_end(out, object, &as_field(rel));
+}
+
+/// The rest of a file line after its [`stat_prefix`]: `OBJECT PATH\n` (`field`: the path
+/// as [`as_field`] gives it).
+fn file_line_end(out: &mut String, object: &str, field: &str) {
     out.push_str(object);
     out.push(' ');
-    push_field(out, rel);
+    out.push_str(field);
     out.push('\n');
 }
 
@@ -948,8 +954,8 @@ impl Prepared {
             warnings,
             ..SnapshotReport::default()
         };
-        for part in &parts {
-            let r = &part.report;
+        for part in parts {
+            let r = part.report;
             report.files += r.files;
             report.bytes += r.bytes;
             report.copied += r.copied;
@@ -957,8 +963,8 @@ impl Prepared {
             report.linked += r.linked;
             report.symlinks += r.symlinks;
             report.dirs += r.dirs;
-            report.skipped.extend(r.skipped.iter().cloned());
-            report.warnings.extend(r.warnings.iter().cloned());
+            report.skipped.extend(r.skipped);
+            report.warnings.extend(r.warnings);
         }
         if report.linked > 0 {
             report.linked_from = self.prev.as_ref().map(|p| p.name.clone());
@@ -1188,9 +1194,9 @@ impl Visitor<'_> {
             .ok_or_else(|| io_error("cannot open", rel_parent, io::Error::other("no folder")))
     }
 
-    /// Whether the stored object `<dir>/<n>` is still what the snapshot that wrote it
-    /// recorded; its folder is opened once per thread.
-    fn object_intact(&mut self, object: &str, was: &Stat) -> bool {
+    /// Whether the stored object `<dir>/<n>` may be reused ([`object_usable`]); its folder
+    /// is opened once per thread.
+    fn object_usable(&mut self, object: &str, was: &Stat) -> bool {
         let Some((dir, name)) = object.rsplit_once('/') else {
             return false;
         };
@@ -1240,7 +1246,7 @@ impl Visitor<'_> {
             .prev
             .and_then(|prev| prev.unchanged(key.as_bytes(), prefix.as_bytes(), &stat))
         {
-            Some(object) => self.object_intact(object, &stat).then_some(object),
+            Some(object) => self.object_usable(object, &stat).then_some(object),
             None => None,
         };
         let report = &mut self.part.report;
@@ -1248,12 +1254,8 @@ impl Visitor<'_> {
         report.bytes += stat.size;
         if let Some(object) = reused {
             report.linked += 1;
-            let index = &mut self.part.index;
-            index.push_str(&prefix);
-            index.push_str(object);
-            index.push(' ');
-            index.push_str(&key);
-            index.push('\n');
+            self.part.index.push_str(&prefix);
+            file_line_end(&mut self.part.index, object, &key);
             self.prefix = prefix;
             return Ok(());
         }
