@@ -54,7 +54,8 @@
 //!   only inside a git work tree), hidden files included, `.git` left out, `*.out` and
 //!   [`SnapshotOptions::exclude`] left out, and an experiment root inside the project left
 //!   out. Symlinks are recreated as symlinks (never followed); files keep their permission
-//!   bits and modification time; sockets, FIFOs and devices are skipped and listed.
+//!   bits less write permission (see the store) and their modification time; sockets,
+//!   FIFOs and devices are skipped and listed.
 //! - **The store.** Files are copied into `<exp_root>/.herd-store/objects/` (one copy per
 //!   version of a file) and `code/` is made of hard links to those copies. A file
 //!   unchanged since the previous snapshot of the same project (same canonical root) under
@@ -62,11 +63,16 @@
 //!   is not copied again: the new index names the same stored copy. Unchanged means size,
 //!   mtime, ctime, inode and mode all as recorded there, the file not modified within 2 s
 //!   before that snapshot started (it might have changed again within the file system's
-//!   timestamp granularity), and the stored copy still of the recorded size, mtime and
-//!   mode. Linked files share their inode with every experiment that runs that version: a
-//!   snapshot is meant to be read, not written; a job that writes into a file of its
-//!   `code/` in place changes it for those experiments too (and that copy is never reused
-//!   again). [`collect_garbage`] removes the copies no experiment uses any more.
+//!   timestamp granularity), and the stored copy not on the store's list of damaged
+//!   copies (and, when `code/` is made at once or the previous snapshot is another user's,
+//!   still of the recorded size, mtime and mode, and readable). Linked files share their
+//!   inode with every experiment that runs that version, so stored copies, and the files
+//!   of `code/`, are read-only: a job that writes into a file of its `code/` in place
+//!   fails (`Permission denied`) instead of changing other experiments' code. Making
+//!   `code/` checks every stored copy; one that was changed anyway (made writable and
+//!   edited, or by root) stops it with an error naming the file and is listed as damaged,
+//!   never reused again. [`collect_garbage`] removes the copies no experiment uses any
+//!   more.
 //! - **The manifest** is written with the folder; later changes
 //!   ([`Experiment::add_attempt`], [`Experiment::record_job_id`]) append or fill in, under
 //!   an exclusive lock, through a temporary file renamed over the old manifest.

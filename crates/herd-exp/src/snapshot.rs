@@ -8,15 +8,23 @@
 //!   other file is copied into a new object of the experiment root's store
 //!   (`<exp_root>/.herd-store/objects/<snapshot>/<thread>/<n>`). The index (`snapshot.idx`)
 //!   lists every folder, symlink and file with its object. Capturing an unchanged project
-//!   costs two `statx` per file (the project's file, and its stored copy: still intact and
-//!   readable?) and writes one file, the index. The previous index is mapped, not read,
-//!   and its lines are compared as text when looked up, not parsed.
+//!   costs one `statx` per file and writes one file, the index; it makes no folder. The
+//!   previous index is mapped, not read, and its lines are compared as text when looked
+//!   up, not parsed.
 //! - **Materializing** (at job start, or at once): the `code/` folder is made from the index,
-//!   every file a hard link to its object, in a temporary folder renamed into place.
+//!   every file a hard link to its object, in a temporary folder renamed into place. Every
+//!   object is checked on the way (one `statx` each, before its link).
 //!
-//! Objects are never changed after they are written; an object whose size, mtime or mode
-//! is not what the index recorded is never reused (a new copy is made) and stops a
-//! materialization with an error naming the file.
+//! Objects are written once and read-only (the project file's mode without write
+//! permission; `code/` files are links to them, so a job or an editor writing into one in
+//! place fails instead of changing every experiment that shares it). An object whose
+//! size, mtime or mode is not what the index recorded (someone made it writable and
+//! edited it, or root did) stops a materialization with an error naming the file, and
+//! goes on the store's list of damaged objects (`.herd-store/damaged`), which every
+//! capture reads: it is never reused again. A capture trusts the objects of this user's
+//! previous snapshot as written (checking them is what the job's start does anyway); it
+//! checks each one it reuses (still intact? readable by this user?) when the previous
+//! snapshot is another user's, and when it makes `code/` at once.
 //!
 //! Each walking thread keeps the project folders it works in open (`O_PATH`), so the
 //! per-file system calls name a file relative to its folder instead of walking the whole
@@ -27,6 +35,7 @@
 //! `code/` folder made, and exclusively by [`collect_garbage`].
 
 use std::borrow::Cow;
+use std::collections::HashSet;
 use std::ffi::OsStr;
 use std::fmt::Write as _;
 use std::fs;
@@ -252,12 +261,26 @@ fn object_usable(dir: &OwnedFd, name: &OsStr, was: &Stat) -> bool {
                 .is_ok())
 }
 
-/// An object must still be what its snapshot wrote: a regular file of the recorded size
-/// and mode with the mtime the snapshot gave it (the project file's). Someone editing a
-/// file of an experiment's `code/` in place edits its object: that must not spread into
-/// later snapshots.
+/// An object must still be what its snapshot wrote: a regular file of the recorded size,
+/// with the mtime the snapshot gave it (the project file's) and the project file's mode
+/// without write permission ([`object_mode`]; or with it: copies stored before objects
+/// were read-only). Someone who made a file of an experiment's `code/` writable and
+/// edited it in place edited its object: that must not spread into later snapshots.
 fn object_intact((is_file, obj): (bool, Stat), was: &Stat) -> bool {
-    is_file && obj.size == was.size && obj.mtime == was.mtime && obj.mode == was.mode
+    is_file
+        && obj.size == was.size
+        && obj.mtime == was.mtime
+        && (obj.mode == object_mode(was.mode) || obj.mode == was.mode)
+}
+
+/// The mode of a stored copy (and so of the file in `code/`, a hard link to it) of a
+/// project file of mode `mode`: the same without write permission. Stored copies are
+/// shared by every experiment that runs that version of the file; read-only, a job or an
+/// editor writing into a file of `code/` fails at once instead of changing the code of
+/// other experiments (as git's and Nix's stores do; root ignores it, which is why a copy
+/// is still checked when `code/` is made).
+fn object_mode(mode: u32) -> u32 {
+    mode & !0o222
 }
 
 // ---------------------------------------------------------------------------------------
@@ -333,11 +356,22 @@ fn file_line_end(out: &mut String, object: &str, field: &str) {
 /// A file line up to its object: `f SIZE MTIME_S MTIME_NS CTIME_S CTIME_NS INO MODE `.
 /// Two stats are equal exactly when their prefixes are.
 fn stat_prefix(out: &mut String, s: &Stat) {
-    let _ = write!(
-        out,
-        "f {} {} {} {} {} {} {:o} ",
-        s.size, s.mtime.0, s.mtime.1, s.ctime.0, s.ctime.1, s.ino, s.mode
-    );
+    // itoa: `write!` costs more than the `statx` it records, once per file.
+    let mut n = itoa::Buffer::new();
+    out.push_str("f ");
+    out.push_str(n.format(s.size));
+    out.push(' ');
+    out.push_str(n.format(s.mtime.0));
+    out.push(' ');
+    out.push_str(n.format(s.mtime.1));
+    out.push(' ');
+    out.push_str(n.format(s.ctime.0));
+    out.push(' ');
+    out.push_str(n.format(s.ctime.1));
+    out.push(' ');
+    out.push_str(n.format(s.ino));
+    out.push(' ');
+    let _ = write!(out, "{:o} ", s.mode);
 }
 
 /// Parses one index line: the path (relative to the project root) and what it is.
@@ -505,6 +539,8 @@ fn read_index(path: &Path, want_root: Option<&str>) -> io::Result<(Header, Optio
 struct PrevIndex {
     name: String,
     index: PathBuf,
+    /// Who wrote it (the index file's owner).
+    owner: u32,
     started: Started,
     /// The index after its header.
     body: Body,
@@ -523,9 +559,30 @@ struct Prev<'a> {
     files: Vec<(u64, usize)>,
 }
 
+/// A path's hash for [`Prev`]'s lookups: over 8-byte words, each folded in with a 64×64→128
+/// bit multiply whose halves are xored (wyhash's "mum"). Cheap (it runs twice per file,
+/// and SipHash took a tenth of an unchanged capture); a collision only costs one more text
+/// comparison.
 fn path_hash(escaped: &[u8]) -> u64 {
-    use std::hash::{BuildHasher, BuildHasherDefault};
-    BuildHasherDefault::<std::hash::DefaultHasher>::default().hash_one(escaped)
+    const K: u64 = 0x9e37_79b9_7f4a_7c15;
+    let step = |h: u64, word: [u8; 8]| {
+        let m = u128::from(h ^ u64::from_le_bytes(word)) * u128::from(K);
+        (m as u64) ^ ((m >> 64) as u64)
+    };
+    let mut h = (escaped.len() as u64) ^ 0xa076_1d64_78bd_642f;
+    let mut words = escaped.chunks_exact(8);
+    for w in &mut words {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(w);
+        h = step(h, word);
+    }
+    let rest = words.remainder();
+    if !rest.is_empty() {
+        let mut word = [0u8; 8];
+        word[..rest.len()].copy_from_slice(rest);
+        h = step(h, word);
+    }
+    h
 }
 
 impl PrevIndex {
@@ -533,16 +590,20 @@ impl PrevIndex {
     fn parse(&self) -> Result<Prev<'_>, String> {
         let body = &self.body[..];
         let mut files = Vec::with_capacity(body.len() / 80 + 16);
-        let mut at = 0;
-        for (n, line) in body.split(|&b| b == b'\n').enumerate() {
-            let start = at;
-            at += line.len() + 1;
+        // Lines found with memchr (the index is ~85 bytes a file); a `\r` anywhere is
+        // looked for once, not per line.
+        let has_cr = memchr::memchr(b'\r', body).is_some();
+        let mut start = 0;
+        let ends = memchr::memchr_iter(b'\n', body).chain(std::iter::once(body.len()));
+        for (n, end) in ends.enumerate() {
+            let line = &body[start..end];
+            let line_start = std::mem::replace(&mut start, end + 1);
             if line.is_empty() {
                 continue;
             }
             let well_formed = line.len() > 2
                 && matches!(&line[..2], b"f " | b"d " | b"l ")
-                && !line.contains(&b'\r');
+                && !(has_cr && line.contains(&b'\r'));
             if !well_formed {
                 return Err(format!(
                     "line {} is malformed: {:?}",
@@ -551,8 +612,11 @@ impl PrevIndex {
                 ));
             }
             if line[0] == b'f' {
-                let path = line.rsplit(|&b| b == b' ').next().unwrap_or_default();
-                files.push((path_hash(path), start));
+                let path = match memchr::memrchr(b' ', line) {
+                    Some(i) => &line[i + 1..],
+                    None => line,
+                };
+                files.push((path_hash(path), line_start));
             }
         }
         files.sort_unstable();
@@ -614,19 +678,21 @@ fn find_previous(exp_root: &Path, root: &Path, warnings: &mut Vec<String>) -> Op
                     (md.mtime(), md.mtime_nsec()),
                     name.to_string_lossy().into_owned(),
                     index,
+                    md.uid(),
                 ));
             }
         }
     }
     candidates.sort_unstable_by_key(|c| std::cmp::Reverse(c.0));
     let want = escape(root.as_os_str().as_bytes(), true);
-    for (_, name, index) in candidates {
+    for (_, name, index, owner) in candidates {
         match read_index(&index, Some(&want)) {
             Ok((_, None)) => continue,
             Ok((header, Some(body))) => {
                 return Some(PrevIndex {
                     name,
                     index,
+                    owner,
                     started: header.started,
                     body,
                 })
@@ -640,22 +706,69 @@ fn find_previous(exp_root: &Path, root: &Path, warnings: &mut Vec<String>) -> Op
     None
 }
 
+/// The store's list of stored copies found changed or missing when a `code/` folder was
+/// made (`<exp_root>/.herd-store/damaged`, one object name per line): a snapshot never
+/// reuses them.
+const DAMAGED_FILE: &str = "damaged";
+
+fn damaged_path(objects: &Path) -> PathBuf {
+    objects.with_file_name(DAMAGED_FILE)
+}
+
+/// The store's list of damaged copies (empty when there is none). Lines that are no object
+/// name (a write cut short) are left out.
+fn read_damaged(objects: &Path) -> io::Result<HashSet<Box<[u8]>>> {
+    let path = damaged_path(objects);
+    let bytes = match fs::read(&path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(HashSet::new()),
+        Err(e) => return Err(e),
+    };
+    Ok(bytes
+        .split(|&b| b == b'\n')
+        .filter(|l| std::str::from_utf8(l).is_ok_and(valid_object))
+        .map(Box::from)
+        .collect())
+}
+
+/// Adds `object` to the store's list of damaged copies: one `O_APPEND` write of one line.
+/// The list gets the objects folder's permissions for reading and writing (a store
+/// shared by a group, a list the group can add to).
+fn record_damaged(objects: &Path, object: &str) -> io::Result<()> {
+    use std::io::Write as _;
+    use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _, PermissionsExt as _};
+    let path = damaged_path(objects);
+    let mode = fs::metadata(objects)?.permissions().mode() & 0o666;
+    let mut file = fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(mode)
+        .open(&path)?;
+    let md = file.metadata()?;
+    if md.len() == 0 && md.uid() == euid() {
+        let _ = file.set_permissions(fs::Permissions::from_mode(mode));
+    }
+    file.write_all(format!("{object}\n").as_bytes())
+}
+
 // ---------------------------------------------------------------------------------------
 // Capture.
 
-/// The objects one snapshot writes: `<objects>/<token>/`. Removed again (with the store,
-/// if it is then empty) when dropped, unless [`NewObjects::keep`] was called: a failed
-/// experiment leaves nothing behind in the store either.
+/// The objects one snapshot writes: `<objects>/<token>/<thread>/<n>`, the folder made when
+/// the first file is copied (a snapshot of an unchanged project makes none: creating a
+/// folder can cost more than the rest of such a snapshot, ext4 looking for a free inode
+/// after many deletions). Removed again (with the store, if it is then empty) when
+/// dropped, unless [`NewObjects::keep`] was called: a failed experiment leaves nothing
+/// behind in the store either.
 pub(crate) struct NewObjects {
     objects: PathBuf,
-    token: String,
-    dir: PathBuf,
-    fd: OwnedFd,
+    /// `<token>` and its folder, open, once made.
+    dir: Mutex<Option<(String, OwnedFd)>>,
     kept: bool,
     /// A shared lock on the objects folder, held until the experiment is in place (or
     /// given up): [`collect_garbage`] takes it exclusively, so it never removes an object
     /// a snapshot is reusing before that snapshot's index is where it looks.
-    _lock: OwnedFd,
+    lock: OwnedFd,
 }
 
 /// The store's shared lock (see [`NewObjects`]), for making a `code/` folder: while it is
@@ -717,67 +830,97 @@ fn lock_objects(objects: &Path, exclusive: bool) -> io::Result<Option<OwnedFd>> 
 }
 
 impl NewObjects {
-    /// Creates `<exp_root>/.herd-store/objects/<token>/` for a new snapshot.
+    /// Makes the store where missing and takes its shared lock; no folder for the new
+    /// objects yet ([`NewObjects::thread_dir`]).
     pub(crate) fn create(exp_root: &Path) -> Result<NewObjects, Error> {
         let objects = objects_dir(exp_root);
-        let (secs, nanos) = now();
-        let pid = std::process::id();
-        for attempt in 0u32..100 {
-            let token = format!("{secs:x}{nanos:08x}-{pid:x}-{attempt}");
-            let dir = objects.join(&token);
+        for _ in 0..100 {
             // Made again each time: a failed snapshot removes the store when it was empty.
             make_store(exp_root, &objects)
                 .map_err(|e| io_error("cannot create the snapshot store", &objects, e))?;
-            let Some(lock) =
+            if let Some(lock) =
                 lock_objects(&objects, false).map_err(|e| io_error("cannot lock", &objects, e))?
-            else {
-                continue;
-            };
-            match fs::create_dir(&dir) {
-                Ok(()) => {
-                    let fd = open_dir(&dir).map_err(|e| io_error("cannot open", &dir, e))?;
-                    return Ok(NewObjects {
-                        objects,
-                        token,
-                        dir,
-                        fd,
-                        kept: false,
-                        _lock: lock,
-                    });
-                }
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::AlreadyExists | io::ErrorKind::NotFound
-                    ) =>
-                {
-                    continue
-                }
-                Err(e) => return Err(io_error("cannot create folder", &dir, e)),
+            {
+                return Ok(NewObjects {
+                    objects,
+                    dir: Mutex::new(None),
+                    kept: false,
+                    lock,
+                });
             }
         }
         Err(io_error(
-            "cannot create folder",
+            "cannot lock",
             &objects,
-            io::Error::other("no folder for new snapshot objects could be made in 100 tries"),
+            io::Error::other("it was removed again each time it was made (100 tries)"),
         ))
     }
 
-    /// Keeps the objects (the experiment that uses them is in place). A snapshot that
-    /// copied nothing leaves no folder behind.
+    /// Makes the folder `<token>/<thread>` for one walking thread's new objects (and
+    /// `<token>` with the first): the token, and the folder, open.
+    fn thread_dir(&self, thread: usize) -> Result<(String, OwnedFd), Error> {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let mut dir = self.dir.lock().unwrap_or_else(|e| e.into_inner());
+        if dir.is_none() {
+            let (secs, nanos) = now();
+            let pid = std::process::id();
+            for _ in 0u32..100 {
+                let n = NEXT.fetch_add(1, Ordering::Relaxed);
+                let token = format!("{secs:x}{nanos:08x}-{pid:x}-{n}");
+                let path = self.objects.join(&token);
+                match fs::create_dir(&path) {
+                    Ok(()) => {
+                        let fd = open_dir(&path).map_err(|e| io_error("cannot open", &path, e))?;
+                        *dir = Some((token, fd));
+                        break;
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+                    Err(e) => return Err(io_error("cannot create folder", &path, e)),
+                }
+            }
+        }
+        let Some((token, fd)) = dir.as_ref() else {
+            return Err(io_error(
+                "cannot create folder",
+                &self.objects,
+                io::Error::other("no folder for new snapshot objects could be made in 100 tries"),
+            ));
+        };
+        let t = thread.to_string();
+        let path = self.objects.join(token).join(&t);
+        rustix::fs::mkdirat(fd, t.as_str(), Mode::from_raw_mode(0o777))
+            .map_err(|e| io_error("cannot create folder", &path, e.into()))?;
+        let out = open_dir(&path).map_err(|e| io_error("cannot open", &path, e))?;
+        Ok((token.clone(), out))
+    }
+
+    /// The folder of this snapshot's objects, if it made one.
+    fn made(&self) -> Option<PathBuf> {
+        let dir = self.dir.lock().unwrap_or_else(|e| e.into_inner());
+        dir.as_ref().map(|(token, _)| self.objects.join(token))
+    }
+
+    /// Keeps the objects (the experiment that uses them is in place).
     pub(crate) fn keep(mut self) {
         self.kept = true;
-        let _ = fs::remove_dir(&self.dir);
     }
 }
 
 impl Drop for NewObjects {
     fn drop(&mut self) {
         if !self.kept {
-            let _ = fs::remove_dir_all(&self.dir);
-            let _ = fs::remove_dir(&self.objects);
-            if let Some(store) = self.objects.parent() {
-                let _ = fs::remove_dir(store);
+            if let Some(dir) = self.made() {
+                let _ = fs::remove_dir_all(dir);
+            }
+            // An empty store goes too, unless another snapshot holds it: that one may
+            // make its folder in it later (it holds the shared lock, so the exclusive one
+            // is refused).
+            let op = rustix::fs::FlockOperation::NonBlockingLockExclusive;
+            if rustix::fs::flock(&self.lock, op).is_ok() {
+                let _ = fs::remove_dir(&self.objects);
+                if let Some(store) = self.objects.parent() {
+                    let _ = fs::remove_dir(store);
+                }
             }
         }
     }
@@ -808,6 +951,11 @@ pub(crate) struct Prepared {
     overrides: Override,
     threads: usize,
     prev: Option<PrevIndex>,
+    /// Check each reused stored copy now ([`object_usable`]); otherwise only the store's
+    /// list of damaged copies is consulted and making `code/` checks each copy.
+    verify_objects: bool,
+    /// The store's list of damaged copies ([`read_damaged`]).
+    damaged: HashSet<Box<[u8]>>,
     warnings: Vec<String>,
 }
 
@@ -835,6 +983,25 @@ pub(crate) fn prepare(
     } else {
         None
     };
+    let damaged = prev.as_ref().map(|_| read_damaged(&objects_dir(exp_root)));
+    // The stored copies this user's previous snapshot names are trusted as written
+    // (read-only, write-once) when `code/` is made later: that checks every copy anyway,
+    // and one it finds changed goes on the damaged list. Another user's may be unreadable
+    // here, and `code/` made at once must not fail on a changed one: checked now.
+    let verify_objects = opts.materialize
+        || prev.as_ref().is_some_and(|p| p.owner != euid())
+        || matches!(damaged, Some(Err(_)));
+    let damaged = match damaged {
+        Some(Ok(set)) => set,
+        Some(Err(e)) => {
+            warnings.push(format!(
+                "cannot read {}: {e}; every stored copy reused was checked instead",
+                damaged_path(&objects_dir(exp_root)).display()
+            ));
+            HashSet::new()
+        }
+        None => HashSet::new(),
+    };
     Ok(Prepared {
         root: root.to_owned(),
         exp_root: exp_root.to_owned(),
@@ -842,6 +1009,8 @@ pub(crate) fn prepare(
         overrides,
         threads,
         prev,
+        verify_objects,
+        damaged,
         warnings,
     })
 }
@@ -910,8 +1079,13 @@ impl Prepared {
             .follow_links(false)
             .overrides(self.overrides.clone())
             .threads(self.threads)
+            // Compared as bytes: `Path`'s `==` and `file_name` parse components, per entry.
             .filter_entry(move |e| {
-                e.file_name() != ".git" && exclude_dir.as_deref() != Some(e.path())
+                let path = e.path().as_os_str().as_bytes();
+                !path.ends_with(b"/.git")
+                    && exclude_dir
+                        .as_deref()
+                        .is_none_or(|x| x.as_os_str().as_bytes() != path)
             });
         let mut head = String::new();
         let _ = writeln!(head, "{INDEX_MAGIC}");
@@ -932,6 +1106,8 @@ impl Prepared {
             objects_path: &objects_path,
             new,
             prev: prev.as_ref(),
+            verify_objects: self.verify_objects,
+            damaged: &self.damaged,
             next_thread: AtomicUsize::new(0),
             index: Mutex::new(file),
             index_path: index,
@@ -991,6 +1167,9 @@ struct Job<'a> {
     objects_path: &'a Path,
     new: &'a NewObjects,
     prev: Option<&'a Prev<'a>>,
+    /// See [`Prepared::verify_objects`].
+    verify_objects: bool,
+    damaged: &'a HashSet<Box<[u8]>>,
     next_thread: AtomicUsize,
     /// The new index, its header written; the threads append their lines in chunks.
     index: Mutex<fs::File>,
@@ -1049,8 +1228,9 @@ struct OpenDir {
 struct Visitor<'a> {
     job: &'a Job<'a>,
     thread: usize,
-    /// This thread's folder of new objects, `<token>/<thread>`, once it copied a file.
-    out: Option<OwnedFd>,
+    /// The new objects' token and this thread's folder of them, `<token>/<thread>`, once
+    /// it copied a file.
+    out: Option<(String, OwnedFd)>,
     next_object: u64,
     part: Part,
     dirs: Vec<OpenDir>,
@@ -1237,7 +1417,8 @@ impl Visitor<'_> {
             ));
         }
         let rel_bytes = rel.as_os_str().as_bytes();
-        // Reused when unchanged and its object is intact; anything else is copied.
+        // Reused when unchanged and its object is not known to be damaged (checked now
+        // when `verify_objects`); anything else is copied.
         let mut prefix = std::mem::take(&mut self.prefix);
         prefix.clear();
         stat_prefix(&mut prefix, &stat);
@@ -1246,8 +1427,13 @@ impl Visitor<'_> {
             .prev
             .and_then(|prev| prev.unchanged(key.as_bytes(), prefix.as_bytes(), &stat))
         {
-            Some(object) => self.object_usable(object, &stat).then_some(object),
-            None => None,
+            Some(object)
+                if (job.damaged.is_empty() || !job.damaged.contains(object.as_bytes()))
+                    && (!job.verify_objects || self.object_usable(object, &stat)) =>
+            {
+                Some(object)
+            }
+            _ => None,
         };
         let report = &mut self.part.report;
         report.files += 1;
@@ -1268,20 +1454,13 @@ impl Visitor<'_> {
             Mode::empty(),
         )
         .map_err(|e| io_error("cannot read", path, e.into()))?;
-        if self.out.is_none() {
-            let t = self.thread.to_string();
-            let dir = job.new.dir.join(&t);
-            rustix::fs::mkdirat(&job.new.fd, t.as_str(), Mode::from_raw_mode(0o777))
-                .map_err(|e| io_error("cannot create folder", &dir, e.into()))?;
-            self.out = Some(open_dir(&dir).map_err(|e| io_error("cannot open", &dir, e))?);
-        }
+        let (token, out) = match self.out {
+            Some(ref made) => made,
+            None => self.out.insert(job.new.thread_dir(self.thread)?),
+        };
         let n = self.next_object;
         self.next_object += 1;
-        let object = format!("{}/{}/{n}", job.new.token, self.thread);
-        let out = self
-            .out
-            .as_ref()
-            .ok_or_else(|| io_error("cannot open", &job.new.dir, io::Error::other("no folder")))?;
+        let object = format!("{token}/{}/{n}", self.thread);
         let copied = copy_object(src, out, OsStr::new(&n.to_string()), &stat)
             .map_err(|e| io_error("cannot copy", path, e))?;
         let report = &mut self.part.report;
@@ -1311,18 +1490,21 @@ fn umask() -> Option<u32> {
 }
 
 /// Copies at most `stat.size` bytes of the open file `src` into a new file `name` of the
-/// folder `dir`, with the mode and mtime of `stat`; the bytes copied (fewer when the file
-/// shrank meanwhile: the index records what was copied).
+/// folder `dir`, with the mtime of `stat` and its mode made read-only ([`object_mode`]);
+/// the bytes copied (fewer when the file shrank meanwhile: the index records what was
+/// copied).
 fn copy_object(src: OwnedFd, dir: &OwnedFd, name: &OsStr, stat: &Stat) -> io::Result<u64> {
     use rustix::io::Errno;
+    let mode = object_mode(stat.mode);
     // Created with its final mode when the umask leaves that mode alone (nearly always),
-    // so no `fchmod` is needed.
-    let plain = stat.mode & 0o7000 == 0 && umask().is_some_and(|m| stat.mode & m == 0);
+    // so no `fchmod` is needed (a new file is written through the descriptor that created
+    // it whatever its mode).
+    let plain = mode & 0o7000 == 0 && umask().is_some_and(|m| mode & m == 0);
     let dst = rustix::fs::openat(
         dir,
         name,
         OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC,
-        Mode::from_raw_mode(if plain { stat.mode } else { 0o600 }),
+        Mode::from_raw_mode(if plain { mode } else { 0o600 }),
     )?;
     // copy_file_range for the known size: no bytes through user space, reflinks where the
     // file system can, and no extra call to find the end. Another file system than the
@@ -1355,7 +1537,7 @@ fn copy_object(src: OwnedFd, dir: &OwnedFd, name: &OsStr, stat: &Stat) -> io::Re
         copied = io::copy(&mut src, &mut dst)?;
     }
     if !plain {
-        rustix::fs::fchmod(&dst, Mode::from_raw_mode(stat.mode))?;
+        rustix::fs::fchmod(&dst, Mode::from_raw_mode(mode))?;
     }
     set_mtime(&dst, stat.mtime)?;
     Ok(copied)
@@ -1549,7 +1731,44 @@ pub fn collect_garbage(exp_root: &Path) -> Result<GarbageReport, Error> {
         }
         let _ = fs::remove_dir(&token_path);
     }
+    prune_damaged(&objects)?;
     Ok(report)
+}
+
+/// Drops the copies that are gone from the store's list of damaged copies (under the
+/// store's exclusive lock: nobody adds to it meanwhile).
+fn prune_damaged(objects: &Path) -> Result<(), Error> {
+    let path = damaged_path(objects);
+    let listed = read_damaged(objects).map_err(|e| io_error("cannot read", &path, e))?;
+    let kept: Vec<&[u8]> = listed
+        .iter()
+        .map(|o| &o[..])
+        .filter(|o| fs::symlink_metadata(objects.join(OsStr::from_bytes(o))).is_ok())
+        .collect();
+    if kept.len() == listed.len() {
+        return Ok(());
+    }
+    let result = if kept.is_empty() {
+        fs::remove_file(&path)
+    } else {
+        let mut text = Vec::new();
+        for o in kept {
+            text.extend_from_slice(o);
+            text.push(b'\n');
+        }
+        let tmp = path.with_file_name(".damaged.new");
+        fs::metadata(&path).and_then(|md| {
+            fs::write(&tmp, text)?;
+            fs::set_permissions(&tmp, md.permissions())?;
+            fs::rename(&tmp, &path)
+        })
+    };
+    match result {
+        Ok(()) => Ok(()),
+        // Another user's list, in a store only they may change.
+        Err(e) if e.kind() == io::ErrorKind::PermissionDenied => Ok(()),
+        Err(e) => Err(io_error("cannot rewrite", &path, e)),
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1610,8 +1829,14 @@ pub(crate) fn materialize(
                 let intact = stat_at(&objects_fd, obj, || objects.join(object))
                     .is_ok_and(|found| object_intact(found, stat));
                 if !intact {
+                    // Never reused again. The list is kept by whoever may write it; this
+                    // error is what matters.
+                    let listed = match record_damaged(objects, object) {
+                        Ok(()) => "it is now on the store's list of damaged copies, so the next snapshot copies the file afresh".to_owned(),
+                        Err(e) => format!("it could not be put on the store's list of damaged copies ({e})"),
+                    };
                     return Err(damaged(format!(
-                        "the stored copy of {} ({}) is missing or was changed after the snapshot",
+                        "the stored copy of {} ({}) is missing or was changed after the snapshot (someone made a file of an experiment's code/ writable and edited it in place?); {listed}",
                         rel_os.to_string_lossy(),
                         objects.join(object).display()
                     )));
@@ -1694,6 +1919,36 @@ mod tests {
         }
         assert!(parse_line(b"f 1 2 3").is_none());
         assert!(parse_line(b"x a").is_none());
+    }
+
+    #[test]
+    fn a_failed_snapshot_leaves_the_store_to_one_still_running() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let objects = objects_dir(root.path());
+        let a = NewObjects::create(root.path()).expect("a");
+        let b = NewObjects::create(root.path()).expect("b");
+        // Nothing copied yet: no folder of new objects.
+        assert_eq!(fs::read_dir(&objects).expect("objects").count(), 0);
+        drop(a);
+        assert!(
+            objects.is_dir(),
+            "b holds the store: a failing must not remove it"
+        );
+        let (token, _) = b.thread_dir(0).expect("b's first copy");
+        assert!(objects.join(&token).join("0").is_dir());
+        // b fails too: its folder and the empty store go.
+        drop(b);
+        assert!(!root.path().join(STORE_DIR).exists());
+    }
+
+    #[test]
+    fn path_hashes_differ_for_paths_that_differ_in_any_byte() {
+        let paths: Vec<Vec<u8>> = (0..2000)
+            .map(|i| format!("models/layer_{i:04}.py").into_bytes())
+            .chain(["", "a", "a ", "abcdefgh", "abcdefghi", "abcdefgh\0"].map(|s| s.into()))
+            .collect();
+        let hashes: std::collections::HashSet<u64> = paths.iter().map(|p| path_hash(p)).collect();
+        assert_eq!(hashes.len(), paths.len());
     }
 
     #[test]

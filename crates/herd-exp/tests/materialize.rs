@@ -125,7 +125,8 @@ fn a_deferred_snapshot_makes_code_at_materialize_the_same_as_at_once() {
     );
     assert_eq!(
         fs::metadata(code.join("run.sh")).expect("stat").mode() & 0o7777,
-        0o750
+        0o550,
+        "the project's 0750 without write permission"
     );
     // No temporary folder left in the experiment.
     assert_eq!(
@@ -214,26 +215,22 @@ fn a_changed_or_missing_stored_copy_is_refused_and_nothing_is_left() {
     let queued = deferred(exp.path(), "queued", proj.path())
         .create()
         .expect("queued");
-    let index = fs::read_to_string(queued.experiment.dir().join("snapshot.idx")).expect("index");
-    let object = index
-        .lines()
-        .find(|l| l.starts_with("f ") && l.ends_with(" models/net.py"))
-        .and_then(|l| l.split(' ').nth(8))
-        .expect("an entry for models/net.py")
-        .to_owned();
+    let object = object_of(queued.experiment.dir(), "models/net.py");
     let stored = exp.path().join(".herd-store/objects").join(&object);
     assert_eq!(
         fs::read_to_string(&stored).expect("stored copy"),
         "class Net: pass\n"
     );
 
-    // Changed in place (same size): the mtime gives it away.
-    fs::write(&stored, "class Bad: pass\n").expect("tamper");
+    // Made writable and changed in place (same size): the mtime gives it away.
+    tamper(&stored, "class Bad: pass\n");
     let err = queued.experiment.materialize().expect_err("changed copy");
     assert!(matches!(err, Error::SnapshotDamaged { .. }), "{err:?}");
     let msg = err.to_string();
     assert!(
-        msg.contains("models/net.py") && msg.contains("changed after the snapshot"),
+        msg.contains("models/net.py")
+            && msg.contains("changed after the snapshot")
+            && msg.contains("list of damaged copies"),
         "{msg}"
     );
     assert_eq!(
@@ -241,13 +238,15 @@ fn a_changed_or_missing_stored_copy_is_refused_and_nothing_is_left() {
         ["logs", "manifest.json", "snapshot.idx"],
         "no code/ and no temporary folder after a refused materialize"
     );
+    assert_eq!(damaged_list(exp.path()), [object.as_str()]);
 
     // Missing.
     fs::remove_file(&stored).expect("rm");
     let err = queued.experiment.materialize().expect_err("missing copy");
     assert!(err.to_string().contains("models/net.py"), "{err}");
 
-    // A later snapshot of the same project does not reuse the damaged copy.
+    // A later snapshot of the same project does not reuse the damaged copy, made at once
+    // (it checks every copy it reuses) or later (it does not, but the copy is listed).
     settle();
     let again = request(exp.path(), "again", proj.path())
         .create()
@@ -256,6 +255,116 @@ fn a_changed_or_missing_stored_copy_is_refused_and_nothing_is_left() {
         fs::read_to_string(again.experiment.code_dir().join("models/net.py")).expect("read"),
         "class Net: pass\n"
     );
+    let later = deferred(exp.path(), "later", proj.path())
+        .create()
+        .expect("later");
+    assert_eq!(later.snapshot.linked_from.as_deref(), Some("again"));
+    assert_eq!((later.snapshot.linked, later.snapshot.copied), (5, 0));
+    later
+        .experiment
+        .materialize()
+        .expect("materialize")
+        .expect("made");
+}
+
+/// The store's list of damaged copies, sorted.
+fn damaged_list(exp_root: &Path) -> Vec<String> {
+    let mut v: Vec<String> = fs::read_to_string(exp_root.join(".herd-store/damaged"))
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    v.sort();
+    v.dedup();
+    v
+}
+
+/// What someone does who edits a file of some experiment's `code/` in place: make it
+/// writable (it is read-only), write.
+fn tamper(path: &Path, text: &str) {
+    let mode = fs::metadata(path).expect("stat").permissions().mode();
+    fs::set_permissions(path, fs::Permissions::from_mode(mode | 0o200)).expect("chmod");
+    fs::write(path, text).expect("tamper");
+}
+
+/// The stored copy of `rel` in the experiment's index.
+fn object_of(exp_dir: &Path, rel: &str) -> String {
+    let index = fs::read_to_string(exp_dir.join("snapshot.idx")).expect("index");
+    index
+        .lines()
+        .find(|l| l.starts_with("f ") && l.ends_with(&format!(" {rel}")))
+        .and_then(|l| l.split(' ').nth(8))
+        .unwrap_or_else(|| panic!("an entry for {rel}"))
+        .to_owned()
+}
+
+#[test]
+fn a_queued_job_trusts_this_users_stored_copies_and_a_damaged_one_is_found_when_it_starts() {
+    let proj = project();
+    settle();
+    let exp = TempDir::new().expect("tempdir");
+    let first = deferred(exp.path(), "first", proj.path())
+        .create()
+        .expect("first");
+    first
+        .experiment
+        .materialize()
+        .expect("materialize")
+        .expect("made");
+    // The first job's code/ is read-only: whoever edits models/net.py there in place
+    // makes it writable first, and so edits the stored copy every experiment shares.
+    let code_net = first.experiment.code_dir().join("models/net.py");
+    assert_eq!(fs::metadata(&code_net).expect("stat").mode() & 0o222, 0);
+    tamper(&code_net, "class Bad: pass\n");
+    let object = object_of(first.experiment.dir(), "models/net.py");
+
+    // Submitting again: the project is unchanged, and its stored copies, written and
+    // kept read-only by this user, are reused without a look (one `statx` per project
+    // file, none per stored copy).
+    let second = deferred(exp.path(), "second", proj.path())
+        .create()
+        .expect("second");
+    assert_eq!(
+        (second.snapshot.linked, second.snapshot.copied),
+        (5, 0),
+        "{:?}",
+        second.snapshot
+    );
+    assert_eq!(object_of(second.experiment.dir(), "models/net.py"), object);
+
+    // The job's start checks each copy: it refuses to run edited code, names the file,
+    // and lists the copy as damaged.
+    let err = second.experiment.materialize().expect_err("damaged copy");
+    assert!(matches!(err, Error::SnapshotDamaged { .. }), "{err:?}");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("models/net.py") && msg.contains("submit the job again"),
+        "{msg}"
+    );
+    assert!(!second.experiment.code_dir().exists());
+    assert_eq!(damaged_list(exp.path()), [object.as_str()]);
+
+    // Submitting again copies that file afresh, from the project; the rest is reused.
+    let third = deferred(exp.path(), "third", proj.path())
+        .create()
+        .expect("third");
+    assert_eq!((third.snapshot.linked, third.snapshot.copied), (4, 1));
+    third
+        .experiment
+        .materialize()
+        .expect("materialize")
+        .expect("made");
+    assert_eq!(
+        fs::read_to_string(third.experiment.code_dir().join("models/net.py")).expect("read"),
+        "class Net: pass\n"
+    );
+
+    // Once no experiment uses the damaged copy, gc removes it and its line in the list.
+    fs::remove_dir_all(first.experiment.dir()).expect("rm first");
+    fs::remove_dir_all(second.experiment.dir()).expect("rm second");
+    let r = herd_exp::collect_garbage(exp.path()).expect("gc");
+    assert_eq!(r.objects_removed, 1, "{r:?}");
+    assert!(!exp.path().join(".herd-store/damaged").exists());
 }
 
 #[test]
@@ -527,7 +636,7 @@ fn another_users_stored_copies_are_copied_into_code_and_left_to_their_gc() {
     let (ca, cb) = (a.experiment.code_dir(), root.join("b/code"));
     let mut want = contents(&ca);
     let run_sh = want.get_mut("run.sh").expect("run.sh");
-    *run_sh = run_sh.replacen("file 750", "file 755", 1);
+    *run_sh = run_sh.replacen("file 550", "file 555", 1);
     assert_eq!(
         want,
         contents(&cb),
@@ -553,4 +662,69 @@ fn another_users_stored_copies_are_copied_into_code_and_left_to_their_gc() {
         (5, 0),
         "{r:?}"
     );
+}
+
+#[test]
+fn code_files_are_read_only_so_a_job_cannot_change_another_experiments_code() {
+    const NAME: &str = "code_files_are_read_only_so_a_job_cannot_change_another_experiments_code";
+    if std::env::var_os("HERD_TEST_AS_NOBODY").is_some() {
+        // A user without root's powers, whose experiments share stored copies.
+        let var = |k: &str| std::path::PathBuf::from(std::env::var_os(k).expect(k));
+        let (root, proj) = (var("T_ROOT"), var("T_PROJ"));
+        let first = deferred(&root, "first", &proj).create().expect("first");
+        let second = deferred(&root, "second", &proj).create().expect("second");
+        assert_eq!(second.snapshot.copied, 0, "{:?}", second.snapshot);
+        for exp in [&first.experiment, &second.experiment] {
+            exp.materialize().expect("materialize").expect("made");
+        }
+        let (c1, c2) = (first.experiment.code_dir(), second.experiment.code_dir());
+        assert_eq!(ino(&c1.join("train.py")), ino(&c2.join("train.py")));
+
+        // The first job writes into a file of its code/ in place: refused.
+        let err = fs::OpenOptions::new()
+            .write(true)
+            .open(c1.join("train.py"))
+            .expect_err("code/ files are read-only");
+        assert_eq!(err.kind(), std::io::ErrorKind::PermissionDenied, "{err}");
+        // Replacing a file (a new file renamed over it, as `sed -i` does) changes only
+        // that experiment's code/.
+        fs::write(c1.join(".train.py.new"), "print('replaced')\n").expect("write");
+        fs::rename(c1.join(".train.py.new"), c1.join("train.py")).expect("rename");
+        assert_eq!(
+            fs::read_to_string(c2.join("train.py")).expect("read"),
+            "print('train')\n"
+        );
+        // And the stored copy is intact: the second's code is made again the same.
+        fs::remove_dir_all(&c2).expect("rm code");
+        second
+            .experiment
+            .materialize()
+            .expect("materialize")
+            .expect("made");
+        assert_eq!(
+            fs::read_to_string(c2.join("train.py")).expect("read"),
+            "print('train')\n"
+        );
+        return;
+    }
+    // Switching users needs root; CI runs the tests as root.
+    assert_eq!(
+        fs::metadata("/proc/self").expect("/proc/self").uid(),
+        0,
+        "this test runs part of itself as user nobody with setpriv, which needs root"
+    );
+    let proj = project();
+    fs::set_permissions(proj.path(), fs::Permissions::from_mode(0o755)).expect("chmod");
+    fs::set_permissions(
+        proj.path().join("run.sh"),
+        fs::Permissions::from_mode(0o755),
+    )
+    .expect("chmod");
+    settle();
+    let parent = TempDir::new().expect("tempdir");
+    fs::set_permissions(parent.path(), fs::Permissions::from_mode(0o755)).expect("chmod");
+    let root = parent.path().join("nobodys");
+    fs::create_dir(&root).expect("mkdir");
+    std::os::unix::fs::chown(&root, Some(65534), Some(65534)).expect("chown");
+    as_nobody(NAME, &[("T_ROOT", &root), ("T_PROJ", proj.path())]);
 }

@@ -157,7 +157,7 @@ fn symlinks_are_kept_as_symlinks() {
 }
 
 #[test]
-fn modes_and_mtimes_are_kept_special_files_skipped() {
+fn modes_less_write_permission_and_mtimes_are_kept_special_files_skipped() {
     let proj = TempDir::new().expect("tempdir");
     let p = proj.path();
     write(p, "run.sh", "#!/bin/sh\necho hi\n");
@@ -177,11 +177,12 @@ fn modes_and_mtimes_are_kept_special_files_skipped() {
     let exp = TempDir::new().expect("tempdir");
     let created = request(exp.path(), "run", p).create().expect("create");
     let code = created.experiment.code_dir();
+    // Read-only: the files are shared with every experiment that runs the same version.
     for (rel, want) in [
-        ("run.sh", 0o755),
-        ("private.cfg", 0o600),
-        ("group.txt", 0o640),
-        ("bin/tool", 0o750),
+        ("run.sh", 0o555),
+        ("private.cfg", 0o400),
+        ("group.txt", 0o440),
+        ("bin/tool", 0o550),
     ] {
         assert_eq!(mode(&code.join(rel)), want, "{rel}");
         let (src, dst) = (
@@ -223,7 +224,9 @@ fn second_snapshot_links_unchanged_files_and_copies_changed_ones() {
     chmod(p, "chmod.sh", 0o755);
     fs::remove_file(p.join("deleted.py")).expect("rm");
     write(p, "new.py", "new\n");
-    // Someone edits the first snapshot in place: it must not spread to the second.
+    // Someone makes a file of the first snapshot writable and edits it in place: it must
+    // not spread to the second.
+    chmod(&c1, "tampered.py", 0o644);
     fs::write(c1.join("tampered.py"), "tampered\n").expect("write");
     let second = request(exp.path(), "two", p).create().expect("second");
     let c2 = second.experiment.code_dir();
@@ -246,7 +249,7 @@ fn second_snapshot_links_unchanged_files_and_copies_changed_ones() {
         fs::read_to_string(c2.join("tampered.py")).expect("read"),
         "original\n"
     );
-    assert_eq!(mode(&c2.join("chmod.sh")), 0o755);
+    assert_eq!(mode(&c2.join("chmod.sh")), 0o555);
     assert_eq!(
         mode(&c1.join("chmod.sh")) & 0o111,
         0,
