@@ -1633,11 +1633,10 @@ pub fn collect_garbage(exp_root: &Path) -> Result<GarbageReport, Error> {
     else {
         return Ok(report);
     };
-    let entries = fs::read_dir(exp_root).map_err(|e| io_error("cannot read", exp_root, e))?;
-    let mut live = std::collections::HashSet::new();
+    let mut live = HashSet::new();
     let mut stale = Vec::new();
-    for entry in entries {
-        let entry = entry.map_err(|e| io_error("cannot read", exp_root, e))?;
+    for entry in entries(exp_root)? {
+        let entry = entry?;
         let name = entry.file_name();
         let name = name.as_bytes();
         if name.starts_with(b".herd-new-") {
@@ -1683,24 +1682,20 @@ pub fn collect_garbage(exp_root: &Path) -> Result<GarbageReport, Error> {
         fs::remove_dir_all(&dir).map_err(|e| io_error("cannot remove", &dir, e))?;
         report.stale_folders_removed += 1;
     }
-    for token in fs::read_dir(&objects).map_err(|e| io_error("cannot read", &objects, e))? {
-        let token = token.map_err(|e| io_error("cannot read", &objects, e))?;
+    for token in entries(&objects)? {
+        let token = token?;
         let token_path = token.path();
         if !token.file_type().is_ok_and(|t| t.is_dir()) {
             continue;
         }
-        for thread in
-            fs::read_dir(&token_path).map_err(|e| io_error("cannot read", &token_path, e))?
-        {
-            let thread = thread.map_err(|e| io_error("cannot read", &token_path, e))?;
+        for thread in entries(&token_path)? {
+            let thread = thread?;
             let thread_path = thread.path();
             if !thread.file_type().is_ok_and(|t| t.is_dir()) {
                 continue;
             }
-            for object in
-                fs::read_dir(&thread_path).map_err(|e| io_error("cannot read", &thread_path, e))?
-            {
-                let object = object.map_err(|e| io_error("cannot read", &thread_path, e))?;
+            for object in entries(&thread_path)? {
+                let object = object?;
                 let mut id = token.file_name().as_bytes().to_vec();
                 id.push(b'/');
                 id.extend_from_slice(thread.file_name().as_bytes());
@@ -1733,6 +1728,12 @@ pub fn collect_garbage(exp_root: &Path) -> Result<GarbageReport, Error> {
     }
     prune_damaged(&objects)?;
     Ok(report)
+}
+
+/// The entries of the folder `path`; every error names it.
+fn entries(path: &Path) -> Result<impl Iterator<Item = Result<fs::DirEntry, Error>> + '_, Error> {
+    let read = fs::read_dir(path).map_err(|e| io_error("cannot read", path, e))?;
+    Ok(read.map(move |e| e.map_err(|e| io_error("cannot read", path, e))))
 }
 
 /// Drops the copies that are gone from the store's list of damaged copies (under the

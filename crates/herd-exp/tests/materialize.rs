@@ -9,7 +9,7 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 
 use common::{ino, names, request, settle, write};
-use herd_exp::{Error, NewExperiment};
+use herd_exp::{Created, Error, NewExperiment};
 use tempfile::TempDir;
 
 /// Per path: kind, and for files mode, mtime and contents; for symlinks the target. What
@@ -78,6 +78,17 @@ fn deferred(exp_root: &Path, name: &str, project: &Path) -> NewExperiment {
     let mut req = request(exp_root, name, project);
     req.snapshot.materialize = false;
     req
+}
+
+/// A queued experiment ("queued") of [`project`] in a new experiment root: the project,
+/// the root, and what was created.
+fn queued() -> (TempDir, TempDir, Created) {
+    let proj = project();
+    let exp = TempDir::new().expect("tempdir");
+    let queued = deferred(exp.path(), "queued", proj.path())
+        .create()
+        .expect("queued");
+    (proj, exp, queued)
 }
 
 /// The objects folders of the store: one per snapshot that copied something.
@@ -210,11 +221,7 @@ fn a_queued_experiment_survives_deleting_the_one_it_reuses() {
 
 #[test]
 fn a_changed_or_missing_stored_copy_is_refused_and_nothing_is_left() {
-    let proj = project();
-    let exp = TempDir::new().expect("tempdir");
-    let queued = deferred(exp.path(), "queued", proj.path())
-        .create()
-        .expect("queued");
+    let (proj, exp, queued) = queued();
     let object = object_of(queued.experiment.dir(), "models/net.py");
     let stored = exp.path().join(".herd-store/objects").join(&object);
     assert_eq!(
@@ -369,11 +376,7 @@ fn a_queued_job_trusts_this_users_stored_copies_and_a_damaged_one_is_found_when_
 
 #[test]
 fn an_index_that_points_outside_code_is_refused() {
-    let proj = project();
-    let exp = TempDir::new().expect("tempdir");
-    let queued = deferred(exp.path(), "queued", proj.path())
-        .create()
-        .expect("queued");
+    let (_proj, exp, queued) = queued();
     let path = queued.experiment.dir().join("snapshot.idx");
     let index = fs::read_to_string(&path).expect("index");
     fs::write(&path, format!("{index}d ../escaped\n")).expect("write");
@@ -385,11 +388,7 @@ fn an_index_that_points_outside_code_is_refused() {
 
 #[test]
 fn concurrent_materializes_make_one_code_folder() {
-    let proj = project();
-    let exp = TempDir::new().expect("tempdir");
-    let queued = deferred(exp.path(), "queued", proj.path())
-        .create()
-        .expect("queued");
+    let (_proj, _exp, queued) = queued();
     let results: Vec<_> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..4)
             .map(|_| s.spawn(|| queued.experiment.materialize()))

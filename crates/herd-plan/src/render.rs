@@ -8,8 +8,9 @@
 //!
 //! The rendered script is `set -euo pipefail`, exports `HERD_EXP_DIR`, makes the code
 //! folder from the snapshot (`herd materialize`; `herd submit` stores the files and leaves
-//! the folder to the job's start), `cd`s into it, and `exec`s srun, so the job's exit status is srun's and a `B:` signal
-//! (sent to the batch shell) reaches srun, which forwards it to every task.
+//! the folder to the job's start), `cd`s into it, and `exec`s srun, so the job's exit
+//! status is srun's and a `B:` signal (sent to the batch shell) reaches srun, which
+//! forwards it to every task.
 //!
 //! `srun` is given `--cpus-per-task` again: since SLURM 22.05 srun no longer inherits it
 //! from the batch job, and an agent confined to one CPU would squeeze all its workers there.
