@@ -37,8 +37,13 @@ record = {
     "env": {k: env.get(k) for k in keys},
     "seeds": seeds,
 }
-with open(os.path.join(out_dir, f"probe-{attempt}-{rank}.json"), "w") as f:
+# Written whole or not at all (renamed into place): a worker torn down mid-write by a
+# failing peer must not leave half a probe for the test to read.
+final = os.path.join(out_dir, f"probe-{attempt}-{rank}.json")
+tmp = os.path.join(out_dir, f".probe-{attempt}-{rank}.json.{os.getpid()}")
+with open(tmp, "w") as f:
     json.dump(record, f)
+os.replace(tmp, final)
 
 if len(args) >= 2 and args[0] == "--fail-once-rank" and args[1] == rank and attempt == "0":
     print(f"rank {rank} fails on purpose in attempt 0", file=sys.stderr, flush=True)
