@@ -609,11 +609,16 @@ pub fn run_materialize(args: MaterializeArgs) -> Result<ExitStatus, CliError> {
     let exp = herd_exp::Experiment::open_dir(&dir).map_err(|e| CliError::Input(e.to_string()))?;
     match exp.materialize() {
         Ok(Some(r)) => eprintln!(
-            "herd: made {} from the snapshot: {} files, {} folders, {} symlinks in {:.0} ms",
+            "herd: made {} from the snapshot: {} files, {} folders, {} symlinks{} in {:.0} ms",
             exp.code_dir().display(),
             r.files,
             r.dirs,
             r.symlinks,
+            if r.unpacked > 0 {
+                format!(" ({} stored copies unpacked first)", r.unpacked)
+            } else {
+                String::new()
+            },
             r.elapsed.as_secs_f64() * 1e3
         ),
         Ok(None) => eprintln!("herd: {} exists already", exp.code_dir().display()),

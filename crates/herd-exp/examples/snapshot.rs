@@ -95,6 +95,7 @@ fn materialize(dir: &Path) -> ExitCode {
                 serde_json::json!({
                     "files": r.files,
                     "copied": r.copied,
+                    "unpacked": r.unpacked,
                     "symlinks": r.symlinks,
                     "dirs": r.dirs,
                     "materialize_s": r.elapsed.as_secs_f64(),

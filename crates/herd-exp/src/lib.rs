@@ -57,7 +57,10 @@
 //!   bits less write permission (see the store) and their modification time; sockets,
 //!   FIFOs and devices are skipped and listed.
 //! - **The store.** Files are copied into `<exp_root>/.herd-store/objects/` (one copy per
-//!   version of a file) and `code/` is made of hard links to those copies. A file
+//!   version of a file) and `code/` is made of hard links to those copies. A snapshot
+//!   whose `code/` is made later ([`SnapshotOptions::materialize`] `false`) packs its new
+//!   copies, one pack per walking thread; [`Experiment::materialize`] unpacks the packs it
+//!   needs into one file per copy first. A file
 //!   unchanged since the previous snapshot of the same project (same canonical root) under
 //!   the same experiment root, the newest experiment whose `snapshot.idx` names that root,
 //!   is not copied again: the new index names the same stored copy. Unchanged means size,

@@ -6,14 +6,17 @@
 //!   unchanged since the previous snapshot of the same project is not touched at all: its
 //!   entry in the new index names the object the previous snapshot stored it in. Every
 //!   other file is copied into a new object of the experiment root's store
-//!   (`<exp_root>/.herd-store/objects/<snapshot>/<thread>/<n>`). The index (`snapshot.idx`)
-//!   lists every folder, symlink and file with its object. Capturing an unchanged project
-//!   costs one `statx` per file and writes one file, the index; it makes no folder. The
-//!   previous index is mapped, not read, and its lines are compared as text when looked
-//!   up, not parsed.
+//!   (`<exp_root>/.herd-store/objects/<snapshot>/<thread>/<n>`): when `code/` is made
+//!   later, appended to the thread's pack `<snapshot>/<thread>.pack` instead, which the
+//!   first materializing that needs it unpacks into those files (see "Packs" below). The
+//!   index (`snapshot.idx`) lists every folder, symlink and file with its object.
+//!   Capturing an unchanged project costs one `statx` per file and writes one file, the
+//!   index; it makes no folder. The previous index is mapped, not read, and its lines are
+//!   compared as text when looked up, not parsed.
 //! - **Materializing** (at job start, or at once): the `code/` folder is made from the index,
 //!   every file a hard link to its object, in a temporary folder renamed into place. Every
-//!   object is checked on the way (one `statx` each, before its link).
+//!   object is checked on the way (one `statx` each, before its link); one that is missing
+//!   while its pack is there is unpacked first.
 //!
 //! Objects are written once and read-only (the project file's mode without write
 //! permission; `code/` files are links to them, so a job or an editor writing into one in
@@ -56,7 +59,10 @@ use crate::text::{escape, unescape};
 use crate::{io_error, Error, SNAPSHOT_INDEX_FILE};
 
 /// First line of a snapshot index.
-const INDEX_MAGIC: &str = "herd-snapshot-index 2";
+const INDEX_MAGIC: &str = "herd-snapshot-index 3";
+/// First line of the indexes herd wrote before packs: the same lines, every object a file
+/// of its own.
+const INDEX_MAGIC_V2: &str = "herd-snapshot-index 2";
 /// First line of the indexes herd wrote before the store (their `code/` is complete; they
 /// are not reused from).
 const INDEX_MAGIC_V1: &str = "herd-snapshot-index 1";
@@ -98,7 +104,7 @@ pub struct SnapshotOptions {
     /// Make the `code/` folder with the experiment (default `true`). `false` leaves it to
     /// [`crate::Experiment::materialize`], which the batch script runs when the job starts:
     /// `herd submit` does that, so a queued job costs its folder one index file, not one
-    /// link per file.
+    /// link per file, and the files it copies go into a few packs, not one file each.
     pub materialize: bool,
 }
 
@@ -150,6 +156,9 @@ pub struct MaterializeReport {
     pub files: u64,
     /// Files copied from their object because it could not be linked (too many links).
     pub copied: u64,
+    /// Stored copies unpacked from the packs of snapshots taken for a job that starts
+    /// later (`herd submit`'s), their first job to start.
+    pub unpacked: u64,
     /// Symbolic links made.
     pub symlinks: u64,
     /// Folders made (the root not counted).
@@ -468,22 +477,28 @@ impl std::ops::Deref for Body {
 /// a just-written 2 MB index into new memory took 15–50 ms on the VMs herd is tested on,
 /// a fifth of a snapshot of an unchanged project; mapping it, 2–7 ms.)
 fn load_index(path: &Path) -> io::Result<IndexBytes> {
-    let file = fs::File::open(path)?;
+    map_file(&fs::File::open(path)?)
+}
+
+/// The whole of `file`, mapped where possible (see [`load_index`]).
+fn map_file(file: &fs::File) -> io::Result<IndexBytes> {
     let len = file.metadata()?.len();
     if len > 0 {
         // SAFETY: a mapping is undefined behaviour if the file changes while it is mapped.
-        // herd creates an index with `create_new`, writes it once and never writes it
-        // again, and keeps it mapped only while it takes or makes one snapshot; only
-        // someone editing an experiment's `snapshot.idx` by hand at that moment could
-        // break it (git maps its index on the same terms).
+        // herd creates an index (or a pack) with `create_new`, writes it once and never
+        // writes it again (a pack is read-only too), and keeps it mapped only while it
+        // takes or makes one snapshot; only someone editing an experiment's
+        // `snapshot.idx` by hand at that moment could break it (git maps its index and
+        // packs on the same terms).
         #[allow(unsafe_code)]
-        let mapped = unsafe { memmap2::Mmap::map(&file) };
+        let mapped = unsafe { memmap2::Mmap::map(file) };
         if let Ok(m) = mapped {
             return Ok(IndexBytes::Mapped(m));
         }
     }
     let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
-    (&file).read_to_end(&mut bytes)?;
+    let mut file = file;
+    file.read_to_end(&mut bytes)?;
     Ok(IndexBytes::Read(bytes))
 }
 
@@ -508,9 +523,10 @@ fn read_index(path: &Path, want_root: Option<&str>) -> io::Result<(Header, Optio
         start += end + 1;
     }
     let format = match lines[0] {
-        INDEX_MAGIC => 2,
+        INDEX_MAGIC => 3,
+        INDEX_MAGIC_V2 => 2,
         INDEX_MAGIC_V1 => 1,
-        _ => return Err(bad("it does not start with `herd-snapshot-index 2`")),
+        _ => return Err(bad("it does not start with `herd-snapshot-index 3`")),
     };
     let root = lines[1]
         .strip_prefix("root ")
@@ -526,7 +542,7 @@ fn read_index(path: &Path, want_root: Option<&str>) -> io::Result<(Header, Optio
         root,
         started,
     };
-    if format != 2 || want_root.is_some_and(|want| want != header.root) {
+    if format < 2 || want_root.is_some_and(|want| want != header.root) {
         return Ok((header, None));
     }
     Ok((header, Some(Body { bytes, start })))
@@ -731,10 +747,10 @@ fn read_damaged(objects: &Path) -> io::Result<HashSet<Box<[u8]>>> {
         .collect())
 }
 
-/// Adds `object` to the store's list of damaged copies: one `O_APPEND` write of one line.
+/// Adds `list` to the store's list of damaged copies: one `O_APPEND` write, a line each.
 /// The list gets the objects folder's permissions for reading and writing (a store
 /// shared by a group, a list the group can add to).
-fn record_damaged(objects: &Path, object: &str) -> io::Result<()> {
+fn record_damaged<'a>(objects: &Path, list: impl IntoIterator<Item = &'a str>) -> io::Result<()> {
     use std::io::Write as _;
     use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _, PermissionsExt as _};
     let path = damaged_path(objects);
@@ -748,7 +764,276 @@ fn record_damaged(objects: &Path, object: &str) -> io::Result<()> {
     if md.len() == 0 && md.uid() == euid() {
         let _ = file.set_permissions(fs::Permissions::from_mode(mode));
     }
-    file.write_all(format!("{object}\n").as_bytes())
+    let mut lines = String::new();
+    for object in list {
+        lines.push_str(object);
+        lines.push('\n');
+    }
+    file.write_all(lines.as_bytes())
+}
+
+// ---------------------------------------------------------------------------------------
+// Packs.
+//
+// A snapshot whose `code/` is made later (`herd submit`) does not write one file per new
+// stored copy: each walking thread appends its copies to one pack,
+// `<objects>/<token>/<thread>.pack`, and the job's start unpacks it into the folder
+// `<token>/<thread>`, one file per stored copy, named as the index names them, before it
+// links `code/`. Creating ~20,000 inodes is most of a first snapshot's cost; at submit it
+// is what the user waits for on the login node, at the job's start it is a fraction of a
+// second next to starting Python on every GPU. A later snapshot that reuses a copy
+// still packed names it the same way: whichever job starts first unpacks it.
+//
+// A pack: `herd-pack 1\n`, then per stored copy a 32-byte header (little-endian: its
+// number `n` u64, its length u64, its mode u32, its mtime's nanoseconds u32 and seconds
+// i64) and its bytes.
+
+/// A pack's first bytes.
+const PACK_MAGIC: &[u8] = b"herd-pack 1\n";
+/// The name of a pack: `<thread>` and this.
+const PACK_SUFFIX: &str = ".pack";
+/// The size of a stored copy's header in a pack.
+const PACK_HEADER: usize = 32;
+/// A pack is written in pieces of about this size.
+const PACK_FLUSH: usize = 1 << 20;
+/// Temporary folders of unpacks in a `<token>` folder start with this.
+const UNPACK_PREFIX: &str = ".unpack-";
+
+/// One walking thread's pack, being written.
+struct PackWriter {
+    token: String,
+    file: fs::File,
+    path: PathBuf,
+    /// What is not written yet.
+    buf: Vec<u8>,
+    /// Bytes written to the file.
+    written: u64,
+}
+
+impl PackWriter {
+    /// Appends at most `stat.size` bytes of the open file `src` as stored copy `n`, with
+    /// the mtime of `stat` and its mode made read-only ([`object_mode`]): the bytes copied
+    /// (fewer when the file shrank meanwhile).
+    fn add(&mut self, src: &OwnedFd, n: u64, stat: &Stat) -> io::Result<u64> {
+        let header_at = self.written + self.buf.len() as u64;
+        let mut header = [0u8; PACK_HEADER];
+        header[..8].copy_from_slice(&n.to_le_bytes());
+        header[8..16].copy_from_slice(&stat.size.to_le_bytes());
+        header[16..20].copy_from_slice(&object_mode(stat.mode).to_le_bytes());
+        header[20..24].copy_from_slice(&stat.mtime.1.to_le_bytes());
+        header[24..32].copy_from_slice(&stat.mtime.0.to_le_bytes());
+        self.buf.extend_from_slice(&header);
+        let mut copied = 0u64;
+        while copied < stat.size {
+            if self.buf.len() >= PACK_FLUSH {
+                self.flush()?;
+            }
+            let want = usize::try_from(stat.size - copied)
+                .unwrap_or(usize::MAX)
+                .min(PACK_FLUSH);
+            self.buf.reserve(want);
+            let spare = &mut self.buf.spare_capacity_mut()[..want];
+            let got = match rustix::io::read(src, spare) {
+                Ok((init, _)) => init.len(),
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(e) => return Err(e.into()),
+            };
+            if got == 0 {
+                break;
+            }
+            // SAFETY: `read` initialized the first `got` bytes of the spare capacity.
+            #[allow(unsafe_code)]
+            unsafe {
+                self.buf.set_len(self.buf.len() + got);
+            }
+            copied += got as u64;
+        }
+        if copied != stat.size {
+            // Shrank: the header says what is there.
+            let len = copied.to_le_bytes();
+            if header_at >= self.written {
+                let at = usize::try_from(header_at - self.written).unwrap_or(usize::MAX) + 8;
+                self.buf[at..at + 8].copy_from_slice(&len);
+            } else {
+                use std::os::unix::fs::FileExt as _;
+                self.file.write_all_at(&len, header_at + 8)?;
+            }
+        }
+        Ok(copied)
+    }
+
+    /// Writes what is buffered.
+    fn flush(&mut self) -> io::Result<()> {
+        use std::io::Write as _;
+        self.file.write_all(&self.buf)?;
+        self.written += self.buf.len() as u64;
+        self.buf.clear();
+        Ok(())
+    }
+}
+
+/// A stored copy in a pack.
+struct Packed<'a> {
+    n: u64,
+    mode: u32,
+    mtime: (i64, u32),
+    bytes: &'a [u8],
+}
+
+/// The stored copies of the pack `bytes`, or what is wrong with it.
+fn pack_entries(bytes: &[u8]) -> Result<Vec<Packed<'_>>, String> {
+    let mut rest = bytes
+        .strip_prefix(PACK_MAGIC)
+        .ok_or("it does not start with `herd-pack 1`")?;
+    let mut out = Vec::new();
+    while !rest.is_empty() {
+        let Some((header, after)) = rest.split_first_chunk::<PACK_HEADER>() else {
+            return Err(format!(
+                "it ends inside the header of its stored copy #{}",
+                out.len() + 1
+            ));
+        };
+        let u64_at = |i: usize| u64::from_le_bytes(header[i..i + 8].try_into().unwrap_or_default());
+        let u32_at = |i: usize| u32::from_le_bytes(header[i..i + 4].try_into().unwrap_or_default());
+        let len = usize::try_from(u64_at(8)).unwrap_or(usize::MAX);
+        if len > after.len() {
+            return Err(format!(
+                "it ends inside its stored copy #{} ({} of {len} bytes there)",
+                out.len() + 1,
+                after.len()
+            ));
+        }
+        let (body, after) = after.split_at(len);
+        out.push(Packed {
+            n: u64_at(0),
+            mode: u32_at(16) & 0o7777,
+            mtime: (u64_at(24) as i64, u32_at(20)),
+            bytes: body,
+        });
+        rest = after;
+    }
+    Ok(out)
+}
+
+/// Unpacks the pack of the stored copies `<token>/<thread>/*` (`token_thread`), if there
+/// is one, into the folder `<objects>/<token>/<thread>`: made as a temporary folder in
+/// `<token>`, renamed into place, then the pack is removed. Under an exclusive lock on
+/// the pack, so a job starting at the same moment waits and then finds the folder.
+/// The number of stored copies it unpacked: 0 when there is no such pack, or another job
+/// unpacked it; `Err` with what is wrong when it cannot be unpacked.
+fn unpack(objects: &Path, token_thread: &str) -> Result<u64, String> {
+    use rustix::fs::FlockOperation;
+    let Some((token, thread)) = token_thread.split_once('/') else {
+        return Ok(0);
+    };
+    let token_dir = objects.join(token);
+    let pack_path = token_dir.join(format!("{thread}{PACK_SUFFIX}"));
+    let file = match fs::File::open(&pack_path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(format!("cannot open {}: {e}", pack_path.display())),
+    };
+    match rustix::fs::flock(&file, FlockOperation::LockExclusive) {
+        Ok(()) => {}
+        Err(e) if locks_unsupported(e) => {}
+        Err(e) => return Err(format!("cannot lock {}: {e}", pack_path.display())),
+    }
+    let dest = token_dir.join(thread);
+    if fs::symlink_metadata(&dest).is_ok() {
+        // Unpacked meanwhile (by the job that held the lock); the pack may still be there
+        // if that one was killed right after.
+        let _ = fs::remove_file(&pack_path);
+        return Ok(0);
+    }
+    let bytes = map_file(&file).map_err(|e| format!("cannot read {}: {e}", pack_path.display()))?;
+    let all: &[u8] = match &bytes {
+        IndexBytes::Mapped(m) => m,
+        IndexBytes::Read(v) => v,
+    };
+    let entries = pack_entries(all)
+        .map_err(|e| format!("the pack {} is damaged: {e}", pack_path.display()))?;
+    let tmp = tempfile::Builder::new()
+        .prefix(&format!("{UNPACK_PREFIX}{thread}-"))
+        .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o777))
+        .tempdir_in(&token_dir)
+        .map_err(|e| {
+            format!(
+                "cannot create a temporary folder in {}: {e}",
+                token_dir.display()
+            )
+        })?;
+    let tmp_fd =
+        open_dir(tmp.path()).map_err(|e| format!("cannot open {}: {e}", tmp.path().display()))?;
+    let mut name = itoa::Buffer::new();
+    for e in &entries {
+        write_object(
+            &tmp_fd,
+            OsStr::new(name.format(e.n)),
+            e.mode,
+            e.mtime,
+            e.bytes,
+        )
+        .map_err(|err| {
+            format!(
+                "cannot unpack {} into {}: {err}",
+                pack_path.display(),
+                tmp.path().display()
+            )
+        })?;
+    }
+    // Put in place, then the pack goes; a job killed in between leaves a pack that the
+    // next one (or `herd gc`) removes.
+    match fs::rename(tmp.path(), &dest) {
+        Ok(()) => {
+            let _ = tmp.keep();
+        }
+        Err(e) if fs::symlink_metadata(&dest).is_ok() => drop(e),
+        Err(e) => return Err(format!("cannot put {} in place: {e}", dest.display())),
+    }
+    let _ = fs::remove_file(&pack_path);
+    Ok(entries.len() as u64)
+}
+
+/// Unpacks the packs `token_threads` ([`unpack`]), on up to as many threads as there are
+/// CPUs: the stored copies unpacked, and the first pack that could not be, with why.
+fn unpack_all<'a>(objects: &Path, token_threads: &[&'a str]) -> (u64, Option<(&'a str, String)>) {
+    let threads = std::thread::available_parallelism()
+        .map_or(2, NonZeroUsize::get)
+        .min(token_threads.len());
+    let next = AtomicUsize::new(0);
+    let unpacked = AtomicUsize::new(0);
+    let failed = Mutex::new(None);
+    let work = || loop {
+        let i = next.fetch_add(1, Ordering::Relaxed);
+        let Some(&tt) = token_threads.get(i) else {
+            return;
+        };
+        match unpack(objects, tt) {
+            Ok(n) => {
+                unpacked.fetch_add(usize::try_from(n).unwrap_or(usize::MAX), Ordering::Relaxed);
+            }
+            Err(why) => {
+                let mut first = failed.lock().unwrap_or_else(|e| e.into_inner());
+                if first.is_none() {
+                    *first = Some((tt, why));
+                }
+                return;
+            }
+        }
+    };
+    if threads <= 1 {
+        work();
+    } else {
+        std::thread::scope(|s| {
+            for _ in 0..threads {
+                s.spawn(work);
+            }
+        });
+    }
+    (
+        unpacked.into_inner() as u64,
+        failed.into_inner().unwrap_or_else(|e| e.into_inner()),
+    )
 }
 
 // ---------------------------------------------------------------------------------------
@@ -856,9 +1141,9 @@ impl NewObjects {
         ))
     }
 
-    /// Makes the folder `<token>/<thread>` for one walking thread's new objects (and
-    /// `<token>` with the first): the token, and the folder, open.
-    fn thread_dir(&self, thread: usize) -> Result<(String, OwnedFd), Error> {
+    /// Runs `f` on this snapshot's folder of new objects, `<token>`, made and opened the
+    /// first time: its token, and the folder, open.
+    fn in_token<T>(&self, f: impl FnOnce(&str, &OwnedFd) -> Result<T, Error>) -> Result<T, Error> {
         static NEXT: AtomicUsize = AtomicUsize::new(0);
         let mut dir = self.dir.lock().unwrap_or_else(|e| e.into_inner());
         if dir.is_none() {
@@ -886,12 +1171,46 @@ impl NewObjects {
                 io::Error::other("no folder for new snapshot objects could be made in 100 tries"),
             ));
         };
-        let t = thread.to_string();
-        let path = self.objects.join(token).join(&t);
-        rustix::fs::mkdirat(fd, t.as_str(), Mode::from_raw_mode(0o777))
-            .map_err(|e| io_error("cannot create folder", &path, e.into()))?;
-        let out = open_dir(&path).map_err(|e| io_error("cannot open", &path, e))?;
-        Ok((token.clone(), out))
+        f(token, fd)
+    }
+
+    /// Makes the folder `<token>/<thread>` for one walking thread's new objects: the
+    /// token, and the folder, open.
+    fn thread_dir(&self, thread: usize) -> Result<(String, OwnedFd), Error> {
+        self.in_token(|token, fd| {
+            let t = thread.to_string();
+            let path = self.objects.join(token).join(&t);
+            rustix::fs::mkdirat(fd, t.as_str(), Mode::from_raw_mode(0o777))
+                .map_err(|e| io_error("cannot create folder", &path, e.into()))?;
+            let out = open_dir(&path).map_err(|e| io_error("cannot open", &path, e))?;
+            Ok((token.to_owned(), out))
+        })
+    }
+
+    /// Starts the pack `<token>/<thread>.pack` of one walking thread's new objects.
+    fn thread_pack(&self, thread: usize) -> Result<PackWriter, Error> {
+        self.in_token(|token, fd| {
+            let name = format!("{thread}{PACK_SUFFIX}");
+            let path = self.objects.join(token).join(&name);
+            // Readable by its owner only: it holds files of every mode, and only this
+            // user's jobs unpack it (another user reuses stored copies once unpacked).
+            let file = rustix::fs::openat(
+                fd,
+                name.as_str(),
+                OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC,
+                Mode::from_raw_mode(0o400),
+            )
+            .map_err(|e| io_error("cannot create", &path, e.into()))?;
+            let mut buf = Vec::with_capacity(PACK_FLUSH + PACK_HEADER);
+            buf.extend_from_slice(PACK_MAGIC);
+            Ok(PackWriter {
+                token: token.to_owned(),
+                file: fs::File::from(file),
+                path,
+                buf,
+                written: 0,
+            })
+        })
     }
 
     /// The folder of this snapshot's objects, if it made one.
@@ -954,6 +1273,8 @@ pub(crate) struct Prepared {
     /// Check each reused stored copy now ([`object_usable`]); otherwise only the store's
     /// list of damaged copies is consulted and making `code/` checks each copy.
     verify_objects: bool,
+    /// New objects go into packs, unpacked when `code/` is made (it is made later).
+    packed: bool,
     /// The store's list of damaged copies ([`read_damaged`]).
     damaged: HashSet<Box<[u8]>>,
     warnings: Vec<String>,
@@ -1010,6 +1331,7 @@ pub(crate) fn prepare(
         threads,
         prev,
         verify_objects,
+        packed: !opts.materialize,
         damaged,
         warnings,
     })
@@ -1107,6 +1429,7 @@ impl Prepared {
             new,
             prev: prev.as_ref(),
             verify_objects: self.verify_objects,
+            packed: self.packed,
             damaged: &self.damaged,
             next_thread: AtomicUsize::new(0),
             index: Mutex::new(file),
@@ -1169,6 +1492,8 @@ struct Job<'a> {
     prev: Option<&'a Prev<'a>>,
     /// See [`Prepared::verify_objects`].
     verify_objects: bool,
+    /// See [`Prepared::packed`].
+    packed: bool,
     damaged: &'a HashSet<Box<[u8]>>,
     next_thread: AtomicUsize,
     /// The new index, its header written; the threads append their lines in chunks.
@@ -1228,9 +1553,8 @@ struct OpenDir {
 struct Visitor<'a> {
     job: &'a Job<'a>,
     thread: usize,
-    /// The new objects' token and this thread's folder of them, `<token>/<thread>`, once
-    /// it copied a file.
-    out: Option<(String, OwnedFd)>,
+    /// Where this thread's new objects go, once it copied a file.
+    out: Option<Out>,
     next_object: u64,
     part: Part,
     dirs: Vec<OpenDir>,
@@ -1238,6 +1562,14 @@ struct Visitor<'a> {
     object_dirs: Vec<(String, OwnedFd)>,
     /// Reused for each file's [`stat_prefix`].
     prefix: String,
+}
+
+/// Where one walking thread puts its new objects.
+enum Out {
+    /// One file each, in `<token>/<thread>` (open): `code/` is made at once.
+    Loose(String, OwnedFd),
+    /// Into its pack (see [`PackWriter`]).
+    Pack(PackWriter),
 }
 
 /// A thread writes its index lines to the file once it has this many bytes of them.
@@ -1262,6 +1594,12 @@ impl Drop for Visitor<'_> {
     fn drop(&mut self) {
         if let Err(err) = self.flush() {
             self.job.fail(err);
+        }
+        if let Some(Out::Pack(pack)) = &mut self.out {
+            if let Err(e) = pack.flush() {
+                let path = pack.path.clone();
+                self.job.fail(io_error("cannot write", &path, e));
+            }
         }
         let part = std::mem::take(&mut self.part);
         self.job
@@ -1454,15 +1792,29 @@ impl Visitor<'_> {
             Mode::empty(),
         )
         .map_err(|e| io_error("cannot read", path, e.into()))?;
-        let (token, out) = match self.out {
-            Some(ref made) => made,
-            None => self.out.insert(job.new.thread_dir(self.thread)?),
+        let out = match self.out {
+            Some(ref mut made) => made,
+            None if job.packed => self
+                .out
+                .insert(Out::Pack(job.new.thread_pack(self.thread)?)),
+            None => {
+                let (token, dir) = job.new.thread_dir(self.thread)?;
+                self.out.insert(Out::Loose(token, dir))
+            }
         };
         let n = self.next_object;
         self.next_object += 1;
-        let object = format!("{token}/{}/{n}", self.thread);
-        let copied = copy_object(src, out, OsStr::new(&n.to_string()), &stat)
-            .map_err(|e| io_error("cannot copy", path, e))?;
+        let mut name = itoa::Buffer::new();
+        let name = name.format(n);
+        let (copied, token) = match out {
+            Out::Loose(token, dir) => (
+                copy_object(src, dir, OsStr::new(name), &stat),
+                token.as_str(),
+            ),
+            Out::Pack(pack) => (pack.add(&src, n, &stat), pack.token.as_str()),
+        };
+        let copied = copied.map_err(|e| io_error("cannot copy", path, e))?;
+        let object = format!("{token}/{}/{name}", self.thread);
         let report = &mut self.part.report;
         report.copied += 1;
         report.copied_bytes += copied;
@@ -1496,16 +1848,7 @@ fn umask() -> Option<u32> {
 fn copy_object(src: OwnedFd, dir: &OwnedFd, name: &OsStr, stat: &Stat) -> io::Result<u64> {
     use rustix::io::Errno;
     let mode = object_mode(stat.mode);
-    // Created with its final mode when the umask leaves that mode alone (nearly always),
-    // so no `fchmod` is needed (a new file is written through the descriptor that created
-    // it whatever its mode).
-    let plain = mode & 0o7000 == 0 && umask().is_some_and(|m| mode & m == 0);
-    let dst = rustix::fs::openat(
-        dir,
-        name,
-        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC,
-        Mode::from_raw_mode(if plain { mode } else { 0o600 }),
-    )?;
+    let (dst, plain) = create_object(dir, name, mode)?;
     // copy_file_range for the known size: no bytes through user space, reflinks where the
     // file system can, and no extra call to find the end. Another file system than the
     // project's (EXDEV on older kernels) or one without it: a plain copy.
@@ -1536,11 +1879,47 @@ fn copy_object(src: OwnedFd, dir: &OwnedFd, name: &OsStr, stat: &Stat) -> io::Re
         let mut src = io::Read::take(fs::File::from(src), stat.size);
         copied = io::copy(&mut src, &mut dst)?;
     }
-    if !plain {
-        rustix::fs::fchmod(&dst, Mode::from_raw_mode(mode))?;
-    }
-    set_mtime(&dst, stat.mtime)?;
+    finish_object(&dst, plain, mode, stat.mtime)?;
     Ok(copied)
+}
+
+/// Writes `bytes` into a new stored copy `name` of the folder `dir`, of mode `mode` (a
+/// stored copy's, [`object_mode`]) and mtime `mtime`.
+fn write_object(
+    dir: &OwnedFd,
+    name: &OsStr,
+    mode: u32,
+    mtime: (i64, u32),
+    bytes: &[u8],
+) -> io::Result<()> {
+    use std::io::Write as _;
+    let (dst, plain) = create_object(dir, name, mode)?;
+    let mut dst = fs::File::from(dst);
+    dst.write_all(bytes)?;
+    finish_object(&dst, plain, mode, mtime)
+}
+
+/// Creates the new file `name` in `dir` for a stored copy of mode `mode`, open for
+/// writing; and whether it has that mode already. It does when the umask leaves that mode
+/// alone (nearly always), so no `fchmod` is needed (a new file is written through the
+/// descriptor that created it whatever its mode).
+fn create_object(dir: &OwnedFd, name: &OsStr, mode: u32) -> io::Result<(OwnedFd, bool)> {
+    let plain = mode & 0o7000 == 0 && umask().is_some_and(|m| mode & m == 0);
+    let dst = rustix::fs::openat(
+        dir,
+        name,
+        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC,
+        Mode::from_raw_mode(if plain { mode } else { 0o600 }),
+    )?;
+    Ok((dst, plain))
+}
+
+/// Gives a stored copy written through `dst` its mode (unless it has it, `plain`) and mtime.
+fn finish_object(dst: &fs::File, plain: bool, mode: u32, mtime: (i64, u32)) -> io::Result<()> {
+    if !plain {
+        rustix::fs::fchmod(dst, Mode::from_raw_mode(mode))?;
+    }
+    set_mtime(dst, mtime)
 }
 
 /// Gives the open file `fd` the modification time `mtime`, access time untouched.
@@ -1634,6 +2013,8 @@ pub fn collect_garbage(exp_root: &Path) -> Result<GarbageReport, Error> {
         return Ok(report);
     };
     let mut live = HashSet::new();
+    // `<token>/<thread>` of every object in use: their packs are kept.
+    let mut live_packs = HashSet::new();
     let mut stale = Vec::new();
     for entry in entries(exp_root)? {
         let entry = entry?;
@@ -1674,6 +2055,9 @@ pub fn collect_garbage(exp_root: &Path) -> Result<GarbageReport, Error> {
                 .strip_prefix(b"f ")
                 .and_then(|l| l.split(|&c| c == b' ').nth(7))
             {
+                if let Some(i) = memchr::memrchr(b'/', object) {
+                    live_packs.insert(object[..i].to_vec());
+                }
                 live.insert(object.to_vec());
             }
         }
@@ -1691,6 +2075,21 @@ pub fn collect_garbage(exp_root: &Path) -> Result<GarbageReport, Error> {
         for thread in entries(&token_path)? {
             let thread = thread?;
             let thread_path = thread.path();
+            let file_name = thread.file_name();
+            if file_name.as_bytes().starts_with(UNPACK_PREFIX.as_bytes()) {
+                // An unpack that was killed (none runs while the lock is held).
+                fs::remove_dir_all(&thread_path)
+                    .map_err(|e| io_error("cannot remove", &thread_path, e))?;
+                report.stale_folders_removed += 1;
+                continue;
+            }
+            if let Some(t) = file_name.as_bytes().strip_suffix(PACK_SUFFIX.as_bytes()) {
+                let mut id = token.file_name().as_bytes().to_vec();
+                id.push(b'/');
+                id.extend_from_slice(t);
+                gc_pack(&thread_path, live_packs.contains(&id), &mut report)?;
+                continue;
+            }
             if !thread.file_type().is_ok_and(|t| t.is_dir()) {
                 continue;
             }
@@ -1728,6 +2127,43 @@ pub fn collect_garbage(exp_root: &Path) -> Result<GarbageReport, Error> {
     }
     prune_damaged(&objects)?;
     Ok(report)
+}
+
+/// Removes the pack `path` unless `in_use` (then counts its copies as kept) and unless its
+/// copies are unpacked already (a job killed right after unpacking it left it).
+fn gc_pack(path: &Path, in_use: bool, report: &mut GarbageReport) -> Result<(), Error> {
+    let unpacked = path
+        .as_os_str()
+        .as_bytes()
+        .strip_suffix(PACK_SUFFIX.as_bytes())
+        .is_some_and(|dir| fs::symlink_metadata(OsStr::from_bytes(dir)).is_ok());
+    let count = || -> u64 {
+        let Ok(file) = fs::File::open(path) else {
+            return 0;
+        };
+        match map_file(&file) {
+            Ok(IndexBytes::Mapped(m)) => pack_entries(&m).map_or(0, |e| e.len() as u64),
+            Ok(IndexBytes::Read(v)) => pack_entries(&v).map_or(0, |e| e.len() as u64),
+            Err(_) => 0,
+        }
+    };
+    if in_use && !unpacked {
+        report.objects_kept += count();
+        return Ok(());
+    }
+    let n = if unpacked { 0 } else { count() };
+    let len = fs::symlink_metadata(path).map_or(0, |md| md.len());
+    match fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+            report.objects_not_removable += n.max(1);
+            return Ok(());
+        }
+        Err(e) => return Err(io_error("cannot remove", path, e)),
+    }
+    report.objects_removed += n;
+    report.bytes_freed += len;
+    Ok(())
 }
 
 /// The entries of the folder `path`; every error names it.
@@ -1812,6 +2248,44 @@ pub(crate) fn materialize(
     entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
     let objects_fd = open_dir(objects).map_err(|e| io_error("cannot open", objects, e))?;
     let mut report = MaterializeReport::default();
+    // A pack that cannot be unpacked: every stored copy of it this index names goes on
+    // the list of damaged copies (the next snapshot copies those files afresh).
+    let damaged_pack = |entries: &[(Cow<'_, [u8]>, Entry<'_>)], token_thread: &str, why: String| {
+        let packed = entries.iter().filter_map(|(_, entry)| match entry {
+            Entry::File { object, .. }
+                if object
+                    .rsplit_once('/')
+                    .is_some_and(|(tt, _)| tt == token_thread) =>
+            {
+                Some(*object)
+            }
+            _ => None,
+        });
+        let listed = match record_damaged(objects, packed) {
+            Ok(()) => "its stored copies are now on the store's list of damaged copies, so the next snapshot copies those files afresh".to_owned(),
+            Err(e) => format!("its stored copies could not be put on the store's list of damaged copies ({e})"),
+        };
+        damaged(format!("{why}; {listed}"))
+    };
+    // The packs of stored copies this index names that are still packed: unpacked first,
+    // several at once (a submit's packs are one per walking thread).
+    let token_threads: HashSet<&str> = entries
+        .iter()
+        .filter_map(|(_, entry)| match entry {
+            Entry::File { object, .. } => object.rsplit_once('/').map(|(tt, _)| tt),
+            _ => None,
+        })
+        .collect();
+    let mut packed: Vec<&str> = token_threads
+        .into_iter()
+        .filter(|tt| fs::symlink_metadata(objects.join(format!("{tt}{PACK_SUFFIX}"))).is_ok())
+        .collect();
+    packed.sort_unstable();
+    let (unpacked, failed) = unpack_all(objects, &packed);
+    report.unpacked = unpacked;
+    if let Some((token_thread, why)) = failed {
+        return Err(damaged_pack(&entries, token_thread, why));
+    }
     for (rel, entry) in &entries {
         let rel_os = OsStr::from_bytes(rel);
         let path = dest.join(rel_os);
@@ -1832,7 +2306,7 @@ pub(crate) fn materialize(
                 if !intact {
                     // Never reused again. The list is kept by whoever may write it; this
                     // error is what matters.
-                    let listed = match record_damaged(objects, object) {
+                    let listed = match record_damaged(objects, [*object]) {
                         Ok(()) => "it is now on the store's list of damaged copies, so the next snapshot copies the file afresh".to_owned(),
                         Err(e) => format!("it could not be put on the store's list of damaged copies ({e})"),
                     };
@@ -1940,6 +2414,70 @@ mod tests {
         // b fails too: its folder and the empty store go.
         drop(b);
         assert!(!root.path().join(STORE_DIR).exists());
+    }
+
+    #[test]
+    fn packs_round_trip_and_record_what_a_shrinking_file_had() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let new = NewObjects::create(root.path()).expect("store");
+        let mut pack = new.thread_pack(3).expect("pack");
+        let src_dir = root.path().join("src");
+        fs::create_dir(&src_dir).expect("mkdir");
+        let open = |name: &str, bytes: &[u8]| {
+            let path = src_dir.join(name);
+            fs::write(&path, bytes).expect("write");
+            OwnedFd::from(fs::File::open(&path).expect("open"))
+        };
+        let stat = |size: u64, mode: u32, mtime: (i64, u32)| Stat {
+            size,
+            mtime,
+            ctime: mtime,
+            ino: 1,
+            mode,
+        };
+        // Larger than a flush, so the header is written before the file turns out short:
+        // patched in the file; a small one patched in the buffer.
+        let big: Vec<u8> = (0..3 * PACK_FLUSH + 17).map(|i| (i % 251) as u8).collect();
+        let cases: [(&str, Vec<u8>, Stat); 4] = [
+            (
+                "small",
+                b"print('hi')\n".to_vec(),
+                stat(12, 0o644, (1_600_000_000, 5)),
+            ),
+            ("empty", Vec::new(), stat(0, 0o755, (-3, 999_999_999))),
+            (
+                "shrank-big",
+                big.clone(),
+                stat(big.len() as u64 + 4096, 0o600, (7, 0)),
+            ),
+            ("shrank-small", b"abc".to_vec(), stat(10, 0o4750, (8, 1))),
+        ];
+        for (n, (name, bytes, st)) in cases.iter().enumerate() {
+            let got = pack.add(&open(name, bytes), n as u64, st).expect("add");
+            assert_eq!(got, bytes.len() as u64, "{name}");
+        }
+        pack.flush().expect("flush");
+        let path = pack.path.clone();
+        drop(pack);
+        let file = fs::File::open(&path).expect("open pack");
+        let bytes = map_file(&file).expect("read pack");
+        let all: &[u8] = match &bytes {
+            IndexBytes::Mapped(m) => m,
+            IndexBytes::Read(v) => v,
+        };
+        let entries = pack_entries(all).expect("parses");
+        assert_eq!(entries.len(), cases.len());
+        for (n, (e, (name, bytes, st))) in entries.iter().zip(&cases).enumerate() {
+            assert_eq!(e.n, n as u64, "{name}");
+            assert_eq!(e.bytes, &bytes[..], "{name}");
+            assert_eq!(e.mode, object_mode(st.mode), "{name}");
+            assert_eq!(e.mtime, st.mtime, "{name}");
+        }
+        // Cut anywhere, it is refused, never read past its end.
+        for cut in [1, PACK_MAGIC.len() + 5, all.len() - 1] {
+            assert!(pack_entries(&all[..cut]).is_err(), "cut at {cut}");
+        }
+        new.keep();
     }
 
     #[test]

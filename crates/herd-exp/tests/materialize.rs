@@ -84,10 +84,28 @@ fn deferred(exp_root: &Path, name: &str, project: &Path) -> NewExperiment {
 /// the root, and what was created.
 fn queued() -> (TempDir, TempDir, Created) {
     let proj = project();
+    settle();
     let exp = TempDir::new().expect("tempdir");
     let queued = deferred(exp.path(), "queued", proj.path())
         .create()
         .expect("queued");
+    (proj, exp, queued)
+}
+
+/// A queued experiment ("queued") of [`project`] whose stored copies are files already:
+/// it reuses every copy of an experiment ("made") whose `code/` was made at once. The
+/// project, the root, and what was created.
+fn queued_unpacked() -> (TempDir, TempDir, Created) {
+    let proj = project();
+    settle();
+    let exp = TempDir::new().expect("tempdir");
+    request(exp.path(), "made", proj.path())
+        .create()
+        .expect("made");
+    let queued = deferred(exp.path(), "queued", proj.path())
+        .create()
+        .expect("queued");
+    assert_eq!(queued.snapshot.linked, 5, "{:?}", queued.snapshot);
     (proj, exp, queued)
 }
 
@@ -148,6 +166,180 @@ fn a_deferred_snapshot_makes_code_at_materialize_the_same_as_at_once() {
     let before = common::fingerprint(&code);
     assert!(later.experiment.materialize().expect("again").is_none());
     assert_eq!(common::fingerprint(&code), before);
+}
+
+/// The files of the store's objects folder, relative to it: `token/…`, folders with a
+/// trailing `/` and files.
+fn store_files(exp_root: &Path) -> Vec<String> {
+    let root = exp_root.join(".herd-store/objects");
+    let mut out: Vec<String> = walk(&root)
+        .into_iter()
+        .map(|p| {
+            let rel = p
+                .strip_prefix(&root)
+                .expect("under")
+                .to_string_lossy()
+                .into_owned();
+            if p.is_dir() {
+                format!("{rel}/")
+            } else {
+                rel
+            }
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn a_submitted_snapshot_packs_its_copies_and_the_first_job_to_start_unpacks_them() {
+    let proj = project();
+    settle();
+    let exp = TempDir::new().expect("tempdir");
+    let first = deferred(exp.path(), "first", proj.path())
+        .create()
+        .expect("first");
+    assert_eq!(first.snapshot.copied, 5, "{:?}", first.snapshot);
+    // One pack per walking thread that copied something, no file per copy.
+    let packed = store_files(exp.path());
+    let token = object_dirs(exp.path()).pop().expect("one token");
+    assert_eq!(packed[0], format!("{token}/"), "{packed:?}");
+    assert!(packed.len() > 1, "{packed:?}");
+    for f in &packed[1..] {
+        assert!(
+            f.starts_with(&format!("{token}/")) && f.ends_with(".pack"),
+            "{packed:?}"
+        );
+        let md = fs::metadata(exp.path().join(".herd-store/objects").join(f)).expect("pack");
+        assert_eq!(md.mode() & 0o777, 0o400, "{f}: read-only, its owner's only");
+    }
+    // A second submit, before the first job starts, reuses the copies still packed.
+    let second = deferred(exp.path(), "second", proj.path())
+        .create()
+        .expect("second");
+    assert_eq!((second.snapshot.linked, second.snapshot.copied), (5, 0));
+    assert_eq!(store_files(exp.path()), packed, "nothing new in the store");
+
+    // The second job starts first: it unpacks the packs, whole, and removes them.
+    let made = second
+        .experiment
+        .materialize()
+        .expect("materialize")
+        .expect("made");
+    assert_eq!(
+        (made.files, made.unpacked, made.copied),
+        (5, 5, 0),
+        "{made:?}"
+    );
+    let unpacked = store_files(exp.path());
+    assert!(
+        unpacked.iter().all(|f| !f.ends_with(".pack")),
+        "{unpacked:?}"
+    );
+    assert_eq!(
+        unpacked.iter().filter(|f| !f.ends_with('/')).count(),
+        5,
+        "one file per stored copy: {unpacked:?}"
+    );
+    // The first finds them unpacked: links to the same copies.
+    let made = first
+        .experiment
+        .materialize()
+        .expect("materialize")
+        .expect("made");
+    assert_eq!((made.files, made.unpacked), (5, 0), "{made:?}");
+    let (c1, c2) = (first.experiment.code_dir(), second.experiment.code_dir());
+    for rel in ["train.py", "models/net.py", "run.sh"] {
+        assert_eq!(ino(&c1.join(rel)), ino(&c2.join(rel)), "{rel}");
+    }
+    // The same tree as a snapshot whose code/ is made at once (no pack), in another root.
+    let other = TempDir::new().expect("tempdir");
+    let now = request(other.path(), "now", proj.path())
+        .create()
+        .expect("now");
+    assert!(store_files(other.path())
+        .iter()
+        .all(|f| !f.ends_with(".pack")));
+    assert_eq!(contents(&c1), contents(&now.experiment.code_dir()));
+    assert_eq!(contents(&c2), contents(&c1));
+}
+
+#[test]
+fn a_damaged_pack_stops_the_job_naming_it_and_its_copies_are_not_reused() {
+    let proj = project();
+    settle();
+    let exp = TempDir::new().expect("tempdir");
+    let queued = deferred(exp.path(), "queued", proj.path())
+        .create()
+        .expect("queued");
+    let objects = exp.path().join(".herd-store/objects");
+    // The pack that holds train.py, cut short (a hand-made copy of the store onto a disk
+    // that filled up, say).
+    let train = object_of(queued.experiment.dir(), "train.py");
+    let (token_thread, _) = train.rsplit_once('/').expect("token/thread/n");
+    let pack = objects.join(format!("{token_thread}.pack"));
+    let bytes = fs::read(&pack).expect("pack");
+    fs::set_permissions(&pack, fs::Permissions::from_mode(0o600)).expect("chmod");
+    fs::write(&pack, &bytes[..bytes.len() - 3]).expect("truncate");
+
+    let err = queued.experiment.materialize().expect_err("damaged pack");
+    assert!(matches!(err, Error::SnapshotDamaged { .. }), "{err:?}");
+    let msg = err.to_string();
+    assert!(
+        msg.contains(&format!("{token_thread}.pack"))
+            && msg.contains("is damaged")
+            && msg.contains("ends inside"),
+        "{msg}"
+    );
+    assert_eq!(
+        names(queued.experiment.dir()),
+        ["logs", "manifest.json", "snapshot.idx"],
+        "no code/ and no temporary folder"
+    );
+    assert!(
+        store_files(exp.path())
+            .iter()
+            .all(|f| !f.contains(".unpack-")),
+        "no half-unpacked folder"
+    );
+    // Every copy in that pack this index names is listed: the next snapshot copies those
+    // files afresh, reuses the rest, and its job runs.
+    let mut in_pack: Vec<String> = [
+        "train.py",
+        "models/net.py",
+        "models/deep/er/layer.py",
+        "configs/a\\x20b.yaml",
+        "run.sh",
+    ]
+    .iter()
+    .map(|rel| object_of(queued.experiment.dir(), rel))
+    .filter(|o| o.starts_with(&format!("{token_thread}/")))
+    .collect();
+    in_pack.sort();
+    assert_eq!(damaged_list(exp.path()), in_pack);
+    settle();
+    let again = deferred(exp.path(), "again", proj.path())
+        .create()
+        .expect("again");
+    assert_eq!(
+        (again.snapshot.copied, again.snapshot.linked),
+        (in_pack.len() as u64, 5 - in_pack.len() as u64),
+        "{:?}",
+        again.snapshot
+    );
+    again
+        .experiment
+        .materialize()
+        .expect("materialize")
+        .expect("made");
+    let elsewhere = TempDir::new().expect("tempdir");
+    let fresh = request(elsewhere.path(), "fresh", proj.path())
+        .create()
+        .expect("fresh");
+    assert_eq!(
+        contents(&again.experiment.code_dir()),
+        contents(&fresh.experiment.code_dir())
+    );
 }
 
 #[test]
@@ -221,7 +413,7 @@ fn a_queued_experiment_survives_deleting_the_one_it_reuses() {
 
 #[test]
 fn a_changed_or_missing_stored_copy_is_refused_and_nothing_is_left() {
-    let (proj, exp, queued) = queued();
+    let (proj, exp, queued) = queued_unpacked();
     let object = object_of(queued.experiment.dir(), "models/net.py");
     let stored = exp.path().join(".herd-store/objects").join(&object);
     assert_eq!(
@@ -387,25 +579,61 @@ fn an_index_that_points_outside_code_is_refused() {
 }
 
 #[test]
-fn concurrent_materializes_make_one_code_folder() {
-    let (_proj, _exp, queued) = queued();
+fn concurrent_materializes_make_one_code_folder_and_unpack_each_pack_once() {
+    let (proj, exp, queued) = queued();
+    // A second queued job that shares the first one's copies, still packed.
+    let twin = deferred(exp.path(), "twin", proj.path())
+        .create()
+        .expect("twin");
+    assert_eq!((twin.snapshot.linked, twin.snapshot.copied), (5, 0));
     let results: Vec<_> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..4)
-            .map(|_| s.spawn(|| queued.experiment.materialize()))
+        let handles: Vec<_> = (0..8)
+            .map(|i| {
+                let exp = if i % 2 == 0 {
+                    &queued.experiment
+                } else {
+                    &twin.experiment
+                };
+                s.spawn(move || exp.materialize())
+            })
             .collect();
         handles
             .into_iter()
             .map(|h| h.join().expect("no panic"))
             .collect()
     });
-    let made = results.iter().filter(|r| matches!(r, Ok(Some(_)))).count();
     assert!(results.iter().all(Result::is_ok), "{results:?}");
-    assert_eq!(made, 1, "{results:?}");
+    let made: Vec<_> = results
+        .iter()
+        .filter_map(|r| r.as_ref().ok()?.as_ref())
+        .collect();
+    assert_eq!(made.len(), 2, "one code/ per experiment: {results:?}");
+    for exp in [&queued.experiment, &twin.experiment] {
+        assert_eq!(
+            names(exp.dir()),
+            ["code", "logs", "manifest.json", "snapshot.idx"]
+        );
+        assert_eq!(contents(&exp.code_dir()).len(), 12);
+    }
     assert_eq!(
-        names(queued.experiment.dir()),
-        ["code", "logs", "manifest.json", "snapshot.idx"]
+        contents(&queued.experiment.code_dir()),
+        contents(&twin.experiment.code_dir())
     );
-    assert_eq!(contents(&queued.experiment.code_dir()).len(), 12);
+    assert!(
+        store_files(exp.path())
+            .iter()
+            .all(|f| !f.ends_with(".pack") && !f.contains(".unpack-")),
+        "every pack unpacked, no temporary folder left: {:?}",
+        store_files(exp.path())
+    );
+    assert_eq!(
+        store_files(exp.path())
+            .iter()
+            .filter(|f| !f.ends_with('/'))
+            .count(),
+        5,
+        "each stored copy unpacked once"
+    );
 }
 
 /// Every stored copy in the store: `token/thread/n`.
@@ -504,6 +732,97 @@ fn garbage_collection_removes_only_copies_no_experiment_uses() {
         herd_exp::collect_garbage(empty.path()).expect("gc"),
         herd_exp::GarbageReport::default()
     );
+}
+
+#[test]
+fn garbage_collection_keeps_packs_in_use_and_removes_unused_and_leftover_ones() {
+    let proj = TempDir::new().expect("tempdir");
+    let p = proj.path();
+    for name in ["a.py", "b.py", "c.py", "d.py"] {
+        write(p, name, &format!("{name}, in every experiment\n"));
+    }
+    write(p, "edited.py", "version 1\n");
+    settle();
+    let exp = TempDir::new().expect("tempdir");
+    // One walking thread: one pack per snapshot, whatever the scheduling.
+    let one_thread = |name: &str| {
+        let mut req = deferred(exp.path(), name, p);
+        req.snapshot.threads = std::num::NonZeroUsize::new(1);
+        req.create().expect(name)
+    };
+    let first = one_thread("first");
+    write(p, "edited.py", "version 2\n");
+    settle();
+    let second = one_thread("second");
+    assert_eq!((second.snapshot.linked, second.snapshot.copied), (4, 1));
+    let packs = || -> Vec<String> {
+        store_files(exp.path())
+            .into_iter()
+            .filter(|f| f.ends_with(".pack"))
+            .collect()
+    };
+    assert_eq!(packs().len(), 2, "{:?}", store_files(exp.path()));
+    // An unpack that was killed left its temporary folder.
+    let first_pack = packs()
+        .into_iter()
+        .find(|f| f.starts_with(&object_dirs(exp.path())[0]))
+        .expect("first's pack");
+    let objects = exp.path().join(".herd-store/objects");
+    let (token, _) = first_pack.split_once('/').expect("token/thread.pack");
+    fs::create_dir_all(objects.join(token).join(".unpack-0-killed/x")).expect("mkdir");
+
+    let gc = || herd_exp::collect_garbage(exp.path()).expect("gc");
+    let r = gc();
+    assert_eq!(
+        (r.objects_kept, r.objects_removed, r.stale_folders_removed),
+        (6, 0, 1),
+        "a pack counts its copies: {r:?}"
+    );
+    // The first experiment deleted before its job started: its pack stays whole, since
+    // the second uses four of its five copies.
+    fs::remove_dir_all(first.experiment.dir()).expect("rm first");
+    let r = gc();
+    assert_eq!((r.objects_kept, r.objects_removed), (6, 0), "{r:?}");
+    assert_eq!(packs().len(), 2);
+    // The second's job starts: both packs unpacked; now the one copy nobody uses goes.
+    let made = second
+        .experiment
+        .materialize()
+        .expect("materialize")
+        .expect("made");
+    assert_eq!(made.unpacked, 6, "{made:?}");
+    assert!(packs().is_empty());
+    let r = gc();
+    assert_eq!((r.objects_kept, r.objects_removed), (5, 1), "{r:?}");
+    assert_eq!(r.bytes_freed, "version 1\n".len() as u64);
+    // A pack left next to its unpacked folder (a job killed between the two) goes.
+    let thread = first_pack
+        .strip_prefix(&format!("{token}/"))
+        .and_then(|t| t.strip_suffix(".pack"))
+        .expect("thread");
+    assert!(objects.join(token).join(thread).is_dir());
+    fs::write(objects.join(&first_pack), b"herd-pack 1\n").expect("leftover");
+    let r = gc();
+    assert_eq!((r.objects_kept, r.objects_removed), (5, 0), "{r:?}");
+    assert!(packs().is_empty());
+
+    // A queued experiment deleted before its job started: its pack goes, whole.
+    write(p, "edited.py", "version 3, never run\n");
+    settle();
+    let third = one_thread("third");
+    assert_eq!(third.snapshot.copied, 1);
+    let pack_len = fs::metadata(objects.join(&packs()[0])).expect("pack").len();
+    fs::remove_dir_all(third.experiment.dir()).expect("rm third");
+    let r = gc();
+    assert_eq!((r.objects_kept, r.objects_removed), (5, 1), "{r:?}");
+    assert_eq!(r.bytes_freed, pack_len);
+    assert!(packs().is_empty());
+
+    // Everything deleted: the store is emptied.
+    fs::remove_dir_all(second.experiment.dir()).expect("rm second");
+    let r = gc();
+    assert_eq!((r.objects_kept, r.objects_removed), (0, 5), "{r:?}");
+    assert!(names(&objects).is_empty(), "{:?}", store_files(exp.path()));
 }
 
 #[test]

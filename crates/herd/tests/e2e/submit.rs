@@ -321,6 +321,21 @@ fn the_job_runs_the_snapshot_with_arguments_intact() {
     let got: Vec<String> = serde_json::from_str(line).expect("argv json");
     assert_eq!(got, args);
     assert!(!exps.join("snap/code/pwned").exists() && !project.join("pwned").exists());
+    // The submit packed the copies; the job's start unpacked them (no pack is left) and
+    // said so in the batch step's log.
+    let store = exps.join(".herd-store/objects");
+    let listing = Command::new("find")
+        .arg(&store)
+        .output()
+        .expect("find")
+        .stdout;
+    let listing = String::from_utf8_lossy(&listing);
+    assert!(
+        !listing.contains(".pack") && listing.lines().count() > 3,
+        "{listing}"
+    );
+    let log = read_lossy(exps.join(format!("snap/logs/{job}.err")));
+    assert!(log.contains("stored copies unpacked first"), "{log}");
 }
 
 /// A digest of every path, type, mode and content under `dir`.
