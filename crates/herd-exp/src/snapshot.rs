@@ -920,9 +920,10 @@ fn pack_entries(bytes: &[u8]) -> Result<Vec<Packed<'_>>, String> {
 /// `<token>`, renamed into place, then the pack is removed. Under an exclusive lock on
 /// the pack, so a job starting at the same moment waits and then finds the folder.
 /// The number of stored copies it unpacked: 0 when there is no such pack, or another job
-/// unpacked it; `Err` with what is wrong when it cannot be unpacked.
-fn unpack(objects: &Path, token_thread: &str) -> Result<u64, String> {
+/// unpacked it.
+fn unpack(objects: &Path, token_thread: &str) -> Result<u64, UnpackError> {
     use rustix::fs::FlockOperation;
+    use UnpackError::Io;
     let Some((token, thread)) = token_thread.split_once('/') else {
         return Ok(0);
     };
@@ -931,12 +932,12 @@ fn unpack(objects: &Path, token_thread: &str) -> Result<u64, String> {
     let file = match fs::File::open(&pack_path) {
         Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
-        Err(e) => return Err(format!("cannot open {}: {e}", pack_path.display())),
+        Err(e) => return Err(Io(io_error("cannot open", &pack_path, e))),
     };
     match rustix::fs::flock(&file, FlockOperation::LockExclusive) {
         Ok(()) => {}
         Err(e) if locks_unsupported(e) => {}
-        Err(e) => return Err(format!("cannot lock {}: {e}", pack_path.display())),
+        Err(e) => return Err(Io(io_error("cannot lock", &pack_path, e.into()))),
     }
     let dest = token_dir.join(thread);
     if fs::symlink_metadata(&dest).is_ok() {
@@ -945,25 +946,26 @@ fn unpack(objects: &Path, token_thread: &str) -> Result<u64, String> {
         let _ = fs::remove_file(&pack_path);
         return Ok(0);
     }
-    let bytes = map_file(&file).map_err(|e| format!("cannot read {}: {e}", pack_path.display()))?;
+    let bytes = map_file(&file).map_err(|e| Io(io_error("cannot read", &pack_path, e)))?;
     let all: &[u8] = match &bytes {
         IndexBytes::Mapped(m) => m,
         IndexBytes::Read(v) => v,
     };
-    let entries = pack_entries(all)
-        .map_err(|e| format!("the pack {} is damaged: {e}", pack_path.display()))?;
+    let entries = pack_entries(all).map_err(|e| {
+        UnpackError::Damaged(format!("the pack {} is damaged: {e}", pack_path.display()))
+    })?;
     let tmp = tempfile::Builder::new()
         .prefix(&format!("{UNPACK_PREFIX}{thread}-"))
         .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o777))
         .tempdir_in(&token_dir)
         .map_err(|e| {
-            format!(
-                "cannot create a temporary folder in {}: {e}",
-                token_dir.display()
-            )
+            Io(io_error(
+                "cannot create a temporary folder in",
+                &token_dir,
+                e,
+            ))
         })?;
-    let tmp_fd =
-        open_dir(tmp.path()).map_err(|e| format!("cannot open {}: {e}", tmp.path().display()))?;
+    let tmp_fd = open_dir(tmp.path()).map_err(|e| Io(io_error("cannot open", tmp.path(), e)))?;
     let mut name = itoa::Buffer::new();
     for e in &entries {
         write_object(
@@ -974,11 +976,11 @@ fn unpack(objects: &Path, token_thread: &str) -> Result<u64, String> {
             e.bytes,
         )
         .map_err(|err| {
-            format!(
-                "cannot unpack {} into {}: {err}",
-                pack_path.display(),
-                tmp.path().display()
-            )
+            Io(io_error(
+                "cannot unpack the pack of stored copies into",
+                tmp.path(),
+                err,
+            ))
         })?;
     }
     // Put in place, then the pack goes; a job killed in between leaves a pack that the
@@ -988,15 +990,26 @@ fn unpack(objects: &Path, token_thread: &str) -> Result<u64, String> {
             let _ = tmp.keep();
         }
         Err(e) if fs::symlink_metadata(&dest).is_ok() => drop(e),
-        Err(e) => return Err(format!("cannot put {} in place: {e}", dest.display())),
+        Err(e) => return Err(Io(io_error("cannot put in place", &dest, e))),
     }
     let _ = fs::remove_file(&pack_path);
     Ok(entries.len() as u64)
 }
 
+/// Why a pack was not unpacked.
+enum UnpackError {
+    /// It is not what a snapshot wrote (cut short, changed): why.
+    Damaged(String),
+    /// Reading it or writing its copies failed (a full disk, permissions).
+    Io(Error),
+}
+
 /// Unpacks the packs `token_threads` ([`unpack`]), on up to as many threads as there are
 /// CPUs: the stored copies unpacked, and the first pack that could not be, with why.
-fn unpack_all<'a>(objects: &Path, token_threads: &[&'a str]) -> (u64, Option<(&'a str, String)>) {
+fn unpack_all<'a>(
+    objects: &Path,
+    token_threads: &[&'a str],
+) -> (u64, Option<(&'a str, UnpackError)>) {
     let threads = std::thread::available_parallelism()
         .map_or(2, NonZeroUsize::get)
         .min(token_threads.len());
@@ -2283,8 +2296,12 @@ pub(crate) fn materialize(
     packed.sort_unstable();
     let (unpacked, failed) = unpack_all(objects, &packed);
     report.unpacked = unpacked;
-    if let Some((token_thread, why)) = failed {
-        return Err(damaged_pack(&entries, token_thread, why));
+    match failed {
+        None => {}
+        Some((token_thread, UnpackError::Damaged(why))) => {
+            return Err(damaged_pack(&entries, token_thread, why));
+        }
+        Some((_, UnpackError::Io(e))) => return Err(e),
     }
     for (rel, entry) in &entries {
         let rel_os = OsStr::from_bytes(rel);

@@ -343,6 +343,44 @@ fn a_damaged_pack_stops_the_job_naming_it_and_its_copies_are_not_reused() {
 }
 
 #[test]
+fn a_pack_that_cannot_be_written_out_is_an_error_that_lists_nothing_as_damaged() {
+    let (_proj, exp, queued) = queued();
+    let token = object_dirs(exp.path()).pop().expect("a token");
+    let token_dir = exp.path().join(".herd-store/objects").join(&token);
+    // Nothing may be created in the snapshot's folder (as with a full disk): `chattr +i`
+    // holds even for root, who runs the tests.
+    let chattr = |flag: &str| {
+        let st = std::process::Command::new("chattr")
+            .arg(flag)
+            .arg(&token_dir)
+            .status()
+            .expect("chattr (e2fsprogs) runs");
+        assert!(st.success(), "chattr {flag} {}", token_dir.display());
+    };
+    chattr("+i");
+    let err = queued.experiment.materialize();
+    chattr("-i");
+    let err = err.expect_err("nothing can be unpacked");
+    assert!(matches!(err, Error::Io { .. }), "{err:?}");
+    assert!(err.to_string().contains(&token), "{err}");
+    assert!(
+        damaged_list(exp.path()).is_empty(),
+        "an intact pack is not damaged"
+    );
+    assert_eq!(
+        names(queued.experiment.dir()),
+        ["logs", "manifest.json", "snapshot.idx"]
+    );
+    // Once it can be written, the job starts.
+    let made = queued
+        .experiment
+        .materialize()
+        .expect("materialize")
+        .expect("made");
+    assert_eq!(made.unpacked, 5, "{made:?}");
+}
+
+#[test]
 fn an_unchanged_project_stores_nothing_new_and_edits_after_submit_change_nothing() {
     let proj = project();
     settle();
