@@ -1798,10 +1798,12 @@ impl Visitor<'_> {
         }
         self.prefix = prefix;
         let src = self.dir_of(parent)?;
+        // O_NONBLOCK: a FIFO put in the file's place since the `statx` fails the copy
+        // instead of blocking the open until someone writes to it (regular files ignore it).
         let src = rustix::fs::openat(
             src,
             name,
-            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
             Mode::empty(),
         )
         .map_err(|e| io_error("cannot read", path, e.into()))?;
