@@ -456,20 +456,28 @@ pub(crate) struct Body {
     start: usize,
 }
 
+/// A whole file's bytes (an index, a pack): mapped, or read where mapping is not possible.
 enum IndexBytes {
     Mapped(memmap2::Mmap),
     Read(Vec<u8>),
+}
+
+impl std::ops::Deref for IndexBytes {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            IndexBytes::Mapped(m) => m,
+            IndexBytes::Read(v) => v,
+        }
+    }
 }
 
 impl std::ops::Deref for Body {
     type Target = [u8];
 
     fn deref(&self) -> &[u8] {
-        let all: &[u8] = match &self.bytes {
-            IndexBytes::Mapped(m) => m,
-            IndexBytes::Read(v) => v,
-        };
-        all.get(self.start..).unwrap_or_default()
+        self.bytes.get(self.start..).unwrap_or_default()
     }
 }
 
@@ -507,10 +515,7 @@ fn map_file(file: &fs::File) -> io::Result<IndexBytes> {
 fn read_index(path: &Path, want_root: Option<&str>) -> io::Result<(Header, Option<Body>)> {
     let bad = |what: &str| io::Error::new(io::ErrorKind::InvalidData, what.to_owned());
     let bytes = load_index(path)?;
-    let all: &[u8] = match &bytes {
-        IndexBytes::Mapped(m) => m,
-        IndexBytes::Read(v) => v,
-    };
+    let all: &[u8] = &bytes;
     // The header is three short lines; a root path is at most a few KiB.
     let mut start = 0;
     let mut lines = Vec::with_capacity(3);
@@ -947,11 +952,7 @@ fn unpack(objects: &Path, token_thread: &str) -> Result<u64, UnpackError> {
         return Ok(0);
     }
     let bytes = map_file(&file).map_err(|e| Io(io_error("cannot read", &pack_path, e)))?;
-    let all: &[u8] = match &bytes {
-        IndexBytes::Mapped(m) => m,
-        IndexBytes::Read(v) => v,
-    };
-    let entries = pack_entries(all).map_err(|e| {
+    let entries = pack_entries(&bytes).map_err(|e| {
         UnpackError::Damaged(format!("the pack {} is damaged: {e}", pack_path.display()))
     })?;
     let tmp = tempfile::Builder::new()
@@ -2157,8 +2158,7 @@ fn gc_pack(path: &Path, in_use: bool, report: &mut GarbageReport) -> Result<(), 
             return 0;
         };
         match map_file(&file) {
-            Ok(IndexBytes::Mapped(m)) => pack_entries(&m).map_or(0, |e| e.len() as u64),
-            Ok(IndexBytes::Read(v)) => pack_entries(&v).map_or(0, |e| e.len() as u64),
+            Ok(bytes) => pack_entries(&bytes).map_or(0, |e| e.len() as u64),
             Err(_) => 0,
         }
     };
@@ -2480,10 +2480,7 @@ mod tests {
         drop(pack);
         let file = fs::File::open(&path).expect("open pack");
         let bytes = map_file(&file).expect("read pack");
-        let all: &[u8] = match &bytes {
-            IndexBytes::Mapped(m) => m,
-            IndexBytes::Read(v) => v,
-        };
+        let all: &[u8] = &bytes;
         let entries = pack_entries(all).expect("parses");
         assert_eq!(entries.len(), cases.len());
         for (n, (e, (name, bytes, st))) in entries.iter().zip(&cases).enumerate() {

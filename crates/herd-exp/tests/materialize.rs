@@ -80,8 +80,9 @@ fn deferred(exp_root: &Path, name: &str, project: &Path) -> NewExperiment {
     req
 }
 
-/// A queued experiment ("queued") of [`project`] in a new experiment root: the project,
-/// the root, and what was created.
+/// A queued experiment ("queued") of [`project`] in a new experiment root, its copies
+/// packed, the project settled (a later snapshot may reuse them): the project, the root,
+/// and what was created.
 fn queued() -> (TempDir, TempDir, Created) {
     let proj = project();
     settle();
@@ -193,12 +194,7 @@ fn store_files(exp_root: &Path) -> Vec<String> {
 
 #[test]
 fn a_submitted_snapshot_packs_its_copies_and_the_first_job_to_start_unpacks_them() {
-    let proj = project();
-    settle();
-    let exp = TempDir::new().expect("tempdir");
-    let first = deferred(exp.path(), "first", proj.path())
-        .create()
-        .expect("first");
+    let (proj, exp, first) = queued();
     assert_eq!(first.snapshot.copied, 5, "{:?}", first.snapshot);
     // One pack per walking thread that copied something, no file per copy.
     let packed = store_files(exp.path());
@@ -266,12 +262,7 @@ fn a_submitted_snapshot_packs_its_copies_and_the_first_job_to_start_unpacks_them
 
 #[test]
 fn a_damaged_pack_stops_the_job_naming_it_and_its_copies_are_not_reused() {
-    let proj = project();
-    settle();
-    let exp = TempDir::new().expect("tempdir");
-    let queued = deferred(exp.path(), "queued", proj.path())
-        .create()
-        .expect("queued");
+    let (proj, exp, queued) = queued();
     let objects = exp.path().join(".herd-store/objects");
     // The pack that holds train.py, cut short (a hand-made copy of the store onto a disk
     // that filled up, say).
