@@ -999,7 +999,7 @@ fn unpack(objects: &Path, token_thread: &str) -> Result<u64, UnpackError> {
 
 /// Why a pack was not unpacked.
 enum UnpackError {
-    /// It is not what a snapshot wrote (cut short, changed): why.
+    /// It is not what a snapshot wrote (cut short, or not in the pack format): why.
     Damaged(String),
     /// Reading it or writing its copies failed (a full disk, permissions).
     Io(Error),
