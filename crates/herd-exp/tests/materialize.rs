@@ -9,7 +9,7 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 
 use common::{ino, names, request, settle, write};
-use herd_exp::{Created, Error, NewExperiment};
+use herd_exp::{Created, Error, Experiment, MaterializeReport, NewExperiment};
 use tempfile::TempDir;
 
 /// Per path: kind, and for files mode, mtime and contents; for symlinks the target. What
@@ -74,6 +74,11 @@ fn project() -> TempDir {
     proj
 }
 
+/// Makes `exp`'s `code/`, which must not exist yet.
+fn make_code(exp: &Experiment) -> MaterializeReport {
+    exp.materialize().expect("materialize").expect("made now")
+}
+
 fn deferred(exp_root: &Path, name: &str, project: &Path) -> NewExperiment {
     let mut req = request(exp_root, name, project);
     req.snapshot.materialize = false;
@@ -135,11 +140,7 @@ fn a_deferred_snapshot_makes_code_at_materialize_the_same_as_at_once() {
         "a queued experiment holds its index, not a tree"
     );
 
-    let made = later
-        .experiment
-        .materialize()
-        .expect("materialize")
-        .expect("made now");
+    let made = make_code(&later.experiment);
     assert_eq!(
         (made.files, made.symlinks, made.copied),
         (5, 1, 0),
@@ -217,11 +218,7 @@ fn a_submitted_snapshot_packs_its_copies_and_the_first_job_to_start_unpacks_them
     assert_eq!(store_files(exp.path()), packed, "nothing new in the store");
 
     // The second job starts first: it unpacks the packs, whole, and removes them.
-    let made = second
-        .experiment
-        .materialize()
-        .expect("materialize")
-        .expect("made");
+    let made = make_code(&second.experiment);
     assert_eq!(
         (made.files, made.unpacked, made.copied),
         (5, 5, 0),
@@ -238,11 +235,7 @@ fn a_submitted_snapshot_packs_its_copies_and_the_first_job_to_start_unpacks_them
         "one file per stored copy: {unpacked:?}"
     );
     // The first finds them unpacked: links to the same copies.
-    let made = first
-        .experiment
-        .materialize()
-        .expect("materialize")
-        .expect("made");
+    let made = make_code(&first.experiment);
     assert_eq!((made.files, made.unpacked), (5, 0), "{made:?}");
     let (c1, c2) = (first.experiment.code_dir(), second.experiment.code_dir());
     for rel in ["train.py", "models/net.py", "run.sh"] {
@@ -318,11 +311,7 @@ fn a_damaged_pack_stops_the_job_naming_it_and_its_copies_are_not_reused() {
         "{:?}",
         again.snapshot
     );
-    again
-        .experiment
-        .materialize()
-        .expect("materialize")
-        .expect("made");
+    make_code(&again.experiment);
     let elsewhere = TempDir::new().expect("tempdir");
     let fresh = request(elsewhere.path(), "fresh", proj.path())
         .create()
@@ -363,11 +352,7 @@ fn a_pack_that_cannot_be_written_out_is_an_error_that_lists_nothing_as_damaged()
         ["logs", "manifest.json", "snapshot.idx"]
     );
     // Once it can be written, the job starts.
-    let made = queued
-        .experiment
-        .materialize()
-        .expect("materialize")
-        .expect("made");
+    let made = make_code(&queued.experiment);
     assert_eq!(made.unpacked, 5, "{made:?}");
 }
 
@@ -403,7 +388,7 @@ fn an_unchanged_project_stores_nothing_new_and_edits_after_submit_change_nothing
     write(proj.path(), "new.py", "new\n");
 
     for exp in [&first.experiment, &second.experiment] {
-        exp.materialize().expect("materialize").expect("made");
+        make_code(exp);
         let code = exp.code_dir();
         assert_eq!(
             fs::read_to_string(code.join("train.py")).expect("read"),
@@ -488,11 +473,7 @@ fn a_changed_or_missing_stored_copy_is_refused_and_nothing_is_left() {
         .expect("later");
     assert_eq!(later.snapshot.linked_from.as_deref(), Some("again"));
     assert_eq!((later.snapshot.linked, later.snapshot.copied), (5, 0));
-    later
-        .experiment
-        .materialize()
-        .expect("materialize")
-        .expect("made");
+    make_code(&later.experiment);
 }
 
 /// The store's list of damaged copies, sorted.
@@ -534,11 +515,7 @@ fn a_queued_job_trusts_this_users_stored_copies_and_a_damaged_one_is_found_when_
     let first = deferred(exp.path(), "first", proj.path())
         .create()
         .expect("first");
-    first
-        .experiment
-        .materialize()
-        .expect("materialize")
-        .expect("made");
+    make_code(&first.experiment);
     // The first job's code/ is read-only: whoever edits models/net.py there in place
     // makes it writable first, and so edits the stored copy every experiment shares.
     let code_net = first.experiment.code_dir().join("models/net.py");
@@ -577,11 +554,7 @@ fn a_queued_job_trusts_this_users_stored_copies_and_a_damaged_one_is_found_when_
         .create()
         .expect("third");
     assert_eq!((third.snapshot.linked, third.snapshot.copied), (4, 1));
-    third
-        .experiment
-        .materialize()
-        .expect("materialize")
-        .expect("made");
+    make_code(&third.experiment);
     assert_eq!(
         fs::read_to_string(third.experiment.code_dir().join("models/net.py")).expect("read"),
         "class Net: pass\n"
@@ -723,11 +696,7 @@ fn garbage_collection_removes_only_copies_no_experiment_uses() {
         r.bytes_freed,
         "version 1, only in the first experiment\n".len() as u64
     );
-    queued
-        .experiment
-        .materialize()
-        .expect("materialize")
-        .expect("made");
+    make_code(&queued.experiment);
     assert_eq!(
         fs::read_to_string(queued.experiment.code_dir().join("edited.py")).expect("read"),
         "version 2\n"
@@ -814,11 +783,7 @@ fn garbage_collection_keeps_packs_in_use_and_removes_unused_and_leftover_ones() 
     assert_eq!((r.objects_kept, r.objects_removed), (6, 0), "{r:?}");
     assert_eq!(packs().len(), 2);
     // The second's job starts: both packs unpacked; now the one copy nobody uses goes.
-    let made = second
-        .experiment
-        .materialize()
-        .expect("materialize")
-        .expect("made");
+    let made = make_code(&second.experiment);
     assert_eq!(made.unpacked, 6, "{made:?}");
     assert!(packs().is_empty());
     let r = gc();
@@ -897,6 +862,25 @@ fn as_nobody(name: &str, env: &[(&str, &Path)]) {
     );
 }
 
+/// Root's part of a test that runs a part as `nobody`: a [`project`] `nobody` can read
+/// (after `prepare` has its say, settled) and a folder `nobody` can enter, for experiment
+/// roots.
+fn for_nobody(prepare: impl FnOnce(&Path)) -> (TempDir, TempDir) {
+    // Switching users needs root; CI runs the tests as root.
+    assert_eq!(
+        fs::metadata("/proc/self").expect("/proc/self").uid(),
+        0,
+        "this test runs part of itself as user nobody with setpriv, which needs root"
+    );
+    let proj = project();
+    fs::set_permissions(proj.path(), fs::Permissions::from_mode(0o755)).expect("chmod");
+    prepare(proj.path());
+    settle();
+    let parent = TempDir::new().expect("tempdir");
+    fs::set_permissions(parent.path(), fs::Permissions::from_mode(0o755)).expect("chmod");
+    (proj, parent)
+}
+
 #[test]
 fn another_users_stored_copies_are_copied_into_code_and_left_to_their_gc() {
     use std::os::unix::fs::PermissionsExt;
@@ -927,11 +911,7 @@ fn another_users_stored_copies_are_copied_into_code_and_left_to_their_gc() {
                     "{:?}",
                     b.snapshot
                 );
-                let made = b
-                    .experiment
-                    .materialize()
-                    .expect("materialize")
-                    .expect("made");
+                let made = make_code(&b.experiment);
                 // root's four copies may not be linked (fs.protected_hardlinks): copied.
                 assert_eq!((made.files, made.copied), (5, 4), "{made:?}");
             }
@@ -947,17 +927,7 @@ fn another_users_stored_copies_are_copied_into_code_and_left_to_their_gc() {
         }
         return;
     }
-    // Switching users needs root; CI runs the tests as root.
-    assert_eq!(
-        fs::metadata("/proc/self").expect("/proc/self").uid(),
-        0,
-        "this test runs part of itself as user nobody with setpriv, which needs root"
-    );
-    let proj = project();
-    fs::set_permissions(proj.path(), fs::Permissions::from_mode(0o755)).expect("chmod");
-    settle();
-    let parent = TempDir::new().expect("tempdir");
-    fs::set_permissions(parent.path(), fs::Permissions::from_mode(0o755)).expect("chmod");
+    let (proj, parent) = for_nobody(|_| {});
     let root = parent.path().join("shared");
     fs::create_dir(&root).expect("mkdir");
     fs::set_permissions(&root, fs::Permissions::from_mode(0o777)).expect("chmod");
@@ -1022,7 +992,7 @@ fn code_files_are_read_only_so_a_job_cannot_change_another_experiments_code() {
         let second = deferred(&root, "second", &proj).create().expect("second");
         assert_eq!(second.snapshot.copied, 0, "{:?}", second.snapshot);
         for exp in [&first.experiment, &second.experiment] {
-            exp.materialize().expect("materialize").expect("made");
+            make_code(exp);
         }
         let (c1, c2) = (first.experiment.code_dir(), second.experiment.code_dir());
         assert_eq!(ino(&c1.join("train.py")), ino(&c2.join("train.py")));
@@ -1043,33 +1013,16 @@ fn code_files_are_read_only_so_a_job_cannot_change_another_experiments_code() {
         );
         // And the stored copy is intact: the second's code is made again the same.
         fs::remove_dir_all(&c2).expect("rm code");
-        second
-            .experiment
-            .materialize()
-            .expect("materialize")
-            .expect("made");
+        make_code(&second.experiment);
         assert_eq!(
             fs::read_to_string(c2.join("train.py")).expect("read"),
             "print('train')\n"
         );
         return;
     }
-    // Switching users needs root; CI runs the tests as root.
-    assert_eq!(
-        fs::metadata("/proc/self").expect("/proc/self").uid(),
-        0,
-        "this test runs part of itself as user nobody with setpriv, which needs root"
-    );
-    let proj = project();
-    fs::set_permissions(proj.path(), fs::Permissions::from_mode(0o755)).expect("chmod");
-    fs::set_permissions(
-        proj.path().join("run.sh"),
-        fs::Permissions::from_mode(0o755),
-    )
-    .expect("chmod");
-    settle();
-    let parent = TempDir::new().expect("tempdir");
-    fs::set_permissions(parent.path(), fs::Permissions::from_mode(0o755)).expect("chmod");
+    let (proj, parent) = for_nobody(|p| {
+        fs::set_permissions(p.join("run.sh"), fs::Permissions::from_mode(0o755)).expect("chmod")
+    });
     let root = parent.path().join("nobodys");
     fs::create_dir(&root).expect("mkdir");
     std::os::unix::fs::chown(&root, Some(65534), Some(65534)).expect("chown");
