@@ -96,7 +96,10 @@ class Runtime:
             dist.barrier()
 
     def close(self) -> None:
+        """Leave the job: one last barrier, so no rank exits (closing its sockets) while a
+        peer is still in a collective with it, then the process group is destroyed."""
         if self.distributed:
+            dist.barrier()
             dist.destroy_process_group()
 
 
@@ -233,5 +236,20 @@ def main(argv: list[str]) -> int:
     return 0
 
 
+def leave(code: int) -> None:
+    """End the process with `code` once everything is written, skipping the interpreter's
+    and the C++ libraries' teardown.
+
+    A DDP model keeps its gloo process group, and gloo's threads with it (two workers and a
+    socket loop per rank, the store's server on rank 0), alive after destroy_process_group()
+    until the process ends (torch 2.15), so that teardown runs beside live gloo threads while
+    the peers close their sockets; once in a few dozen runs a rank aborted there
+    ("terminate called without an active exception") after its work was done.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    leave(main(sys.argv[1:]))

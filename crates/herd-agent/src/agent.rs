@@ -19,12 +19,13 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use herd_rendezvous::{read_frame, write_frame, JobKey, Leader, NodeInfo, RendezvousError};
-use herd_slurm::{worker_env, LaunchInfo, Layout, Position};
+use herd_slurm::{worker_env, GpuBind, LaunchInfo, Layout, Position};
 use nix::sys::signal::Signal;
 use serde::{Deserialize, Serialize};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::mpsc;
 
+use crate::error_file::{error_file_path, WorkerError};
 use crate::procs;
 use crate::report::{Exit, FailureReport};
 use crate::workers::{spawn, OutputConfig, OutputSink, Running, WorkerSpec};
@@ -60,8 +61,10 @@ pub struct Config {
     pub heartbeat_timeout: Duration,
     /// Candidate rendezvous ports to try.
     pub port_candidates: usize,
-    /// This node's GPUs (device ids), split among its workers.
+    /// This node's GPUs (device ids).
     pub node_gpus: Vec<String>,
+    /// Which of them each worker sees.
+    pub gpu_bind: GpuBind,
     /// This node's CPUs for the workers.
     pub node_cpus: Option<u32>,
     /// `OMP_NUM_THREADS` the user set (kept).
@@ -226,6 +229,8 @@ fn claim_port() -> std::io::Result<u16> {
 /// This node's running attempt.
 struct Attempt {
     number: u32,
+    /// `LOG_DIR/attempt-K`: its per-rank logs and error files.
+    dir: PathBuf,
     running: HashMap<u32, Running>,
     groups: Vec<i32>,
     managed: HashSet<i32>,
@@ -262,6 +267,7 @@ impl Attempt {
             restart_count: number,
             max_restarts: cfg.max_restarts,
             node_gpus: cfg.node_gpus.clone(),
+            gpu_bind: cfg.gpu_bind,
             node_cpus: cfg.node_cpus,
             user_omp_threads: cfg.user_omp_threads.clone(),
             job_id: cfg.job_id,
@@ -269,6 +275,7 @@ impl Attempt {
         let first = layout.first_rank(cfg.node_rank as usize);
         let mut attempt = Attempt {
             number,
+            dir: dir.clone(),
             running: HashMap::new(),
             groups: Vec::new(),
             managed: HashSet::new(),
@@ -282,6 +289,28 @@ impl Attempt {
             };
             let mut env = worker_env(layout, pos, &info);
             env.insert("HERD_LOG_DIR".into(), dir.display().to_string());
+            // torch's @record writes the exception here, as under torchrun; a file left by
+            // an earlier run with the same log folder must not be taken for this one's.
+            let error_file = error_file_path(&dir, pos.rank);
+            match std::fs::remove_file(&error_file) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    return Err(FailureReport::other(
+                        number,
+                        cfg.node_rank,
+                        host,
+                        format!(
+                            "cannot remove the stale error file {}: {e}",
+                            error_file.display()
+                        ),
+                    ))
+                }
+            }
+            env.insert(
+                "TORCHELASTIC_ERROR_FILE".into(),
+                error_file.display().to_string(),
+            );
             let spec = WorkerSpec {
                 rank: pos.rank,
                 local_rank,
@@ -348,11 +377,13 @@ impl Attempt {
             .lock()
             .map(|t| t.iter().cloned().collect())
             .unwrap_or_default();
+        let error = WorkerError::read(&error_file_path(&self.dir, rank));
         Some(FailureReport::worker(
             self.number,
             (rank, w.local_rank, cfg.node_rank),
             &cfg.node_names[cfg.node_rank as usize],
             exit,
+            error,
             tail,
         ))
     }

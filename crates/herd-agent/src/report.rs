@@ -4,6 +4,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
+use crate::error_file::WorkerError;
+
 /// How a worker ended.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -74,6 +76,9 @@ pub struct FailureReport {
     pub host: String,
     /// How it ended, when a worker failed.
     pub exit: Option<Exit>,
+    /// What it recorded in its error file (torch's `@record`), when it wrote one.
+    #[serde(default)]
+    pub error: Option<Box<WorkerError>>,
     /// The last lines of its stderr.
     pub stderr_tail: Vec<String>,
     /// When (UTC, RFC 3339 with milliseconds).
@@ -83,23 +88,30 @@ pub struct FailureReport {
 }
 
 impl FailureReport {
-    /// A worker's failure.
+    /// A worker's failure; `error` is what it wrote to its error file, if anything.
     pub fn worker(
         attempt: u32,
         (rank, local_rank, node_rank): (u32, u32, u32),
         host: &str,
         exit: Exit,
+        error: Option<WorkerError>,
         stderr_tail: Vec<String>,
     ) -> FailureReport {
         let (time, unix_ms) = now();
+        let who = format!("rank {rank} (local rank {local_rank} on {host})");
+        let cause = match &error {
+            Some(e) => format!("{who} raised {} ({exit})", e.headline()),
+            None => format!("{who} {exit}"),
+        };
         FailureReport {
             attempt,
-            cause: format!("rank {rank} (local rank {local_rank} on {host}) {exit}"),
+            cause,
             rank: Some(rank),
             local_rank: Some(local_rank),
             node_rank,
             host: host.to_owned(),
             exit: Some(exit),
+            error: error.map(Box::new),
             stderr_tail,
             time,
             unix_ms,
@@ -117,18 +129,23 @@ impl FailureReport {
             node_rank,
             host: host.to_owned(),
             exit: None,
+            error: None,
             stderr_tail: Vec::new(),
             time,
             unix_ms,
         }
     }
 
-    /// The report for people: cause, time, and the stderr tail.
+    /// The report for people: cause and time, where the exception was raised (from the
+    /// error file), and the stderr tail.
     pub fn human(&self) -> String {
         let mut s = format!(
             "herd: job failed (attempt {}): {} at {}\n",
             self.attempt, self.cause, self.time
         );
+        if let Some(frame) = self.error.as_ref().and_then(|e| e.frame.as_ref()) {
+            s.push_str(&format!("herd: raised at {frame}\n"));
+        }
         if let Some(rank) = self.rank {
             if self.stderr_tail.is_empty() {
                 s.push_str(&format!("herd: rank {rank} wrote nothing to stderr\n"));
@@ -188,6 +205,47 @@ mod tests {
         assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000Z");
         assert_eq!(rfc3339(1_796_060_412_123), "2026-11-30T17:40:12.123Z");
         assert_eq!(rfc3339(951_782_400_000), "2000-02-29T00:00:00.000Z");
+    }
+
+    #[test]
+    fn the_error_file_leads_the_report() {
+        let error = WorkerError::parse(
+            r#"{"message": {"message": "ValueError: bad shard 7", "extraInfo": {"py_callstack": "Traceback (most recent call last):\n  File \"/exp/code/fail.py\", line 6, in load_shard\n    raise ValueError(f\"bad shard {i}\")\nValueError: bad shard 7\n"}}}"#,
+            std::path::Path::new("/exp/logs/attempt-0/rank-4.error.json"),
+        );
+        let r = FailureReport::worker(
+            0,
+            (4, 0, 2),
+            "gpu-a03",
+            Exit::Code(1),
+            error,
+            vec![
+                "Traceback (most recent call last):".into(),
+                "ValueError: bad shard 7".into(),
+            ],
+        );
+        assert_eq!(
+            r.cause,
+            "rank 4 (local rank 0 on gpu-a03) raised ValueError: bad shard 7 (exited with code 1)"
+        );
+        let text = r.human();
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[0].starts_with("herd: job failed (attempt 0): rank 4 (local rank 0 on gpu-a03) raised ValueError: bad shard 7"), "{text}");
+        assert_eq!(
+            lines[1],
+            "herd: raised at /exp/code/fail.py:6 in load_shard: raise ValueError(f\"bad shard {i}\")"
+        );
+        assert_eq!(lines[2], "herd: last lines of rank 4's stderr:");
+        let json = serde_json::to_value(&r).unwrap_or_default();
+        assert_eq!(json["error"]["exception"], "ValueError");
+        assert_eq!(json["error"]["frame"]["line"], 6);
+
+        let plain = FailureReport::worker(0, (4, 0, 2), "gpu-a03", Exit::Code(1), None, vec![]);
+        assert_eq!(
+            plain.cause,
+            "rank 4 (local rank 0 on gpu-a03) exited with code 1"
+        );
+        assert!(!plain.human().contains("raised"));
     }
 
     #[test]

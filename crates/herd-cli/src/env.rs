@@ -5,7 +5,9 @@ use std::path::PathBuf;
 
 use clap::Args;
 use herd_hostlist::compress;
-use herd_slurm::{addr, format_counts, worker_env, Allocation, LaunchInfo, Position, Vars};
+use herd_slurm::{
+    addr, format_counts, worker_env, Allocation, GpuBind, LaunchInfo, Position, Vars,
+};
 use serde_json::json;
 
 use crate::{CliError, ExitStatus};
@@ -20,6 +22,10 @@ pub struct EnvArgs {
     /// /proc/PID/environ) instead of this process's.
     #[arg(long, value_name = "FILE")]
     pub from: Option<PathBuf>,
+    /// The GPU binding to show: `all` (herd's default) or `per-rank`, as given to
+    /// `herd submit`, `herd launch` or `herd exec`.
+    #[arg(long, default_value = "all", value_name = "all|per-rank")]
+    pub gpu_bind: GpuBind,
 }
 
 /// Run `herd env`.
@@ -48,14 +54,17 @@ pub fn run(args: EnvArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
     };
 
     let worker = alloc.task.as_ref().map(|task| {
-        let info = LaunchInfo::for_task(
-            &alloc,
-            &vars,
-            master_addr
-                .as_ref()
-                .map_or_else(|_| master.clone(), |a| a.to_string()),
-            master_port,
-        );
+        let info = LaunchInfo {
+            gpu_bind: args.gpu_bind,
+            ..LaunchInfo::for_task(
+                &alloc,
+                &vars,
+                master_addr
+                    .as_ref()
+                    .map_or_else(|_| master.clone(), |a| a.to_string()),
+                master_port,
+            )
+        };
         let pos = Position {
             rank: task.rank,
             local_rank: task.local_rank,
@@ -69,6 +78,17 @@ pub fn run(args: EnvArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
         }
         env
     });
+
+    // What each worker of this node sees. In a task, every task of the node is a worker
+    // (srun mode); in a batch or salloc shell, an agent would start one per GPU.
+    let node_gpus = alloc.gpus.visible.clone().unwrap_or_default();
+    let workers = match &alloc.task {
+        Some(t) => t.local_world_size,
+        None => node_gpus.len() as u32,
+    };
+    let worker_gpus: Vec<Vec<String>> = (0..workers)
+        .map(|l| args.gpu_bind.visible(&node_gpus, l, workers))
+        .collect();
 
     let nodelist = compress(&alloc.layout.nodes);
     let tpn = format_counts(&alloc.layout.tasks_per_node);
@@ -88,6 +108,8 @@ pub fn run(args: EnvArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
             "master_port": master_port,
             "task": alloc.task,
             "gpus": alloc.gpus,
+            "gpu_bind": args.gpu_bind,
+            "worker_gpus": worker_gpus,
             "cpus_per_task": alloc.cpus_per_task,
             "cpus_on_node": alloc.cpus_on_node,
             "het_groups": alloc.het_groups,
@@ -129,6 +151,11 @@ pub fn run(args: EnvArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
             "gpus        CUDA_VISIBLE_DEVICES={}",
             visible.join(",")
         )?;
+        writeln!(
+            out,
+            "gpu bind    {}",
+            describe_binding(args.gpu_bind, &worker_gpus)
+        )?;
     }
     for g in &alloc.het_groups {
         writeln!(out, "het group {} {}", g.index, compress(&g.nodes))?;
@@ -152,4 +179,28 @@ pub fn run(args: EnvArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
         )?,
     }
     Ok(ExitStatus::Success)
+}
+
+/// `all: each of the 2 workers on this node sees 0,1` or
+/// `per-rank: local rank 0 sees 0, local rank 1 sees 1`.
+fn describe_binding(bind: GpuBind, worker_gpus: &[Vec<String>]) -> String {
+    let shown = |g: &[String]| g.join(",");
+    match bind {
+        GpuBind::All => match (worker_gpus.len(), worker_gpus.first()) {
+            (1, Some(g)) => format!("all: the one worker on this node sees {}", shown(g)),
+            (n, Some(g)) => format!(
+                "all: each of the {n} workers on this node sees {} (cuda:LOCAL_RANK is its own GPU)",
+                shown(g)
+            ),
+            (_, None) => "all: no workers on this node".to_owned(),
+        },
+        GpuBind::PerRank => {
+            let each: Vec<String> = worker_gpus
+                .iter()
+                .enumerate()
+                .map(|(l, g)| format!("local rank {l} sees {}", shown(g)))
+                .collect();
+            format!("per-rank: {}", each.join(", "))
+        }
+    }
 }

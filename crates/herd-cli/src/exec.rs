@@ -1,15 +1,18 @@
 //! `herd exec`: the per-task shim of srun launch mode (one SLURM task per GPU).
 //!
 //! `srun --ntasks=GPUS --ntasks-per-node=G --kill-on-bad-exit=1 herd exec -- CMD…`: each task
-//! reads where SLURM put it, sets the rank variables of SPEC §3 (the same set `herd launch`
-//! gives its workers), binds its share of the node's GPUs and replaces itself with CMD. SLURM
-//! then supervises the tasks directly (`--kill-on-bad-exit`).
+//! reads where SLURM put it, sets the rank variables (the same set `herd launch` gives its
+//! workers), leaves it every GPU SLURM gave the task (or, with `--gpu-bind per-rank`, only
+//! its local rank's share) and replaces itself with CMD. SLURM then supervises the tasks
+//! directly (`--kill-on-bad-exit`).
 
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
 
 use clap::Args;
-use herd_slurm::{addr, worker_env, Allocation, AllocationError, LaunchInfo, Position, Vars};
+use herd_slurm::{
+    addr, worker_env, Allocation, AllocationError, GpuBind, LaunchInfo, Position, Vars,
+};
 
 use crate::{CliError, ExitStatus};
 
@@ -19,6 +22,11 @@ pub struct ExecArgs {
     /// The port rank 0 listens on (default: $MASTER_PORT, which the batch script sets).
     #[arg(long, value_name = "PORT")]
     pub master_port: Option<u16>,
+    /// GPUs the task keeps: `all` that SLURM gave it (as srun shows them, so
+    /// `cuda:LOCAL_RANK` works) or `per-rank` (only its local rank's share, for code that
+    /// always uses `cuda:0`).
+    #[arg(long, default_value = "all", value_name = "all|per-rank")]
+    pub gpu_bind: GpuBind,
     /// The command and its arguments (after `--`), executed as they are, never by a shell.
     #[arg(required = true, last = true, value_name = "CMD")]
     pub command: Vec<OsString>,
@@ -59,7 +67,10 @@ pub fn run(args: ExecArgs) -> Result<ExitStatus, CliError> {
             .map_err(|e| CliError::Launch(e.to_string()))?
             .to_string()
     };
-    let info = LaunchInfo::for_task(&alloc, &vars, master_addr, Some(port));
+    let info = LaunchInfo {
+        gpu_bind: args.gpu_bind,
+        ..LaunchInfo::for_task(&alloc, &vars, master_addr, Some(port))
+    };
     let env = worker_env(
         &alloc.layout,
         Position {

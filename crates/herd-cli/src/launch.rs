@@ -8,7 +8,7 @@ use std::time::Duration;
 use clap::Args;
 use herd_agent::{Config, Outcome};
 use herd_rendezvous::JobKey;
-use herd_slurm::{addr, Allocation, AllocationError, Vars};
+use herd_slurm::{addr, Allocation, AllocationError, GpuBind, Vars};
 
 use crate::{CliError, ExitStatus};
 
@@ -18,6 +18,11 @@ pub struct LaunchOptions {
     /// Workers per node (default: the node's GPUs, else 1). `--nproc_per_node` works too.
     #[arg(long, alias = "nproc_per_node", value_name = "G")]
     pub nproc_per_node: Option<u32>,
+    /// GPUs each worker sees: `all` of its node's (as torchrun and srun show them, so
+    /// `cuda:LOCAL_RANK` works) or `per-rank` (only its own share, for code that always
+    /// uses `cuda:0`).
+    #[arg(long, default_value = "all", value_name = "all|per-rank")]
+    pub gpu_bind: GpuBind,
     /// Restart all workers up to N times after a failure (fresh port, next attempt).
     #[arg(long, default_value_t = 0, value_name = "N")]
     pub max_restarts: u32,
@@ -133,6 +138,7 @@ fn base_config(opts: &LaunchOptions, vars: &Vars, run_id: &str) -> Result<Config
             .max(Duration::from_millis(400)),
         port_candidates: 32,
         node_gpus,
+        gpu_bind: opts.gpu_bind,
         node_cpus: vars.get("SLURM_CPUS_ON_NODE").and_then(|c| c.parse().ok()),
         user_omp_threads: vars.get("OMP_NUM_THREADS").map(str::to_owned),
         job_id: None,
@@ -232,6 +238,8 @@ pub fn run(args: RunArgs) -> Result<ExitStatus, CliError> {
         forwarded.extend(["--nproc-per-node".into(), g.to_string().into()]);
     }
     forwarded.extend([
+        "--gpu-bind".into(),
+        o.gpu_bind.name().into(),
         "--max-restarts".into(),
         o.max_restarts.to_string().into(),
         "--kill-grace".into(),

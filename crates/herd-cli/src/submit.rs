@@ -43,6 +43,10 @@ pub struct PlanArgs {
     /// GPU type for `--gres=gpu:TYPE:N`.
     #[arg(long, value_name = "TYPE")]
     pub gpu_type: Option<String>,
+    /// GPUs each worker sees: `all` of its node's (default; `cuda:LOCAL_RANK` works) or
+    /// `per-rank` (only its own share, for code that always uses `cuda:0`).
+    #[arg(long, value_name = "all|per-rank")]
+    pub gpu_bind: Option<String>,
     /// Tasks per node (srun mode).
     #[arg(long, value_name = "N")]
     pub ntasks_per_node: Option<u32>,
@@ -104,6 +108,7 @@ impl PlanArgs {
             gpus: None,
             gpus_per_node: None,
             gpu_type: None,
+            gpu_bind: None,
             ntasks_per_node: None,
             cpus_per_task: None,
             mem: None,
@@ -136,6 +141,7 @@ impl PlanArgs {
             gpus: self.gpus,
             gpus_per_node: self.gpus_per_node,
             gpu_type: self.gpu_type.clone(),
+            gpu_bind: self.gpu_bind.clone(),
             ntasks_per_node: self.ntasks_per_node,
             cpus_per_task: self.cpus_per_task,
             mem: self.mem.clone(),

@@ -22,6 +22,7 @@ use crate::keys::Key;
 use crate::partition::Partition;
 use crate::resolve::{Mode, Plan};
 use crate::values::Memory;
+use herd_slurm::GpuBind;
 
 /// How bad a finding is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -136,6 +137,7 @@ pub struct CheckContext<'a> {
 pub fn check(plan: &Plan, ctx: &CheckContext<'_>) -> Vec<Finding> {
     let mut out = Vec::new();
     check_counts(plan, &mut out);
+    check_gpu_bind(plan, &mut out);
     check_memory(plan, ctx.memory, &mut out);
     check_sbatch_args(plan, &mut out);
     if let Some(parts) = ctx.partitions {
@@ -235,6 +237,34 @@ fn check_counts(plan: &Plan, out: &mut Vec<Finding>) {
                 ));
             }
         }
+    }
+}
+
+fn check_gpu_bind(plan: &Plan, out: &mut Vec<Finding>) {
+    if plan.gpu_bind != GpuBind::PerRank {
+        return;
+    }
+    let d = |k: Key| plan.describe(k);
+    if plan.mode == Mode::Torchrun {
+        out.push(error(
+            "gpu-bind-torchrun",
+            &[Key::GpuBind, Key::Mode],
+            format!(
+                "{} = per-rank, but in torchrun mode ({}) torchrun starts the workers and gives each all of its node's GPUs: use mode = \"agent\" (the same workers, each seeing only its share), or set gpu_bind = \"all\"",
+                d(Key::GpuBind),
+                d(Key::Mode)
+            ),
+        ));
+    } else if plan.gpus_per_node.is_none() {
+        out.push(warning(
+            "gpu-bind-no-gpus",
+            &[Key::GpuBind, Key::GpusPerNode],
+            format!(
+                "{} = per-rank, but the job asks for no GPUs ({}): there is nothing to bind; set gpus_per_node or leave gpu_bind out",
+                d(Key::GpuBind),
+                d(Key::GpusPerNode)
+            ),
+        ));
     }
 }
 
@@ -792,6 +822,32 @@ mod tests {
         // Total given with nodes only: gpus per node derived, remainder reported.
         let p = plan(&format!("gpus = 10\nnodes = 4\n{CMD}"));
         assert_eq!(codes(&run(&p)), ["gpus-not-divisible"]);
+    }
+
+    #[test]
+    fn per_rank_gpu_binding_needs_a_herd_launch_and_gpus() {
+        let p = plan(&format!(
+            "mode = \"torchrun\"\nnodes = 2\ngpus_per_node = 4\ngpu_bind = \"per-rank\"\n{CMD}"
+        ));
+        let f = run(&p);
+        assert_eq!(codes(&f), ["gpu-bind-torchrun"]);
+        assert!(
+            f[0].message
+                .contains("`gpu_bind` in jobs/train.toml = per-rank")
+                && f[0].message.contains("use mode = \"agent\""),
+            "{}",
+            f[0]
+        );
+        let p = plan(&format!("nodes = 2\ngpu_bind = \"per-rank\"\n{CMD}"));
+        let f = run(&p);
+        assert_eq!(codes(&f), ["gpu-bind-no-gpus"]);
+        assert!(!has_errors(&f));
+        for mode in ["agent", "srun"] {
+            let p = plan(&format!(
+                "mode = \"{mode}\"\nnodes = 2\ngpus_per_node = 4\ngpu_bind = \"per-rank\"\n{CMD}"
+            ));
+            assert_eq!(codes(&run(&p)), Vec::<&str>::new(), "{mode}");
+        }
     }
 
     #[test]

@@ -49,6 +49,8 @@ pub struct JobKeys {
     pub gpus_per_node: Option<i64>,
     /// GPU type for the GRES request (`a100` gives `--gres=gpu:a100:N`).
     pub gpu_type: Option<String>,
+    /// Which of its node's GPUs each worker sees: `"all"` (default) or `"per-rank"`.
+    pub gpu_bind: Option<String>,
     /// SLURM tasks per node; srun mode only (default: one per GPU).
     pub ntasks_per_node: Option<i64>,
     /// CPUs of each SLURM task (per node in agent and torchrun mode, per worker in srun
@@ -347,6 +349,7 @@ nodes = 8
 gpus = 64
 gpus_per_node = 8
 gpu_type = "a100"
+gpu_bind = "per-rank"
 ntasks_per_node = 8
 cpus_per_task = 8
 mem = "450G"
@@ -367,6 +370,7 @@ max_restarts = 2
         assert_eq!(job.keys.nodes, Some(8));
         assert_eq!(job.keys.mem, Some(TextOrNumber::Text("450G".into())));
         assert_eq!(job.keys.command.as_ref().map(Vec::len), Some(3));
+        assert_eq!(job.keys.gpu_bind.as_deref(), Some("per-rank"));
         assert_eq!(job.stem(), Some("train"));
         let numbers =
             JobFile::parse("mem = 16000\ntime = 90", &path()).unwrap_or_else(|e| panic!("{e}"));

@@ -21,6 +21,8 @@ pub enum Key {
     GpusPerNode,
     /// `gpu_type`: GPU type in the GRES request (`gpu:a100:8`).
     GpuType,
+    /// `gpu_bind`: which of its node's GPUs each worker sees (`all`, `per-rank`).
+    GpuBind,
     /// `ntasks_per_node`: SLURM tasks per node (srun mode only).
     NtasksPerNode,
     /// `cpus_per_task`: CPUs of each SLURM task.
@@ -55,13 +57,14 @@ pub enum Key {
 
 impl Key {
     /// Every key, in job-file order.
-    pub const ALL: [Key; 21] = [
+    pub const ALL: [Key; 22] = [
         Key::JobName,
         Key::Mode,
         Key::Nodes,
         Key::Gpus,
         Key::GpusPerNode,
         Key::GpuType,
+        Key::GpuBind,
         Key::NtasksPerNode,
         Key::CpusPerTask,
         Key::Mem,
@@ -88,6 +91,7 @@ impl Key {
             Key::Gpus => "gpus",
             Key::GpusPerNode => "gpus_per_node",
             Key::GpuType => "gpu_type",
+            Key::GpuBind => "gpu_bind",
             Key::NtasksPerNode => "ntasks_per_node",
             Key::CpusPerTask => "cpus_per_task",
             Key::Mem => "mem",
@@ -116,6 +120,7 @@ impl Key {
             Key::Gpus => "--gpus",
             Key::GpusPerNode => "--gpus-per-node",
             Key::GpuType => "--gpu-type",
+            Key::GpuBind => "--gpu-bind",
             Key::NtasksPerNode => "--ntasks-per-node",
             Key::CpusPerTask => "--cpus-per-task",
             Key::Mem => "--mem",

@@ -53,6 +53,7 @@
 //! | `mode` | `agent` (default), `srun` (one task per GPU, `herd exec`), `torchrun` |
 //! | `nodes`, `gpus_per_node`, `gpus` | nodes, GPUs (= workers) per node, or the total from which nodes are derived |
 //! | `gpu_type` | GPU type in the GRES request (`gpu:a100:8`) |
+//! | `gpu_bind` | `all` (default): every worker sees all of its node's GPUs, as under torchrun and srun; `per-rank`: each local rank only its own share (agent, srun) |
 //! | `ntasks_per_node` | srun mode only: tasks per node (default one per GPU) |
 //! | `cpus_per_task` | CPUs per SLURM task: per node in agent/torchrun mode, per worker in srun mode |
 //! | `mem`, `time` | memory per node (`240G`), time limit (`2-00:00:00`) |

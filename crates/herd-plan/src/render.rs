@@ -17,6 +17,8 @@
 
 use std::path::Path;
 
+use herd_slurm::GpuBind;
+
 use crate::quote::{quote, quote_words};
 use crate::resolve::{job_name_ok, sbatch_arg, sbatch_safe, simple_name_ok, Mode, Plan};
 
@@ -227,6 +229,11 @@ pub fn render_script(plan: &Plan, params: &ScriptParams<'_>) -> Result<String, R
         .map(|c| format!(" --cpus-per-task={c}"))
         .unwrap_or_default();
 
+    // herd's default (every worker sees all of its node's GPUs) needs no flag.
+    let bind = match plan.gpu_bind {
+        GpuBind::All => String::new(),
+        GpuBind::PerRank => format!(" --gpu-bind {}", GpuBind::PerRank),
+    };
     let herd_q = q(herd, "herd binary")?;
     s.push_str(&format!(
         "\n# Rendered by herd: {nodes} node(s) x {workers} worker(s), mode {}.\n\
@@ -257,7 +264,7 @@ pub fn render_script(plan: &Plan, params: &ScriptParams<'_>) -> Result<String, R
                 String::new()
             };
             s.push_str(&format!(
-                "exec srun --nodes={nodes} --ntasks={nodes} --ntasks-per-node=1{cpus} --kill-on-bad-exit=1 \\\n  {herd_q} launch --nproc-per-node {workers}{restarts} --log-dir {} \\\n  -- {cmd}\n",
+                "exec srun --nodes={nodes} --ntasks={nodes} --ntasks-per-node=1{cpus} --kill-on-bad-exit=1 \\\n  {herd_q} launch --nproc-per-node {workers}{bind}{restarts} --log-dir {} \\\n  -- {cmd}\n",
                 q(&logs, "experiment folder")?,
             ));
         }
@@ -266,7 +273,7 @@ pub fn render_script(plan: &Plan, params: &ScriptParams<'_>) -> Result<String, R
             let total = u64::from(nodes) * u64::from(workers);
             s.push_str(&format!(
                 "# One task per GPU; herd exec gives each the rank variables and execs the command.\n\
-                 exec srun --nodes={nodes} --ntasks={total} --ntasks-per-node={workers}{cpus} --kill-on-bad-exit=1 \\\n  {herd_q} exec \\\n  -- {cmd}\n",
+                 exec srun --nodes={nodes} --ntasks={total} --ntasks-per-node={workers}{cpus} --kill-on-bad-exit=1 \\\n  {herd_q} exec{bind} \\\n  -- {cmd}\n",
             ));
         }
         Mode::Torchrun => {
@@ -412,6 +419,29 @@ mod tests {
             "exec srun --nodes=2 --ntasks=16 --ntasks-per-node=8 --cpus-per-task=5 --kill-on-bad-exit=1 \\\n  '/opt/herd/bin/herd' exec \\\n  -- 'python' '-u' 'tools/train.py' 'configs/x.py' '--launcher=slurm'\n"
         ), "{s}");
         assert!(!s.contains("HERD_JOB_SECRET"), "{s}");
+    }
+
+    #[test]
+    fn per_rank_gpu_binding_reaches_the_agents_and_the_tasks() {
+        let agent = render(&plan(
+            "nodes = 2\ngpus_per_node = 4\ngpu_bind = \"per-rank\"\ncommand = [\"python\", \"train.py\"]\n",
+        ));
+        assert!(
+            agent.contains("launch --nproc-per-node 4 --gpu-bind per-rank --log-dir"),
+            "{agent}"
+        );
+        let srun = render(&plan(
+            "mode = \"srun\"\nnodes = 2\ngpus_per_node = 4\ngpu_bind = \"per-rank\"\ncommand = [\"python\", \"train.py\"]\n",
+        ));
+        assert!(
+            srun.contains("'/opt/herd/bin/herd' exec --gpu-bind per-rank \\\n"),
+            "{srun}"
+        );
+        // The default binding (all GPUs) is herd's own default: no flag at all.
+        let default = render(&plan(
+            "nodes = 2\ngpus_per_node = 4\ncommand = [\"python\", \"train.py\"]\n",
+        ));
+        assert!(!default.contains("--gpu-bind"), "{default}");
     }
 
     #[test]

@@ -16,6 +16,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::str::FromStr;
 
+use herd_slurm::GpuBind;
 use serde::{Deserialize, Serialize};
 
 use crate::job::{select_profile, JobFile, JobKeys, Profile};
@@ -83,6 +84,8 @@ pub struct Overrides {
     pub gpus_per_node: Option<u32>,
     /// `--gpu-type`.
     pub gpu_type: Option<String>,
+    /// `--gpu-bind all|per-rank`.
+    pub gpu_bind: Option<String>,
     /// `--ntasks-per-node` (srun mode).
     pub ntasks_per_node: Option<u32>,
     /// `--cpus-per-task`.
@@ -125,6 +128,7 @@ impl Overrides {
             gpus: self.gpus.map(i64::from),
             gpus_per_node: self.gpus_per_node.map(i64::from),
             gpu_type: self.gpu_type.clone(),
+            gpu_bind: self.gpu_bind.clone(),
             ntasks_per_node: self.ntasks_per_node.map(i64::from),
             cpus_per_task: self.cpus_per_task.map(i64::from),
             mem: self.mem.clone().map(TextOrNumber::Text),
@@ -195,6 +199,9 @@ pub struct Plan {
     pub gpus_per_node: Option<u32>,
     /// GPU type in the GRES request.
     pub gpu_type: Option<String>,
+    /// Which of its node's GPUs each worker sees (`all` when an older manifest has none).
+    #[serde(default)]
+    pub gpu_bind: GpuBind,
     /// SLURM tasks per node as asked (srun mode; see [`Plan::tasks_per_node`]).
     pub ntasks_per_node: Option<u32>,
     /// CPUs per SLURM task.
@@ -467,6 +474,22 @@ pub fn resolve(
         |k| k.gpu_type.as_deref(),
         |s: &str| simple_name(s, "GPU type", false),
     );
+    let gpu_bind = l
+        .take(
+            Key::GpuBind,
+            |k| k.gpu_bind.as_deref(),
+            |s: &str| {
+                s.parse::<GpuBind>().map_err(|e| ValueError {
+                    message: e.to_string(),
+                })
+            },
+        )
+        .unwrap_or_else(|| {
+            if l.first(|k| k.gpu_bind.as_deref()).is_none() {
+                l.set_source(Key::GpuBind, Source::Default);
+            }
+            GpuBind::All
+        });
     let partition = l.take(
         Key::Partition,
         |k| k.partition.as_deref(),
@@ -630,6 +653,7 @@ pub fn resolve(
         gpus,
         gpus_per_node,
         gpu_type,
+        gpu_bind,
         ntasks_per_node,
         cpus_per_task,
         mem,
@@ -975,6 +999,28 @@ mod tests {
     const BASIC: &str = "nodes = 2\ngpus_per_node = 4\ncommand = [\"python\", \"train.py\"]\n";
 
     #[test]
+    fn gpu_bind_defaults_to_all_and_a_flag_overrides_the_file() {
+        let plan = ok(Some(&file(BASIC)), &Overrides::default(), &[], "login1");
+        assert_eq!(plan.gpu_bind, GpuBind::All);
+        assert_eq!(plan.source(Key::GpuBind), Some(&Source::Default));
+        let job = file(&format!("gpu_bind = \"per-rank\"\n{BASIC}"));
+        let plan = ok(Some(&job), &Overrides::default(), &[], "login1");
+        assert_eq!(plan.gpu_bind, GpuBind::PerRank);
+        let flags = Overrides {
+            gpu_bind: Some("all".into()),
+            ..Overrides::default()
+        };
+        let plan = ok(Some(&job), &flags, &[], "login1");
+        assert_eq!(plan.gpu_bind, GpuBind::All);
+        assert_eq!(plan.source(Key::GpuBind), Some(&Source::Flag));
+        // A manifest written before the key existed reads back with the default.
+        let mut json = serde_json::to_value(&plan).unwrap_or_default();
+        json.as_object_mut().map(|o| o.remove("gpu_bind"));
+        let back: Plan = serde_json::from_value(json).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(back.gpu_bind, GpuBind::All);
+    }
+
+    #[test]
     fn defaults() {
         let plan = ok(Some(&file(BASIC)), &Overrides::default(), &[], "login1");
         assert_eq!(plan.mode, Mode::Agent);
@@ -1083,6 +1129,7 @@ mode = "mpi"
 partition = "gpu debug"
 constraint = "a#b"
 gpu_type = "a100 80gb"
+gpu_bind = "closest"
 job_name = "my job"
 max_restarts = -1
 sbatch_args = ["--comment=a\nb", "account=x"]
@@ -1103,6 +1150,7 @@ command = ["python", "train.py"]
             Key::Partition,
             Key::Constraint,
             Key::GpuType,
+            Key::GpuBind,
             Key::JobName,
             Key::MaxRestarts,
             Key::SbatchArgs,
@@ -1117,6 +1165,10 @@ command = ["python", "train.py"]
         );
         assert!(
             text.contains("`mode` in jobs/train.toml: `mpi` is not a launch mode"),
+            "{text}"
+        );
+        assert!(
+            text.contains("`gpu_bind` in jobs/train.toml: `closest` is not a GPU binding"),
             "{text}"
         );
         assert!(

@@ -3,13 +3,13 @@
 //! torchrun's variables, so `init_process_group(init_method="env://")` works unchanged; SLURM
 //! task variables that describe the worker itself, so code written for one-task-per-GPU
 //! `srun` launch (`SLURM_PROCID`, `SLURM_LOCALID`, `SLURM_NTASKS`, `SLURM_TASKS_PER_NODE`)
-//! gets the right ranks even when one agent per node spawns the workers; GPU binding, a sane
-//! `OMP_NUM_THREADS`, and `HERD_*`.
+//! gets the right ranks even when one agent per node spawns the workers; the GPUs each
+//! worker sees ([`GpuBind`]), a sane `OMP_NUM_THREADS`, and `HERD_*`.
 
 use std::collections::BTreeMap;
 
 use herd_hostlist::compress;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::allocation::Layout;
 use crate::counts::format_counts;
@@ -25,6 +25,66 @@ pub struct Position {
     pub node_rank: u32,
 }
 
+/// Which of its node's GPUs a worker sees in `CUDA_VISIBLE_DEVICES`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum GpuBind {
+    /// Every GPU of its node, as torchrun and `srun --gres=gpu:G` show them: code that
+    /// picks `cuda:LOCAL_RANK` (torchrun's docs, Lightning, Accelerate, DeepSpeed,
+    /// InternVideo) or `rank % device_count()` (SwAV) finds its own device (the default).
+    #[default]
+    All,
+    /// Only local rank `l`'s equal share of them, for code that always uses `cuda:0`
+    /// (all of them, shared, when the GPUs do not divide among the workers).
+    PerRank,
+}
+
+impl GpuBind {
+    /// The name in job files and flags: `all`, `per-rank`.
+    pub fn name(self) -> &'static str {
+        match self {
+            GpuBind::All => "all",
+            GpuBind::PerRank => "per-rank",
+        }
+    }
+
+    /// The GPUs local rank `local_rank` of `local_world_size` sees, of `node_gpus`.
+    pub fn visible(
+        self,
+        node_gpus: &[String],
+        local_rank: u32,
+        local_world_size: u32,
+    ) -> Vec<String> {
+        match self {
+            GpuBind::All => node_gpus.to_vec(),
+            GpuBind::PerRank => gpu_share(node_gpus, local_rank, local_world_size),
+        }
+    }
+}
+
+impl std::fmt::Display for GpuBind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A GPU binding that is not `all` or `per-rank`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{0}` is not a GPU binding: use `all` (every worker sees all of its node's GPUs, the default) or `per-rank` (each local rank only its own share); SLURM's --gpu-bind values (closest, map_gpu:…) belong to sbatch and srun, not to this option")]
+pub struct GpuBindError(pub String);
+
+impl std::str::FromStr for GpuBind {
+    type Err = GpuBindError;
+
+    fn from_str(s: &str) -> Result<GpuBind, GpuBindError> {
+        match s {
+            "all" => Ok(GpuBind::All),
+            "per-rank" => Ok(GpuBind::PerRank),
+            _ => Err(GpuBindError(s.to_owned())),
+        }
+    }
+}
+
 /// What the launch knows beyond the layout.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LaunchInfo {
@@ -38,9 +98,11 @@ pub struct LaunchInfo {
     pub restart_count: u32,
     /// `TORCHELASTIC_MAX_RESTARTS`.
     pub max_restarts: u32,
-    /// GPUs this node's workers share (device ids as in `CUDA_VISIBLE_DEVICES`); empty when
-    /// no GPU is allocated.
+    /// GPUs of this node (device ids as in `CUDA_VISIBLE_DEVICES`); empty when no GPU is
+    /// allocated.
     pub node_gpus: Vec<String>,
+    /// Which of them each worker sees.
+    pub gpu_bind: GpuBind,
     /// CPUs on this node available to the workers (for `OMP_NUM_THREADS`).
     pub node_cpus: Option<u32>,
     /// `OMP_NUM_THREADS` already set by the user: kept as it is.
@@ -51,8 +113,8 @@ pub struct LaunchInfo {
 
 impl LaunchInfo {
     /// What a task of `alloc` knows when it launches itself (`herd exec`, `herd env`): the
-    /// job id as run id, SLURM's restart count, the node's GPUs and CPUs, the user's
-    /// `OMP_NUM_THREADS` from `vars`.
+    /// job id as run id, SLURM's restart count, the GPUs the task sees and the node's CPUs,
+    /// the user's `OMP_NUM_THREADS` from `vars`; GPUs bound the default way.
     pub fn for_task(
         alloc: &crate::Allocation,
         vars: &crate::Vars,
@@ -69,6 +131,7 @@ impl LaunchInfo {
                 .unwrap_or(0),
             max_restarts: 0,
             node_gpus: alloc.gpus.visible.clone().unwrap_or_default(),
+            gpu_bind: GpuBind::default(),
             node_cpus: alloc.cpus_on_node,
             user_omp_threads: vars.get("OMP_NUM_THREADS").map(str::to_owned),
             job_id: Some(alloc.job_id),
@@ -76,8 +139,8 @@ impl LaunchInfo {
     }
 }
 
-/// The GPUs local rank `local_rank` of `local_world_size` gets: an equal share when the
-/// node's GPUs divide among the workers; all of them otherwise (workers then share).
+/// Local rank `local_rank`'s share of `node_gpus` among `local_world_size` workers: an equal
+/// share when they divide; all of them otherwise (workers then share).
 pub fn gpu_share(node_gpus: &[String], local_rank: u32, local_world_size: u32) -> Vec<String> {
     let (n, lws) = (node_gpus.len(), local_world_size as usize);
     if n == 0 || lws == 0 || n < lws || n % lws != 0 {
@@ -137,8 +200,8 @@ pub fn worker_env(layout: &Layout, pos: Position, info: &LaunchInfo) -> BTreeMap
 
     // GPUs and threads.
     if !info.node_gpus.is_empty() {
-        let share = gpu_share(&info.node_gpus, pos.local_rank, lws);
-        set("CUDA_VISIBLE_DEVICES", share.join(","));
+        let visible = info.gpu_bind.visible(&info.node_gpus, pos.local_rank, lws);
+        set("CUDA_VISIBLE_DEVICES", visible.join(","));
     }
     let omp = match &info.user_omp_threads {
         Some(user) => user.clone(),
@@ -158,4 +221,37 @@ pub fn worker_env(layout: &Layout, pos: Position, info: &LaunchInfo) -> BTreeMap
         set("HERD_JOB_ID", job.to_string());
     }
     env
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gpus(ids: &[&str]) -> Vec<String> {
+        ids.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn all_shows_every_gpu_per_rank_its_share() {
+        let node = gpus(&["0", "1", "2", "3"]);
+        for l in 0..2 {
+            assert_eq!(GpuBind::All.visible(&node, l, 2), node);
+        }
+        assert_eq!(GpuBind::PerRank.visible(&node, 0, 2), gpus(&["0", "1"]));
+        assert_eq!(GpuBind::PerRank.visible(&node, 1, 2), gpus(&["2", "3"]));
+        // 4 GPUs do not divide among 3 workers: they share all of them.
+        assert_eq!(GpuBind::PerRank.visible(&node, 2, 3), node);
+        assert!(GpuBind::PerRank.visible(&[], 0, 2).is_empty());
+    }
+
+    #[test]
+    fn names_parse_back_and_others_are_refused() {
+        for b in [GpuBind::All, GpuBind::PerRank] {
+            assert_eq!(b.name().parse::<GpuBind>(), Ok(b));
+        }
+        let e = "closest".parse::<GpuBind>().expect_err("SLURM's value");
+        assert!(e.to_string().contains("use `all`"), "{e}");
+        assert!(e.to_string().contains("belong to sbatch and srun"), "{e}");
+        assert_eq!(GpuBind::default(), GpuBind::All);
+    }
 }

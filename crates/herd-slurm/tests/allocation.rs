@@ -1,6 +1,6 @@
 //! The allocation model on environments captured from real SLURM (22.05.8, the test bed).
 
-use herd_slurm::{worker_env, Allocation, AllocationError, LaunchInfo, Position, Vars};
+use herd_slurm::{worker_env, Allocation, AllocationError, GpuBind, LaunchInfo, Position, Vars};
 
 /// Task 0 of `srun -N2 -n3` inside a 3-node batch job (`sbatch -N3 --gres=gpu:2
 /// --ntasks-per-node=2`), as printed on the bed. Note SLURM_NODELIST is the job's nodes while
@@ -255,8 +255,25 @@ fn workers_get_slurm_variables_describing_themselves() {
             assert_eq!(seeds_world, 6, "the seeds' world-size formula");
             assert_eq!(
                 get("CUDA_VISIBLE_DEVICES"),
+                "0,1",
+                "every worker sees all of its node's GPUs, as under torchrun and srun"
+            );
+            let per_rank = worker_env(
+                &a.layout,
+                Position {
+                    rank,
+                    local_rank,
+                    node_rank,
+                },
+                &LaunchInfo {
+                    gpu_bind: GpuBind::PerRank,
+                    ..info.clone()
+                },
+            );
+            assert_eq!(
+                per_rank["CUDA_VISIBLE_DEVICES"],
                 local_rank.to_string(),
-                "one GPU per worker"
+                "--gpu-bind per-rank: one GPU per worker"
             );
             assert_eq!(get("OMP_NUM_THREADS"), "4", "8 CPUs over 2 workers");
             assert_eq!(get("MASTER_ADDR"), "10.0.0.1");
@@ -290,6 +307,22 @@ fn user_omp_threads_and_fewer_gpus_than_workers() {
     assert_eq!(
         env["CUDA_VISIBLE_DEVICES"], "0",
         "workers share the only GPU"
+    );
+    let per_rank = worker_env(
+        &a.layout,
+        Position {
+            rank: 1,
+            local_rank: 1,
+            node_rank: 0,
+        },
+        &LaunchInfo {
+            gpu_bind: GpuBind::PerRank,
+            ..info.clone()
+        },
+    );
+    assert_eq!(
+        per_rank["CUDA_VISIBLE_DEVICES"], "0",
+        "per-rank cannot split one GPU: the workers share it"
     );
     assert!(!env.contains_key("MASTER_PORT"), "no port claimed yet");
 }

@@ -223,6 +223,43 @@ fn env_from_file_describes_that_task() {
     assert_eq!(v["worker_env"]["LOCAL_WORLD_SIZE"], "2");
     assert_eq!(v["worker_env"]["MASTER_PORT"], "29511");
     assert_eq!(v["worker_env"]["SLURM_TASKS_PER_NODE"], "2(x2)");
+
+    // What each worker of the node sees, by default and with --gpu-bind per-rank.
+    std::fs::write(
+        &file,
+        [&vars[..], &["CUDA_VISIBLE_DEVICES=0,1"]]
+            .concat()
+            .join("\0"),
+    )
+    .expect("write");
+    let from = file.to_str().expect("utf-8");
+    let text = stdout_of(&herd(&["env", "--from", from]));
+    assert!(
+        text.contains("gpu bind    all: each of the 2 workers on this node sees 0,1"),
+        "{text}"
+    );
+    assert!(text.contains("  CUDA_VISIBLE_DEVICES=0,1\n"), "{text}");
+    let text = stdout_of(&herd(&["env", "--gpu-bind", "per-rank", "--from", from]));
+    assert!(
+        text.contains("gpu bind    per-rank: local rank 0 sees 0, local rank 1 sees 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("  CUDA_VISIBLE_DEVICES=1\n"),
+        "task 3 is local rank 1: {text}"
+    );
+    let v: serde_json::Value = serde_json::from_str(&stdout_of(&herd(&[
+        "env",
+        "--json",
+        "--gpu-bind",
+        "per-rank",
+        "--from",
+        from,
+    ])))
+    .expect("json");
+    assert_eq!(v["gpu_bind"], "per-rank");
+    assert_eq!(v["worker_gpus"], serde_json::json!([["0"], ["1"]]));
+
     std::fs::write(
         &file,
         "SLURM_JOB_ID=7\nSLURM_JOB_NODELIST=n[1-2]\nSLURM_JOB_NUM_NODES=3\n",
@@ -329,8 +366,65 @@ fn submit_dry_run_prints_script_and_ranks_and_writes_nothing() {
         text.contains("'sh' '-c' 'echo $(id) '\\''x'\\'''"),
         "arguments are single-quoted words: {text}"
     );
-    assert!(text.contains("node  rank  local_rank  gpus"), "{text}");
+    // Every worker sees both GPUs of its node by default.
+    assert!(
+        text.contains(
+            "node  rank  local_rank  CUDA_VISIBLE_DEVICES\n   0     0           0  0,1\n   0     1           1  0,1\n"
+        ),
+        "{text}"
+    );
     assert!(!exps.exists(), "a dry run writes nothing");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `--gpu-bind per-rank` reaches the script and the rank table; a value that is not a binding
+/// (SLURM's own `--gpu-bind=closest`) is refused naming the two there are.
+#[test]
+fn submit_gpu_bind_per_rank_shows_each_ranks_share() {
+    let dir = temp_dir("gpu-bind");
+    let exps = dir.join("exps");
+    std::fs::write(dir.join("train.py"), "").expect("train.py");
+    let dry_run = |bind: &str| {
+        Command::new(env!("CARGO_BIN_EXE_herd"))
+            .args([
+                "submit",
+                "--dry-run",
+                "-J",
+                "bind",
+                "--nodes",
+                "1",
+                "--gpus-per-node",
+                "4",
+                "--gpu-bind",
+                bind,
+                "--exp-root",
+            ])
+            .arg(&exps)
+            .args(["--", "python", "train.py"])
+            .current_dir(&dir)
+            .output()
+            .expect("herd runs")
+    };
+    let out = dry_run("per-rank");
+    let text = stdout_of(&out);
+    assert!(
+        text.contains("launch --nproc-per-node 4 --gpu-bind per-rank"),
+        "{text}"
+    );
+    assert!(
+        text.contains("   0     1           1  1\n   0     2           2  2\n"),
+        "{text}"
+    );
+    let out = dry_run("closest");
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--gpu-bind: `closest` is not a GPU binding")
+            && err.contains("use `all`")
+            && err.contains("`per-rank`"),
+        "{err}"
+    );
+    assert!(!exps.exists(), "nothing written");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

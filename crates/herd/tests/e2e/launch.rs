@@ -122,7 +122,8 @@ fn a_three_nodes_by_two_gpus_match_a_local_run() {
 
 /// (b) Code that finds its rank the seeds' way (SLURM_PROCID, SLURM_LOCALID,
 /// SLURM_NNODES × SLURM_TASKS_PER_NODE[0]) gets correct, distinct ranks under agent mode,
-/// and every worker is bound to its own GPU.
+/// and every worker sees all of its node's GPUs, as under torchrun and srun, so
+/// `torch.cuda.set_device(LOCAL_RANK)` (InternVideo2, torchrun's docs) selects its own.
 #[test]
 fn b_seeds_rank_discovery_is_right_under_agent_mode() {
     let bed = Bed::require();
@@ -154,11 +155,23 @@ fn b_seeds_rank_discovery_is_right_under_agent_mode() {
         assert!(seen.insert(s["rank"].as_u64()), "duplicate rank {v:#}");
         let env = &v["env"];
         assert_eq!(
-            env["CUDA_VISIBLE_DEVICES"],
-            (rank % 2).to_string(),
-            "one GPU each: {v:#}"
+            env["CUDA_VISIBLE_DEVICES"], "0,1",
+            "all of the node's GPUs: {v:#}"
         );
         assert_eq!(env["LOCAL_RANK"], (rank % 2).to_string());
+        let visible = env["CUDA_VISIBLE_DEVICES"]
+            .as_str()
+            .unwrap_or("")
+            .split(',');
+        let local: usize = env["LOCAL_RANK"]
+            .as_str()
+            .unwrap_or("")
+            .parse()
+            .expect("LOCAL_RANK");
+        assert!(
+            local < visible.count(),
+            "cuda:LOCAL_RANK is a device this worker sees: {v:#}"
+        );
         assert_eq!(env["NODE_RANK"], (rank / 2).to_string());
         assert_eq!(v["host"], bed.nodes()[(rank / 2) as usize].as_str());
         assert_eq!(env["MASTER_ADDR"], p[&0]["env"]["MASTER_ADDR"]);
@@ -166,6 +179,52 @@ fn b_seeds_rank_discovery_is_right_under_agent_mode() {
             env["MASTER_ADDR"], "127.0.0.1",
             "other nodes must reach the master"
         );
+    }
+}
+
+/// (b2) `--gpu-bind per-rank`: each worker sees exactly its own share of its node's GPUs
+/// (4 GPUs, 2 workers: 0,1 and 2,3), distinct from its node's other worker's.
+#[test]
+fn b2_per_rank_gpu_binding_gives_each_worker_its_own_share() {
+    let bed = Bed::require();
+    let dir = bed.scratch("launch_b2").expect("scratch");
+    let cmd = probe_cmd(&bed, &dir);
+    let job = Job::submit(
+        &bed,
+        &dir,
+        "launch-b2",
+        &["--nodes=3", &three_nodes(&bed), "--gres=gpu:4", "--time=5"],
+        &herd_run(
+            &[
+                "--nproc-per-node",
+                "2",
+                "--gpu-bind",
+                "per-rank",
+                "--log-dir",
+                &dir.join("logs").display().to_string(),
+            ],
+            &cmd,
+        ),
+    );
+    job.wait_success(&bed, Duration::from_secs(180));
+    let p = probes(&dir, 0);
+    assert_eq!(
+        p.keys().copied().collect::<Vec<_>>(),
+        (0..6).collect::<Vec<_>>()
+    );
+    let mut per_node: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (rank, v) in &p {
+        let env = &v["env"];
+        let want = if rank % 2 == 0 { "0,1" } else { "2,3" };
+        assert_eq!(env["CUDA_VISIBLE_DEVICES"], want, "its own share: {v:#}");
+        per_node
+            .entry(v["host"].as_str().unwrap_or_default().to_owned())
+            .or_default()
+            .push(want.to_owned());
+    }
+    for (host, shares) in &per_node {
+        assert_eq!(shares.len(), 2, "{host}: {per_node:?}");
+        assert_ne!(shares[0], shares[1], "{host}: shares overlap: {per_node:?}");
     }
 }
 
@@ -335,6 +394,88 @@ fn d_busy_preferred_port_does_not_stop_the_job() {
     assert!(
         !output.contains(&format!("rendezvous port {preferred},")),
         "the leader cannot have bound the held port:\n{output}"
+    );
+}
+
+/// (g) A `@record`-decorated main raises `ValueError("bad shard 7")` on rank 4: torch writes
+/// the exception to the TORCHELASTIC_ERROR_FILE herd gave that rank, and the failure
+/// report (console and failure.json) leads with it: rank 4, its node, the exception and
+/// where it was raised, then the stderr tail.
+#[test]
+fn g_an_exception_torch_recorded_leads_the_failure_report() {
+    let bed = Bed::require();
+    let dir = bed.scratch("launch_g").expect("scratch");
+    let cmd = vec![
+        bed.python().display().to_string(),
+        worker("raises.py"),
+        "4".into(),
+    ];
+    let job = Job::submit(
+        &bed,
+        &dir,
+        "launch-g",
+        &["--nodes=3", &three_nodes(&bed), "--gres=gpu:2", "--time=5"],
+        &herd_run(
+            &["--log-dir", &dir.join("logs").display().to_string()],
+            &cmd,
+        ),
+    );
+    let info = bed
+        .wait(job.id, Duration::from_secs(180))
+        .expect("job ends");
+    let output = job.output();
+    assert!(
+        !info.succeeded(),
+        "the job must fail:
+{output}"
+    );
+    let node = bed.nodes()[2].as_str();
+    assert!(
+        output.contains(&format!(
+            "herd: job failed (attempt 0): rank 4 (local rank 0 on {node}) raised ValueError: bad shard 7 (exited with code 1)"
+        )),
+        "{output}"
+    );
+    let source = std::fs::read_to_string(worker("raises.py")).expect("raises.py");
+    let line = 1 + source
+        .lines()
+        .position(|l| l.trim_start().starts_with("raise ValueError"))
+        .expect("the raise in raises.py");
+    let raised_at = format!(
+        "herd: raised at {}:{line} in load_shard: raise ValueError",
+        worker("raises.py")
+    );
+    let (at, tail) = (
+        output.find(&raised_at),
+        output.find("herd: last lines of rank 4's stderr:"),
+    );
+    assert!(
+        matches!((at, tail), (Some(a), Some(t)) if a < t),
+        "the frame comes before the stderr tail:
+{output}"
+    );
+    let report: Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.join("logs/failure.json")).expect("failure.json"),
+    )
+    .expect("report json");
+    assert_eq!(report["rank"], 4, "{report:#}");
+    assert_eq!(report["host"], node, "{report:#}");
+    let error = &report["error"];
+    assert_eq!(error["message"], "ValueError: bad shard 7", "{report:#}");
+    assert_eq!(error["exception"], "ValueError", "{report:#}");
+    assert_eq!(error["frame"]["function"], "load_shard", "{report:#}");
+    assert_eq!(
+        error["error_file"],
+        dir.join("logs/attempt-0/rank-4.error.json")
+            .display()
+            .to_string(),
+        "{report:#}"
+    );
+    assert!(
+        report["stderr_tail"]
+            .to_string()
+            .contains("ValueError: bad shard 7"),
+        "the stderr tail follows: {report:#}"
     );
 }
 

@@ -5,6 +5,7 @@
 //! bed fails with a message saying how to bring it up; none of them skips.
 
 mod ddp_baseline;
+mod frameworks;
 mod herd_env;
 mod hostlist_differential;
 mod launch;

@@ -16,22 +16,23 @@ fn port() -> u16 {
     20_000 + (std::process::id() % 20_000) as u16
 }
 
-/// Every task of `srun -N3 --ntasks-per-node=2 --gres=gpu:2 herd exec` gets its own rank,
-/// local rank, one GPU and the master's reachable address.
-#[test]
-fn herd_exec_gives_every_task_its_rank_and_gpu() {
-    let bed = Bed::require();
-    let dir = bed.scratch("srun_mode_probe").expect("scratch");
+/// `srun -N3 --ntasks-per-node=2 --gres=gpu:G herd exec EXTRA… -- probe.py`: every task's
+/// probe, by rank, after checking its rank, local rank, world size, port and node, and that
+/// every task got one reachable master address.
+fn probe_tasks(bed: &Bed, name: &str, gpus: u32, extra: &[&str]) -> Vec<Value> {
+    let dir = bed.scratch(name).expect("scratch");
     let probe = repo_root().join("crates/herd/tests/e2e/workers/probe.py");
     run_cmd(
         Command::new("srun")
             .args([
                 "--nodes=3",
                 "--ntasks-per-node=2",
-                "--gres=gpu:2",
+                &format!("--gres=gpu:{gpus}"),
                 "--kill-on-bad-exit=1",
             ])
-            .args([HERD, "exec", "--"])
+            .args([HERD, "exec"])
+            .args(extra)
+            .arg("--")
             .arg(bed.python())
             .arg(&probe)
             .arg(&dir)
@@ -40,7 +41,7 @@ fn herd_exec_gives_every_task_its_rank_and_gpu() {
         Duration::from_secs(120),
     )
     .unwrap_or_else(|e| panic!("{e}"));
-    let mut ranks = BTreeSet::new();
+    let mut probes = Vec::new();
     let mut addrs = BTreeSet::new();
     for rank in 0..6u32 {
         let path = dir.join(format!("probe-0-{rank}.json"));
@@ -52,22 +53,50 @@ fn herd_exec_gives_every_task_its_rank_and_gpu() {
         assert_eq!(env["LOCAL_RANK"], (rank % 2).to_string(), "{v:#}");
         assert_eq!(env["WORLD_SIZE"], "6", "{v:#}");
         assert_eq!(env["LOCAL_WORLD_SIZE"], "2", "{v:#}");
-        assert_eq!(
-            env["CUDA_VISIBLE_DEVICES"],
-            (rank % 2).to_string(),
-            "one GPU per task: {v:#}"
-        );
         assert_eq!(env["MASTER_PORT"], port().to_string());
         assert_eq!(v["host"], bed.nodes()[(rank / 2) as usize].as_str());
-        ranks.insert(rank);
         addrs.insert(env["MASTER_ADDR"].as_str().unwrap_or_default().to_owned());
+        probes.push(v);
     }
-    assert_eq!(ranks.len(), 6);
     assert_eq!(addrs.len(), 1, "one master address: {addrs:?}");
     assert!(
         !addrs.contains("127.0.0.1"),
         "other nodes must reach the master"
     );
+    probes
+}
+
+/// Every task of `srun -N3 --ntasks-per-node=2 --gres=gpu:2 herd exec` gets its own rank,
+/// local rank and the master's reachable address, and keeps all of the node's GPUs, as srun
+/// gives them, so `cuda:LOCAL_RANK` is a device it sees.
+#[test]
+fn herd_exec_gives_every_task_its_rank_and_all_gpus() {
+    let bed = Bed::require();
+    for (rank, v) in probe_tasks(&bed, "srun_mode_probe", 2, &[])
+        .iter()
+        .enumerate()
+    {
+        let env = &v["env"];
+        assert_eq!(env["CUDA_VISIBLE_DEVICES"], "0,1", "rank {rank}: {v:#}");
+        let local: usize = env["LOCAL_RANK"]
+            .as_str()
+            .unwrap_or("")
+            .parse()
+            .expect("LOCAL_RANK");
+        assert!(local < 2, "cuda:LOCAL_RANK is a device it sees: {v:#}");
+    }
+}
+
+/// `herd exec --gpu-bind per-rank` under `--gres=gpu:4`: each task sees exactly its local
+/// rank's share (0,1 or 2,3).
+#[test]
+fn herd_exec_per_rank_gpu_binding_gives_each_task_its_share() {
+    let bed = Bed::require();
+    let probes = probe_tasks(&bed, "srun_mode_per_rank", 4, &["--gpu-bind", "per-rank"]);
+    for (rank, v) in probes.iter().enumerate() {
+        let want = if rank % 2 == 0 { "0,1" } else { "2,3" };
+        assert_eq!(v["env"]["CUDA_VISIBLE_DEVICES"], want, "rank {rank}: {v:#}");
+    }
 }
 
 /// examples/train_ddp.py through `herd exec` (srun mode) ends with the same checksum as

@@ -3,71 +3,24 @@
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 use std::time::Duration;
 
-use herd_testbed::{rank_lines, read_lossy, repo_root, Bed, JobId, JobInfo};
-use serde_json::Value;
+use herd_testbed::{rank_lines, read_lossy, Bed, JobId};
 
-const HERD: &str = env!("CARGO_BIN_EXE_herd");
+use crate::support::{job_id, project_with, submit, wait_ok};
+use serde_json::Value;
 
 /// A project folder with the example and the probe, and an experiment root beside it.
 fn project(bed: &Bed, name: &str) -> (PathBuf, PathBuf) {
-    let dir = bed.scratch(name).expect("scratch");
-    let project = dir.join("project");
-    std::fs::create_dir_all(&project).expect("project");
-    for (from, to) in [
-        ("examples/train_ddp.py", "train_ddp.py"),
-        ("crates/herd/tests/e2e/workers/probe.py", "probe.py"),
-    ] {
-        std::fs::copy(repo_root().join(from), project.join(to)).expect("copy");
-    }
-    (project, dir.join("exps"))
-}
-
-/// `herd submit ARGS` from `project`, with the venv's bin first on PATH (sbatch passes the
-/// environment on, so the job finds python and torchrun there).
-fn submit(bed: &Bed, project: &Path, args: &[&str]) -> Output {
-    let venv_bin = bed.python().parent().expect("venv bin").to_path_buf();
-    let path = format!(
-        "{}:{}",
-        venv_bin.display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
-    Command::new(HERD)
-        .arg("submit")
-        .args(args)
-        .env("PATH", path)
-        .current_dir(project)
-        .output()
-        .expect("herd submit runs")
-}
-
-fn job_id(out: &Output) -> JobId {
-    assert!(
-        out.status.success(),
-        "herd submit failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    JobId(
-        String::from_utf8_lossy(&out.stdout)
-            .trim()
-            .parse()
-            .expect("job id on stdout"),
+    project_with(
+        bed,
+        name,
+        &[
+            ("examples/train_ddp.py", "train_ddp.py"),
+            ("crates/herd/tests/e2e/workers/probe.py", "probe.py"),
+        ],
     )
-}
-
-fn wait_ok(bed: &Bed, job: JobId, exp: &Path) -> String {
-    let info: JobInfo = bed.wait(job, Duration::from_secs(300)).expect("job ends");
-    let out = read_lossy(exp.join(format!("logs/{job}.out")));
-    let err = read_lossy(exp.join(format!("logs/{job}.err")));
-    assert!(
-        info.succeeded(),
-        "job {job} {} {}:\n{out}\n{err}",
-        info.state,
-        info.exit_code
-    );
-    out
 }
 
 fn checksum(output: &str, world: usize) -> String {

@@ -1,6 +1,7 @@
 //! Helpers shared by the end-to-end tests.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
 use std::time::Duration;
 
 use herd_testbed::{batch_script, read_lossy, repo_root, write_file, Bed, JobId, JobInfo};
@@ -110,4 +111,63 @@ pub fn local_herd_run(dir: &Path, nodes: u32, nproc: u32, cmd: &[String]) -> Str
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A project folder (the files of `files`, `(from repo root, to project)`) and an experiment
+/// root beside it, in a fresh scratch folder `name`.
+pub fn project_with(bed: &Bed, name: &str, files: &[(&str, &str)]) -> (PathBuf, PathBuf) {
+    let dir = bed.scratch(name).expect("scratch");
+    let project = dir.join("project");
+    std::fs::create_dir_all(&project).expect("project");
+    for (from, to) in files {
+        std::fs::copy(repo_root().join(from), project.join(to)).expect("copy");
+    }
+    (project, dir.join("exps"))
+}
+
+/// `herd submit ARGS` from `project`, with the venv's bin first on PATH (sbatch passes the
+/// environment on, so the job finds python and torchrun there).
+pub fn submit(bed: &Bed, project: &Path, args: &[&str]) -> Output {
+    let venv_bin = bed.python().parent().expect("venv bin").to_path_buf();
+    let path = format!(
+        "{}:{}",
+        venv_bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    Command::new(env!("CARGO_BIN_EXE_herd"))
+        .arg("submit")
+        .args(args)
+        .env("PATH", path)
+        .current_dir(project)
+        .output()
+        .expect("herd submit runs")
+}
+
+/// The job id `herd submit` printed; panics (with its stderr) if it failed.
+pub fn job_id(out: &Output) -> JobId {
+    assert!(
+        out.status.success(),
+        "herd submit failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    JobId(
+        String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse()
+            .expect("job id on stdout"),
+    )
+}
+
+/// Wait for a submitted job to succeed; returns its batch step's stdout (`logs/%j.out`).
+pub fn wait_ok(bed: &Bed, job: JobId, exp: &Path) -> String {
+    let info: JobInfo = bed.wait(job, Duration::from_secs(300)).expect("job ends");
+    let out = read_lossy(exp.join(format!("logs/{job}.out")));
+    let err = read_lossy(exp.join(format!("logs/{job}.err")));
+    assert!(
+        info.succeeded(),
+        "job {job} {} {}:\n{out}\n{err}",
+        info.state,
+        info.exit_code
+    );
+    out
 }
