@@ -13,4 +13,4 @@ pub mod worker;
 
 pub use allocation::{Allocation, AllocationError, Gpus, HetGroup, Layout, Task, Vars};
 pub use counts::{format_counts, parse_counts};
-pub use worker::{gpu_share, worker_env, GpuBind, GpuBindError, LaunchInfo, Position};
+pub use worker::{worker_env, GpuBind, GpuBindError, LaunchInfo, Position};

@@ -141,7 +141,7 @@ impl LaunchInfo {
 
 /// Local rank `local_rank`'s share of `node_gpus` among `local_world_size` workers: an equal
 /// share when they divide; all of them otherwise (workers then share).
-pub fn gpu_share(node_gpus: &[String], local_rank: u32, local_world_size: u32) -> Vec<String> {
+fn gpu_share(node_gpus: &[String], local_rank: u32, local_world_size: u32) -> Vec<String> {
     let (n, lws) = (node_gpus.len(), local_world_size as usize);
     if n == 0 || lws == 0 || n < lws || n % lws != 0 {
         return node_gpus.to_vec();

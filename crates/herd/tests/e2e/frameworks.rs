@@ -6,7 +6,7 @@
 //! that the replicas end equal.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use herd_testbed::{repo_root, Bed};
 use serde_json::Value;
@@ -28,13 +28,52 @@ const WORKERS: [(&str, &str); 2] = [
     ),
 ];
 
-/// `herd submit` of `script ARGS…` in `mode` on 3 nodes × 2 GPUs; waits for success. The
-/// worker writes its records into `out`.
-fn submit_and_wait(bed: &Bed, name: &str, mode: &str, script: &str, args: &[&str], out: &Path) {
-    let (project, exps) = project_with(bed, name, &WORKERS);
-    std::fs::create_dir_all(out).expect("out dir");
-    let exp_root = exps.display().to_string();
+/// How a test starts its workers.
+#[derive(Clone, Copy)]
+enum Launch {
+    /// `herd submit` (agent mode) on the bed.
+    Agent,
+    /// `herd submit --mode srun` on the bed.
+    Srun,
+    /// `herd run` of 3 simulated nodes on this machine, no SLURM.
+    Here,
+}
+
+/// Run `script OUT ARGS…` on 3 nodes × 2 workers the `launch` way, named `name`; waits for
+/// success. The worker writes its records into OUT, the returned folder. Also returns the
+/// node of each node rank when the job ran on the bed (`None` here, where every simulated
+/// node has this machine's name).
+fn run_worker(
+    bed: &Bed,
+    name: &str,
+    launch: Launch,
+    script: &str,
+    args: &[&str],
+) -> (PathBuf, Option<Vec<String>>) {
+    let dir = bed.scratch(name).expect("scratch");
+    let out = dir.join("out");
+    std::fs::create_dir_all(&out).expect("out dir");
     let out_dir = out.display().to_string();
+    let mode = match launch {
+        Launch::Agent => "agent",
+        Launch::Srun => "srun",
+        Launch::Here => {
+            let mut cmd = vec![
+                bed.python().display().to_string(),
+                repo_root()
+                    .join("crates/herd/tests/e2e/workers")
+                    .join(script)
+                    .display()
+                    .to_string(),
+                out_dir,
+            ];
+            cmd.extend(args.iter().map(|a| a.to_string()));
+            local_herd_run(&dir, NODES, PER_NODE, &cmd);
+            return (out, None);
+        }
+    };
+    let (project, exps) = project_with(bed, &format!("{name}/job"), &WORKERS);
+    let exp_root = exps.display().to_string();
     let (nodes, per_node) = (NODES.to_string(), PER_NODE.to_string());
     let mut argv = vec![
         "-J",
@@ -59,23 +98,8 @@ fn submit_and_wait(bed: &Bed, name: &str, mode: &str, script: &str, args: &[&str
     argv.extend_from_slice(args);
     let job = job_id(&submit(bed, &project, &argv));
     wait_ok(bed, job, &exps.join(name));
-}
-
-/// `herd run` of `script ARGS…` on 3 simulated nodes × 2 workers here (no SLURM).
-fn run_locally(bed: &Bed, name: &str, script: &str, args: &[&str], out: &Path) {
-    let dir = bed.scratch(name).expect("scratch");
-    std::fs::create_dir_all(out).expect("out dir");
-    let mut cmd = vec![
-        bed.python().display().to_string(),
-        repo_root()
-            .join("crates/herd/tests/e2e/workers")
-            .join(script)
-            .display()
-            .to_string(),
-        out.display().to_string(),
-    ];
-    cmd.extend(args.iter().map(|a| a.to_string()));
-    local_herd_run(&dir, NODES, PER_NODE, &cmd);
+    assert!(bed.nodes().len() >= NODES as usize, "{:?}", bed.nodes());
+    (out, Some(bed.nodes()[..NODES as usize].to_vec()))
 }
 
 /// Every `PREFIX-<rank>.json` record in `dir`, by the rank in its name.
@@ -160,10 +184,7 @@ fn check_accelerate(recs: &BTreeMap<u32, Value>, hosts: Option<&[String]>) -> Va
     agreed(recs, "checksum")
 }
 
-fn bed_hosts(bed: &Bed) -> Vec<String> {
-    assert!(bed.nodes().len() >= NODES as usize, "{:?}", bed.nodes());
-    bed.nodes()[..NODES as usize].to_vec()
-}
+const LIGHTNING: [&str; 4] = ["--nodes", "3", "--devices", "2"];
 
 /// Lightning in agent mode picks its TorchElasticEnvironment (torchrun's variables are
 /// there) and gets every rank right; made to read SLURM's variables instead
@@ -172,39 +193,30 @@ fn bed_hosts(bed: &Bed) -> Vec<String> {
 #[test]
 fn lightning_ddp_in_agent_mode_with_its_own_and_slurms_view() {
     let bed = Bed::require();
-    let out = bed
-        .scratch("frameworks_lightning_agent")
-        .expect("scratch")
-        .join("out");
-    let args = ["--nodes", "3", "--devices", "2"];
-    submit_and_wait(
+    let (out, hosts) = run_worker(
         &bed,
         "lightning-agent",
-        "agent",
+        Launch::Agent,
         "lightning_fit.py",
-        &args,
-        &out,
+        &LIGHTNING,
     );
-    let mut slurm_args = args.to_vec();
-    slurm_args.extend(["--cluster", "slurm"]);
-    submit_and_wait(
-        &bed,
-        "lightning-agent-slurm",
-        "agent",
-        "lightning_fit.py",
-        &slurm_args,
-        &out,
-    );
-    let hosts = bed_hosts(&bed);
     let detected = check_lightning(
         &records(&out, "lightning-auto"),
         "TorchElasticEnvironment",
-        Some(&hosts),
+        hosts.as_deref(),
+    );
+    let slurm_args = [&LIGHTNING[..], &["--cluster", "slurm"]].concat();
+    let (out, hosts) = run_worker(
+        &bed,
+        "lightning-agent-slurm",
+        Launch::Agent,
+        "lightning_fit.py",
+        &slurm_args,
     );
     let slurm = check_lightning(
         &records(&out, "lightning-slurm"),
         "SLURMEnvironment",
-        Some(&hosts),
+        hosts.as_deref(),
     );
     assert_eq!(
         detected, slurm,
@@ -216,23 +228,17 @@ fn lightning_ddp_in_agent_mode_with_its_own_and_slurms_view() {
 #[test]
 fn lightning_ddp_in_srun_mode() {
     let bed = Bed::require();
-    let out = bed
-        .scratch("frameworks_lightning_srun")
-        .expect("scratch")
-        .join("out");
-    let args = ["--nodes", "3", "--devices", "2"];
-    submit_and_wait(
+    let (out, hosts) = run_worker(
         &bed,
         "lightning-srun",
-        "srun",
+        Launch::Srun,
         "lightning_fit.py",
-        &args,
-        &out,
+        &LIGHTNING,
     );
     check_lightning(
         &records(&out, "lightning-auto"),
         "TorchElasticEnvironment",
-        Some(&bed_hosts(&bed)),
+        hosts.as_deref(),
     );
 }
 
@@ -240,22 +246,17 @@ fn lightning_ddp_in_srun_mode() {
 #[test]
 fn lightning_ddp_under_herd_run_here() {
     let bed = Bed::require();
-    let out = bed
-        .scratch("frameworks_lightning_local")
-        .expect("scratch")
-        .join("out");
-    let args = ["--nodes", "3", "--devices", "2"];
-    run_locally(
+    let (out, hosts) = run_worker(
         &bed,
-        "frameworks_lightning_local_run",
+        "lightning-here",
+        Launch::Here,
         "lightning_fit.py",
-        &args,
-        &out,
+        &LIGHTNING,
     );
     check_lightning(
         &records(&out, "lightning-auto"),
         "TorchElasticEnvironment",
-        None,
+        hosts.as_deref(),
     );
 }
 
@@ -264,54 +265,40 @@ fn lightning_ddp_under_herd_run_here() {
 #[test]
 fn accelerate_in_agent_mode() {
     let bed = Bed::require();
-    let out = bed
-        .scratch("frameworks_accelerate_agent")
-        .expect("scratch")
-        .join("out");
-    submit_and_wait(
+    let (out, hosts) = run_worker(
         &bed,
         "accelerate-agent",
-        "agent",
+        Launch::Agent,
         "accelerate_gather.py",
         &[],
-        &out,
     );
-    check_accelerate(&records(&out, "accelerate"), Some(&bed_hosts(&bed)));
+    check_accelerate(&records(&out, "accelerate"), hosts.as_deref());
 }
 
 /// Accelerate in srun mode.
 #[test]
 fn accelerate_in_srun_mode() {
     let bed = Bed::require();
-    let out = bed
-        .scratch("frameworks_accelerate_srun")
-        .expect("scratch")
-        .join("out");
-    submit_and_wait(
+    let (out, hosts) = run_worker(
         &bed,
         "accelerate-srun",
-        "srun",
+        Launch::Srun,
         "accelerate_gather.py",
         &[],
-        &out,
     );
-    check_accelerate(&records(&out, "accelerate"), Some(&bed_hosts(&bed)));
+    check_accelerate(&records(&out, "accelerate"), hosts.as_deref());
 }
 
 /// Accelerate under `herd run` on this machine.
 #[test]
 fn accelerate_under_herd_run_here() {
     let bed = Bed::require();
-    let out = bed
-        .scratch("frameworks_accelerate_local")
-        .expect("scratch")
-        .join("out");
-    run_locally(
+    let (out, hosts) = run_worker(
         &bed,
-        "frameworks_accelerate_local_run",
+        "accelerate-here",
+        Launch::Here,
         "accelerate_gather.py",
         &[],
-        &out,
     );
-    check_accelerate(&records(&out, "accelerate"), None);
+    check_accelerate(&records(&out, "accelerate"), hosts.as_deref());
 }

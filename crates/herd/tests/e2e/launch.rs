@@ -120,6 +120,34 @@ fn a_three_nodes_by_two_gpus_match_a_local_run() {
     );
 }
 
+/// A 3-node job with `--gres=gpu:GPUS` whose `herd run EXTRA…` runs the probe worker on
+/// every rank; waits for success and returns the 6 probes by rank.
+fn probe_job(bed: &Bed, test: &str, gpus: u32, extra: &[&str]) -> BTreeMap<u32, Value> {
+    let dir = bed.scratch(&format!("launch_{test}")).expect("scratch");
+    let log_dir = dir.join("logs").display().to_string();
+    let mut args = extra.to_vec();
+    args.extend(["--log-dir", &log_dir]);
+    let job = Job::submit(
+        bed,
+        &dir,
+        &format!("launch-{test}"),
+        &[
+            "--nodes=3",
+            &three_nodes(bed),
+            &format!("--gres=gpu:{gpus}"),
+            "--time=5",
+        ],
+        &herd_run(&args, &probe_cmd(bed, &dir)),
+    );
+    job.wait_success(bed, Duration::from_secs(180));
+    let p = probes(&dir, 0);
+    assert_eq!(
+        p.keys().copied().collect::<Vec<_>>(),
+        (0..6).collect::<Vec<_>>()
+    );
+    p
+}
+
 /// (b) Code that finds its rank the seeds' way (SLURM_PROCID, SLURM_LOCALID,
 /// SLURM_NNODES × SLURM_TASKS_PER_NODE[0]) gets correct, distinct ranks under agent mode,
 /// and every worker sees all of its node's GPUs, as under torchrun and srun, so
@@ -127,24 +155,7 @@ fn a_three_nodes_by_two_gpus_match_a_local_run() {
 #[test]
 fn b_seeds_rank_discovery_is_right_under_agent_mode() {
     let bed = Bed::require();
-    let dir = bed.scratch("launch_b").expect("scratch");
-    let cmd = probe_cmd(&bed, &dir);
-    let job = Job::submit(
-        &bed,
-        &dir,
-        "launch-b",
-        &["--nodes=3", &three_nodes(&bed), "--gres=gpu:2", "--time=5"],
-        &herd_run(
-            &["--log-dir", &dir.join("logs").display().to_string()],
-            &cmd,
-        ),
-    );
-    job.wait_success(&bed, Duration::from_secs(180));
-    let p = probes(&dir, 0);
-    assert_eq!(
-        p.keys().copied().collect::<Vec<_>>(),
-        (0..6).collect::<Vec<_>>()
-    );
+    let p = probe_job(&bed, "b", 2, &[]);
     let mut seen = BTreeSet::new();
     for (rank, v) in &p {
         let s = &v["seeds"];
@@ -187,30 +198,11 @@ fn b_seeds_rank_discovery_is_right_under_agent_mode() {
 #[test]
 fn b2_per_rank_gpu_binding_gives_each_worker_its_own_share() {
     let bed = Bed::require();
-    let dir = bed.scratch("launch_b2").expect("scratch");
-    let cmd = probe_cmd(&bed, &dir);
-    let job = Job::submit(
+    let p = probe_job(
         &bed,
-        &dir,
-        "launch-b2",
-        &["--nodes=3", &three_nodes(&bed), "--gres=gpu:4", "--time=5"],
-        &herd_run(
-            &[
-                "--nproc-per-node",
-                "2",
-                "--gpu-bind",
-                "per-rank",
-                "--log-dir",
-                &dir.join("logs").display().to_string(),
-            ],
-            &cmd,
-        ),
-    );
-    job.wait_success(&bed, Duration::from_secs(180));
-    let p = probes(&dir, 0);
-    assert_eq!(
-        p.keys().copied().collect::<Vec<_>>(),
-        (0..6).collect::<Vec<_>>()
+        "b2",
+        4,
+        &["--nproc-per-node", "2", "--gpu-bind", "per-rank"],
     );
     let mut per_node: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for (rank, v) in &p {
@@ -220,7 +212,7 @@ fn b2_per_rank_gpu_binding_gives_each_worker_its_own_share() {
         per_node
             .entry(v["host"].as_str().unwrap_or_default().to_owned())
             .or_default()
-            .push(want.to_owned());
+            .push(env["CUDA_VISIBLE_DEVICES"].to_string());
     }
     for (host, shares) in &per_node {
         assert_eq!(shares.len(), 2, "{host}: {per_node:?}");
