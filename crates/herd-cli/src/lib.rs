@@ -103,12 +103,6 @@ pub enum Command {
     /// Per-task shim for one-task-per-GPU `srun` launch: map SLURM_* to rank variables and
     /// exec.
     Exec(exec::ExecArgs),
-    /// Make a queued experiment's code folder from its snapshot (the batch script runs this
-    /// when the job starts).
-    Materialize(submit::MaterializeArgs),
-    /// Free the stored code files no experiment uses any more (after experiments were
-    /// deleted).
-    Gc(submit::GcArgs),
     /// State of jobs and experiments, from one batched scheduler query.
     Status(PendingArgs),
     /// Per-rank logs of an experiment, by attempt.
@@ -136,8 +130,6 @@ impl Command {
             Command::Run(_) => "run",
             Command::Launch(_) => "launch",
             Command::Exec(_) => "exec",
-            Command::Materialize(_) => "materialize",
-            Command::Gc(_) => "gc",
             Command::Status(_) => "status",
             Command::Logs(_) => "logs",
             Command::Cancel(_) => "cancel",
@@ -154,11 +146,7 @@ impl Command {
         match self {
             Command::Hostlist(_) | Command::Env(_) => "issue #3",
             Command::Launch(_) | Command::Run(_) => "issue #4",
-            Command::Submit(_)
-            | Command::Check(_)
-            | Command::Exec(_)
-            | Command::Materialize(_)
-            | Command::Gc(_) => "issue #5",
+            Command::Submit(_) | Command::Check(_) | Command::Exec(_) => "issue #5",
             Command::Status(_)
             | Command::Logs(_)
             | Command::Cancel(_)
@@ -178,8 +166,6 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
         Command::Exec(args) => exec::run(args),
         Command::Check(args) => submit::run_check(args, out),
         Command::Submit(args) => submit::run_submit(args, out),
-        Command::Materialize(args) => submit::run_materialize(args),
-        Command::Gc(args) => submit::run_gc(args, out),
         command => Err(CliError::NotImplemented {
             command: command.name(),
             version: env!("CARGO_PKG_VERSION"),

@@ -435,9 +435,6 @@ fn create_and_submit(checked: &Checked) -> Result<String, CliError> {
         invocation: herd_exp::Invocation::current(env!("CARGO_PKG_VERSION")),
         snapshot: herd_exp::SnapshotOptions {
             exclude: plan.exclude.clone(),
-            // `code/` is made when the job starts (`herd materialize` in the script): a
-            // queued job costs its folder one index file, not one link per file.
-            materialize: false,
             ..herd_exp::SnapshotOptions::default()
         },
         files: vec![herd_exp::ExtraFile {
@@ -450,15 +447,17 @@ fn create_and_submit(checked: &Checked) -> Result<String, CliError> {
     .map_err(|e| CliError::Input(e.to_string()))?;
     let exp = &created.experiment;
     let snap = &created.snapshot;
-    let reused = match (&snap.linked_from, snap.linked) {
-        (Some(from), n) if n > 0 => format!(", {n} unchanged since {from} (not copied)"),
+    let linked = match (&snap.linked_from, snap.linked) {
+        (Some(from), n) if n > 0 => format!(", {n} unchanged since {from} (linked)"),
         _ => String::new(),
     };
     eprintln!(
-        "herd: code snapshot: {} files, {:.1} MB, {} copied{reused}; code/ is made when the job starts",
+        "herd: code snapshot in {}: {} files, {:.1} MB, {} copied{linked} in {:.0} ms",
+        exp.code_dir().display(),
         snap.files,
         snap.bytes as f64 / 1e6,
-        snap.copied
+        snap.copied,
+        snap.elapsed.as_secs_f64() * 1e3
     );
     for warning in &snap.warnings {
         eprintln!("herd: warning: snapshot: {warning}");
@@ -586,87 +585,6 @@ pub fn run_submit(args: SubmitArgs, out: &mut dyn Write) -> Result<ExitStatus, C
         next.after = vec![format!("{id}:ok")];
         id = create_and_submit(&prepare(&next, false)?)?;
         writeln!(out, "{id}")?;
-    }
-    Ok(ExitStatus::Success)
-}
-
-/// `herd materialize` arguments.
-#[derive(Debug, Args)]
-pub struct MaterializeArgs {
-    /// The experiment folder (default: $HERD_EXP_DIR, which the batch script sets).
-    #[arg(value_name = "EXP_DIR")]
-    dir: Option<PathBuf>,
-}
-
-/// Run `herd materialize`: make `code/` from the snapshot unless it exists.
-pub fn run_materialize(args: MaterializeArgs) -> Result<ExitStatus, CliError> {
-    let dir = match args.dir {
-        Some(dir) => dir,
-        None => std::env::var_os("HERD_EXP_DIR")
-            .filter(|d| !d.is_empty())
-            .map(PathBuf::from)
-            .ok_or_else(|| {
-                CliError::Usage(
-                    "no experiment folder: give it (`herd materialize EXP_DIR`) or set HERD_EXP_DIR"
-                        .into(),
-                )
-            })?,
-    };
-    let exp = herd_exp::Experiment::open_dir(&dir).map_err(|e| CliError::Input(e.to_string()))?;
-    match exp.materialize() {
-        Ok(Some(r)) => eprintln!(
-            "herd: made {} from the snapshot: {} files, {} folders, {} symlinks{} in {:.0} ms",
-            exp.code_dir().display(),
-            r.files,
-            r.dirs,
-            r.symlinks,
-            if r.unpacked > 0 {
-                format!(" ({} stored copies unpacked first)", r.unpacked)
-            } else {
-                String::new()
-            },
-            r.elapsed.as_secs_f64() * 1e3
-        ),
-        Ok(None) => eprintln!("herd: {} exists already", exp.code_dir().display()),
-        Err(e) => return Err(CliError::Launch(e.to_string())),
-    }
-    Ok(ExitStatus::Success)
-}
-
-/// `herd gc` arguments.
-#[derive(Debug, Args)]
-pub struct GcArgs {
-    /// The experiment root whose store to clean (default: `herd-exp`, as for submit).
-    #[arg(long, value_name = "DIR")]
-    exp_root: Option<PathBuf>,
-}
-
-/// Run `herd gc`: remove stored code files of deleted experiments.
-pub fn run_gc(args: GcArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
-    let root = exp_root_or_default(args.exp_root.as_deref());
-    if !root.is_dir() {
-        return Err(CliError::Input(format!(
-            "experiment root {} is not a folder: give the one you submit into with --exp-root",
-            root.display()
-        )));
-    }
-    let r = herd_exp::collect_garbage(&root).map_err(|e| CliError::Launch(e.to_string()))?;
-    writeln!(
-        out,
-        "{} experiment(s) in {}: {} stored file(s) in use, {} removed ({:.1} MB freed), {} stale temporary folder(s) removed",
-        r.experiments,
-        root.display(),
-        r.objects_kept,
-        r.objects_removed,
-        r.bytes_freed as f64 / 1e6,
-        r.stale_folders_removed
-    )?;
-    if r.objects_not_removable > 0 {
-        writeln!(
-            out,
-            "{} unused stored file(s) belong to other users: their `herd gc` removes them",
-            r.objects_not_removable
-        )?;
     }
     Ok(ExitStatus::Success)
 }

@@ -32,8 +32,7 @@
 //!
 //! | path | what |
 //! |---|---|
-//! | `code/` | the code snapshot: what the job runs, so edits after submit change nothing; made with the folder, or later by [`Experiment::materialize`] ([`SnapshotOptions::materialize`]) |
-//! | `snapshot.idx` | the snapshot's index: project root; every folder, symlink and file, each file with its size, times, inode, mode and stored copy |
+//! | `code/` | the code snapshot: what the job runs, so edits after submit change nothing |
 //! | `manifest.json` | [`Manifest`]: resolved plan, git commit and dirty diff, argv, herd version, attempts and their job ids |
 //! | `logs/` | empty; the job's logs go here |
 //! | any [`ExtraFile`] | e.g. the rendered batch script |
@@ -54,28 +53,17 @@
 //!   only inside a git work tree), hidden files included, `.git` left out, `*.out` and
 //!   [`SnapshotOptions::exclude`] left out, and an experiment root inside the project left
 //!   out. Symlinks are recreated as symlinks (never followed); files keep their permission
-//!   bits less write permission (see the store) and their modification time; sockets,
-//!   FIFOs and devices are skipped and listed.
-//! - **The store.** Files are copied into `<exp_root>/.herd-store/objects/` (one copy per
-//!   version of a file) and `code/` is made of hard links to those copies. A snapshot
-//!   whose `code/` is made later ([`SnapshotOptions::materialize`] `false`) packs its new
-//!   copies, one pack per walking thread; [`Experiment::materialize`] unpacks the packs it
-//!   needs into one file per copy first. A file
-//!   unchanged since the previous snapshot of the same project (same canonical root) under
-//!   the same experiment root, the newest experiment whose `snapshot.idx` names that root,
-//!   is not copied again: the new index names the same stored copy. Unchanged means size,
-//!   mtime, ctime, inode and mode all as recorded there, the file not modified within 2 s
-//!   before that snapshot started (it might have changed again within the file system's
-//!   timestamp granularity), and the stored copy not on the store's list of damaged
-//!   copies (and, when `code/` is made at once or the previous snapshot is another user's,
-//!   still of the recorded size, mtime and mode, and readable). Linked files share their
-//!   inode with every experiment that runs that version, so stored copies, and the files
-//!   of `code/`, are read-only: a job that writes into a file of its `code/` in place
-//!   fails (`Permission denied`) instead of changing other experiments' code. Making
-//!   `code/` checks every stored copy; one that was changed anyway (made writable and
-//!   edited, or by root) stops it with an error naming the file and is listed as damaged,
-//!   never reused again. [`collect_garbage`] removes the copies no experiment uses any
-//!   more.
+//!   bits less write permission and their modification time; sockets, FIFOs and devices
+//!   are skipped and listed.
+//! - **Unchanged files are linked, not copied.** A file whose size, mtime and mode equal
+//!   those of its copy in the newest earlier experiment of the same project (same
+//!   canonical root, same experiment root) is hard-linked from that copy, unless it was
+//!   modified within 2 s before that copy was written (it might have changed again within
+//!   the file system's timestamp granularity) or the copy is another user's and unreadable
+//!   here; anything that stops the link (too many links, `protected_hardlinks`) means a
+//!   copy. So the files of `code/` are read-only: a job that writes into one in place fails
+//!   (`Permission denied`) instead of changing other experiments' code. Deleting an
+//!   experiment frees the files no other experiment links.
 //! - **The manifest** is written with the folder; later changes
 //!   ([`Experiment::add_attempt`], [`Experiment::record_job_id`]) append or fill in, under
 //!   an exclusive lock, through a temporary file renamed over the old manifest.
@@ -95,10 +83,7 @@ use std::process::ExitStatus;
 
 pub use manifest::{Attempt, GitState, Manifest, Project, SnapshotSummary, MANIFEST_FORMAT};
 pub use name::{validate_name, NameError, NameProblem, MAX_NAME_BYTES};
-pub use snapshot::{
-    collect_garbage, GarbageReport, MaterializeReport, SnapshotOptions, SnapshotReport,
-    ALWAYS_EXCLUDED, STORE_DIR,
-};
+pub use snapshot::{SnapshotOptions, SnapshotReport, ALWAYS_EXCLUDED, RACY_SECS};
 pub use text::{BadEscape, LosslessText};
 
 /// The code snapshot's folder inside an experiment.
@@ -107,19 +92,11 @@ pub const CODE_DIR: &str = "code";
 pub const LOGS_DIR: &str = "logs";
 /// The manifest inside an experiment.
 pub const MANIFEST_FILE: &str = "manifest.json";
-/// The snapshot's index inside an experiment.
-pub const SNAPSHOT_INDEX_FILE: &str = "snapshot.idx";
 /// The lock file taken while the manifest is updated.
 pub const LOCK_FILE: &str = ".lock";
 
 /// Names herd uses inside an experiment folder; an [`ExtraFile`] may not take them.
-const TAKEN: [&str; 5] = [
-    CODE_DIR,
-    LOGS_DIR,
-    MANIFEST_FILE,
-    SNAPSHOT_INDEX_FILE,
-    LOCK_FILE,
-];
+const TAKEN: [&str; 4] = [CODE_DIR, LOGS_DIR, MANIFEST_FILE, LOCK_FILE];
 
 /// Longest job id [`Experiment::record_job_id`] accepts, in bytes.
 pub const MAX_JOB_ID_BYTES: usize = 64;
@@ -252,18 +229,6 @@ pub enum Error {
         /// Why.
         reason: &'static str,
     },
-    /// A snapshot whose `code/` cannot be made: its index is malformed, or a stored copy of
-    /// a file is missing or was changed after the snapshot.
-    #[error(
-        "the code snapshot {} cannot be made into a code folder: {what}; submit the job again (a new experiment) to take a new snapshot",
-        index.display()
-    )]
-    SnapshotDamaged {
-        /// The snapshot's index.
-        index: PathBuf,
-        /// What is wrong.
-        what: String,
-    },
     /// [`Experiment::add_file`] for a file that exists.
     #[error("{} already exists: files in an experiment are never overwritten", path.display())]
     FileExists {
@@ -303,7 +268,7 @@ impl Invocation {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExtraFile {
     /// Its name: one file name, the rules of [`validate_name`], and none of the names herd
-    /// uses itself (`code`, `logs`, `manifest.json`, `snapshot.idx`, `.lock`).
+    /// uses itself (`code`, `logs`, `manifest.json`, `.lock`).
     pub name: String,
     /// Its contents.
     pub contents: Vec<u8>,
@@ -418,31 +383,20 @@ impl NewExperiment {
         let target = exp_root.join(&self.name);
         refuse_existing(&target)?;
 
-        // Dropping `objects` or `tmp` (an error, a panic) removes the new objects, or the
-        // folder and all in it. `objects` holds the store's shared lock from before the
-        // previous snapshot is chosen until the new experiment is in place.
-        let objects = snapshot::NewObjects::create(&exp_root)?;
         let prepared = snapshot::prepare(&root, &exp_root, &self.snapshot)?;
         let git = manifest::git_state(&root)?;
 
+        // Dropping `tmp` (an error, a panic) removes the folder and all in it.
         let tmp = tempfile::Builder::new()
             .prefix(".herd-new-")
             .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o777))
             .tempdir_in(&exp_root)
             .map_err(|e| io_error("cannot create a temporary folder in", &exp_root, e))?;
-        let logs = tmp.path().join(LOGS_DIR);
-        fs::create_dir(&logs).map_err(|e| io_error("cannot create folder", &logs, e))?;
-        let index = tmp.path().join(SNAPSHOT_INDEX_FILE);
-        let mut report = prepared.run(&objects, &index)?;
-        if self.snapshot.materialize {
-            let code = tmp.path().join(CODE_DIR);
-            fs::create_dir(&code).map_err(|e| io_error("cannot create folder", &code, e))?;
-            report.materialized = Some(snapshot::materialize(
-                &index,
-                &snapshot::objects_dir(&exp_root),
-                &code,
-            )?);
+        for dir in [LOGS_DIR, CODE_DIR] {
+            let path = tmp.path().join(dir);
+            fs::create_dir(&path).map_err(|e| io_error("cannot create folder", &path, e))?;
         }
+        let report = prepared.run(&tmp.path().join(CODE_DIR))?;
         for file in &self.files {
             write_new_file(&tmp.path().join(&file.name), file)?;
         }
@@ -487,7 +441,6 @@ impl NewExperiment {
         })?;
         // The folder now lives at `target`: nothing left to remove.
         let _ = tmp.keep();
-        objects.keep();
         Ok(Created {
             experiment: Experiment {
                 name: self.name.clone(),
@@ -582,39 +535,6 @@ impl Experiment {
             name: name.to_owned(),
             dir: dir.to_owned(),
         })
-    }
-
-    /// Makes `code/` from the snapshot (`herd materialize`, run by the batch script when
-    /// the job starts): every file a hard link to its stored copy, in a temporary folder
-    /// renamed into place. `Ok(None)` when `code/` exists already (made with the
-    /// experiment, by an earlier attempt, or by another process at the same moment).
-    pub fn materialize(&self) -> Result<Option<MaterializeReport>, Error> {
-        let code = self.code_dir();
-        if fs::symlink_metadata(&code).is_ok() {
-            return Ok(None);
-        }
-        let exp_root = self.dir.parent().unwrap_or(Path::new("."));
-        // Keeps `herd gc` out until the folder is in place.
-        let _lock = snapshot::lock_store_shared(exp_root)?;
-        let tmp = tempfile::Builder::new()
-            .prefix(".herd-code-")
-            .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o777))
-            .tempdir_in(&self.dir)
-            .map_err(|e| io_error("cannot create a temporary folder in", &self.dir, e))?;
-        let report = snapshot::materialize(
-            &self.dir.join(SNAPSHOT_INDEX_FILE),
-            &snapshot::objects_dir(exp_root),
-            tmp.path(),
-        )?;
-        match rename_noreplace(tmp.path(), &code) {
-            Ok(()) => {
-                let _ = tmp.keep();
-                Ok(Some(report))
-            }
-            // Made meanwhile by another process: theirs stays, ours is removed.
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(None),
-            Err(e) => Err(io_error("cannot put the code folder in place at", &code, e)),
-        }
     }
 
     /// The job name.

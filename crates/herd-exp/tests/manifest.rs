@@ -227,7 +227,6 @@ fn job_ids_are_recorded_once_and_resume_adds_attempts() {
 
     // `--resume`: open by name, add an attempt; the snapshot is not touched.
     let code_before = fingerprint(&e.code_dir());
-    let index_before = fs::read(e.dir().join("snapshot.idx")).expect("index");
     write(proj.path(), "train.py", "changed after the first submit\n");
     let resumed = Experiment::open(exp.path(), "run").expect("open");
     let inv = Invocation {
@@ -243,10 +242,6 @@ fn job_ids_are_recorded_once_and_resume_adds_attempts() {
     resumed.record_job_id(2, "5000_1").expect("record");
     assert_eq!(resumed.add_attempt(&inv).expect("attempt"), 3);
     assert_eq!(fingerprint(&e.code_dir()), code_before);
-    assert_eq!(
-        fs::read(e.dir().join("snapshot.idx")).expect("index"),
-        index_before
-    );
 
     let m = resumed.manifest().expect("manifest");
     let ids: Vec<_> = m
@@ -268,7 +263,7 @@ fn job_ids_are_recorded_once_and_resume_adds_attempts() {
     // No temporary files left; the lock file exists after updates.
     assert_eq!(
         common::names(e.dir()),
-        [".lock", "code", "logs", "manifest.json", "snapshot.idx"]
+        [".lock", "code", "logs", "manifest.json"]
     );
 
     let err = Experiment::open(exp.path(), "nope").expect_err("missing");
@@ -357,15 +352,7 @@ fn extra_files_are_written_with_the_folder_and_never_overwritten() {
         })
         .expect_err("exists");
     assert!(matches!(err, Error::FileExists { .. }), "{err:?}");
-    for name in [
-        "manifest.json",
-        "code",
-        "logs",
-        "snapshot.idx",
-        ".lock",
-        "a/b",
-        "",
-    ] {
+    for name in ["manifest.json", "code", "logs", ".lock", "a/b", ""] {
         let err = e
             .add_file(&ExtraFile {
                 name: name.into(),

@@ -112,7 +112,7 @@ fn out_files_and_extra_globs_are_excluded() {
         assert!(matches!(err, Error::BadExclude { .. }), "{err:?}");
         assert!(err.to_string().contains(phrase), "{err}");
     }
-    assert_eq!(common::names(exp.path()), [".herd-store", "run"]);
+    assert_eq!(common::names(exp.path()), ["run"]);
 }
 
 #[test]
@@ -269,11 +269,20 @@ fn second_snapshot_links_unchanged_files_and_copies_changed_ones() {
     assert_eq!(m.snapshot.linked_from.as_deref(), Some("one"));
 
     // A third snapshot links from the newest one: what was unchanged then and not
-    // changed just before it (the files edited just before `two` are copied again).
+    // written just before `two` copied it (the files edited just before `two` are copied
+    // again; chmod.sh's contents are older, only its mode changed: linked, like
+    // tampered.py, whose copy in `two` is fresh).
     settle();
     let third = request(exp.path(), "three", p).create().expect("third");
     assert_eq!(third.snapshot.linked_from.as_deref(), Some("two"));
-    assert_eq!((third.snapshot.linked, third.snapshot.copied), (3, 4));
+    let c3 = third.experiment.code_dir();
+    for rel in ["same.py", "deep/er/same.py", "tampered.py", "chmod.sh"] {
+        assert_eq!(ino(&c2.join(rel)), ino(&c3.join(rel)), "{rel} is linked");
+    }
+    for rel in ["edited.py", "same-size.py", "new.py"] {
+        assert_ne!(ino(&c2.join(rel)), ino(&c3.join(rel)), "{rel} is copied");
+    }
+    assert_eq!((third.snapshot.linked, third.snapshot.copied), (4, 3));
 
     // Without reuse everything is copied.
     let mut req = request(exp.path(), "four", p);
@@ -333,7 +342,7 @@ fn only_snapshots_of_the_same_project_are_linked_from() {
 }
 
 #[test]
-fn a_broken_previous_index_means_copying_not_failing() {
+fn a_broken_previous_manifest_means_copying_not_failing() {
     let proj = TempDir::new().expect("tempdir");
     write(proj.path(), "a.py", "a\n");
     settle();
@@ -341,9 +350,9 @@ fn a_broken_previous_index_means_copying_not_failing() {
     let first = request(exp.path(), "one", proj.path())
         .create()
         .expect("one");
-    let index = first.experiment.dir().join("snapshot.idx");
-    let text = fs::read_to_string(&index).expect("index");
-    fs::write(&index, format!("{text}garbage line\n")).expect("write");
+    let manifest = first.experiment.manifest_path();
+    let text = fs::read_to_string(&manifest).expect("manifest");
+    fs::write(&manifest, &text[..text.len() / 2]).expect("write");
     let second = request(exp.path(), "two", proj.path())
         .create()
         .expect("two");
@@ -353,7 +362,7 @@ fn a_broken_previous_index_means_copying_not_failing() {
             .snapshot
             .warnings
             .iter()
-            .any(|w| w.contains("snapshot.idx")),
+            .any(|w| w.contains("one/manifest.json") && w.contains("is not valid")),
         "{:?}",
         second.snapshot.warnings
     );

@@ -6,9 +6,8 @@
 //! checked to be safe there (no whitespace, quotes, `#`, backslash or line breaks; paths are
 //! double-quoted with `%` doubled, since sbatch reads `%j`-style patterns in them).
 //!
-//! The rendered script is `set -euo pipefail`, exports `HERD_EXP_DIR`, makes the code
-//! folder from the snapshot (`herd materialize`; `herd submit` stores the files and leaves
-//! the folder to the job's start), `cd`s into it, and `exec`s srun, so the job's exit
+//! The rendered script is `set -euo pipefail`, exports `HERD_EXP_DIR`, `cd`s into the code
+//! snapshot (made by `herd submit` with the experiment folder), and `exec`s srun, so the job's exit
 //! status is srun's and a `B:` signal (sent to the batch shell) reaches srun, which
 //! forwards it to every task.
 //!
@@ -28,8 +27,7 @@ pub struct ScriptParams<'a> {
     /// The experiment folder (absolute). SLURM writes `logs/%j.out` and `logs/%j.err`
     /// there; SLURM does not create folders, so `logs/` must exist before `sbatch`.
     pub exp_dir: &'a Path,
-    /// The code snapshot's folder (absolute), made by `herd materialize` when the job
-    /// starts; the job runs from here.
+    /// The code snapshot's folder (absolute); the job runs from here.
     pub snapshot_dir: &'a Path,
     /// The herd binary as the compute nodes see it (absolute).
     pub herd: &'a Path,
@@ -241,8 +239,6 @@ pub fn render_script(plan: &Plan, params: &ScriptParams<'_>) -> Result<String, R
          set -euo pipefail\n\
          export HERD_EXP_DIR={}\n\
          # Run the code snapshot, so edits to the source after submitting change nothing.\n\
-         # Its folder is made now, from the files stored at submit (a no-op when it exists).\n\
-         {herd_q} materialize -- \"$HERD_EXP_DIR\"\n\
          cd -- {}\n",
         plan.mode,
         q(exp, "experiment folder")?,

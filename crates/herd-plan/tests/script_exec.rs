@@ -11,7 +11,7 @@ use herd_plan::{render_script, resolve, Overrides, Plan, ScriptParams};
 use proptest::prelude::*;
 
 /// A folder with a fake `srun` (records its arguments and environment) and a fake herd
-/// (answers `hostlist expand`, records `materialize`), under names that need quoting.
+/// (answers `hostlist expand`, fails anything else), under names that need quoting.
 struct Bed {
     _dir: tempfile::TempDir,
     bin: PathBuf,
@@ -49,7 +49,6 @@ fn bed() -> Bed {
     write_exe(
         &herd,
         "#!/bin/bash\nif [ \"$1 $2 $3\" = 'hostlist expand --' ] && [ \"$4\" = 'gpu-a[01-02]' ]; then printf 'gpu-a01\\ngpu-a02\\n';\n\
-         elif [ \"$1 $2\" = 'materialize --' ] && [ $# = 3 ]; then printf '%s' \"$3\" > \"$HERD_TEST_OUT/materialized\";\n\
          else exit 3; fi\n",
     );
     Bed {
@@ -90,13 +89,6 @@ fn run(bed: &Bed, plan: &Plan) -> Ran {
         .status()
         .unwrap_or_else(|e| panic!("cannot run bash: {e}"));
     assert!(status.success(), "script failed:\n{script}");
-    // The code folder is made (from the experiment folder's snapshot) before the workers.
-    assert_eq!(
-        std::fs::read(bed.out.join("materialized")).unwrap_or_else(|e| panic!("{e}")),
-        bed.exp.as_os_str().as_encoded_bytes(),
-        "herd materialize was not given the experiment folder:\n{script}"
-    );
-    std::fs::remove_file(bed.out.join("materialized")).unwrap_or_else(|e| panic!("{e}"));
     let raw = std::fs::read(bed.out.join("argv")).unwrap_or_else(|e| panic!("{e}"));
     let mut argv: Vec<String> = raw
         .split(|b| *b == 0)

@@ -9,24 +9,10 @@ fn herd(args: &[&str]) -> std::process::Output {
         .expect("the herd binary runs")
 }
 
-/// SPEC §1's commands, in the order `herd --help` lists them, with `materialize` (the
-/// batch script's step that makes the code folder when the job starts) and `gc` (frees the
-/// stored code of deleted experiments).
-const COMMANDS: [&str; 14] = [
-    "submit",
-    "run",
-    "launch",
-    "exec",
-    "materialize",
-    "gc",
-    "status",
-    "logs",
-    "cancel",
-    "top",
-    "report",
-    "check",
-    "hostlist",
-    "env",
+/// herd's commands, in the order `herd --help` lists them.
+const COMMANDS: [&str; 12] = [
+    "submit", "run", "launch", "exec", "status", "logs", "cancel", "top", "report", "check",
+    "hostlist", "env",
 ];
 
 #[test]
@@ -464,53 +450,16 @@ fn check_names_the_key_to_change_and_fails() {
 }
 
 #[test]
-fn materialize_without_an_experiment_folder_says_what_to_give() {
-    let out = Command::new(env!("CARGO_BIN_EXE_herd"))
-        .arg("materialize")
-        .env_remove("HERD_EXP_DIR")
-        .output()
-        .expect("runs");
-    assert_eq!(out.status.code(), Some(2), "{out:?}");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        stderr.contains("herd materialize EXP_DIR") && stderr.contains("HERD_EXP_DIR"),
-        "{stderr}"
-    );
-
-    let dir = tempfile::tempdir().expect("tempdir");
-    let not_exp = dir.path().join("not an experiment");
-    std::fs::create_dir(&not_exp).expect("mkdir");
-    let out = herd(&["materialize", not_exp.to_str().expect("utf-8")]);
-    assert_eq!(out.status.code(), Some(2), "{out:?}");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        stderr.contains("not an experiment") && stderr.contains("manifest.json"),
-        "{stderr}"
-    );
-    assert_eq!(
-        std::fs::read_dir(&not_exp).expect("read_dir").count(),
-        0,
-        "nothing written into a folder that is no experiment"
-    );
-}
-
-#[test]
-fn gc_of_a_missing_root_names_the_flag() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let missing = dir.path().join("no such root");
-    let out = herd(&["gc", "--exp-root", missing.to_str().expect("utf-8")]);
-    assert_eq!(out.status.code(), Some(2), "{out:?}");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        stderr.contains("no such root") && stderr.contains("--exp-root"),
-        "{stderr}"
-    );
-    assert!(!missing.exists(), "nothing created");
-    // An experiment root without a store: nothing to do, and said so.
-    let out = herd(&["gc", "--exp-root", dir.path().to_str().expect("utf-8")]);
-    assert!(out.status.success(), "{out:?}");
-    assert!(
-        String::from_utf8_lossy(&out.stdout).contains("0 removed"),
-        "{out:?}"
-    );
+fn the_snapshot_store_commands_are_gone() {
+    // The code folder is made at submit and freed with its experiment: no `materialize`,
+    // no `gc`.
+    for gone in ["materialize", "gc"] {
+        let out = herd(&[gone]);
+        assert_eq!(out.status.code(), Some(2), "{gone}: {out:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains(&format!("unrecognized subcommand '{gone}'")),
+            "{gone}: {stderr}"
+        );
+    }
 }

@@ -70,24 +70,20 @@ fn three_launch_modes_train_to_one_checksum_from_the_experiment_folder() {
         );
         let job = job_id(&out);
         let said = String::from_utf8_lossy(&out.stderr);
-        assert!(
-            said.contains("herd: code snapshot: ")
-                && said.contains("code/ is made when the job starts"),
-            "{mode}: submit does not say what it stored:\n{said}"
-        );
         let exp = exps.join(&name);
+        assert!(
+            said.contains(&format!("herd: code snapshot in {}/code: ", exp.display()))
+                && said.contains(" copied"),
+            "{mode}: submit does not say what it copied:\n{said}"
+        );
+        // The code folder is made at submit, before the job starts.
+        assert!(
+            exp.join("code/train_ddp.py").is_file(),
+            "{mode}: no code/ right after submit"
+        );
         let output = wait_ok(&bed, job, &exp);
         sums.insert(checksum(&output, 4));
         assert!(exp.join("job.sbatch").is_file());
-        // herd submit stores the files; the job made its code folder when it started.
-        let err = read_lossy(exp.join(format!("logs/{job}.err")));
-        assert!(
-            err.contains(&format!(
-                "herd: made {}/code from the snapshot",
-                exp.display()
-            )),
-            "{mode}: the batch log does not say the code folder was made:\n{err}"
-        );
         assert!(
             exp.join("code/train_ddp.py").is_file(),
             "the job ran from the snapshot"
@@ -274,21 +270,15 @@ fn the_job_runs_the_snapshot_with_arguments_intact() {
     let got: Vec<String> = serde_json::from_str(line).expect("argv json");
     assert_eq!(got, args);
     assert!(!exps.join("snap/code/pwned").exists() && !project.join("pwned").exists());
-    // The submit packed the copies; the job's start unpacked them (no pack is left) and
-    // said so in the batch step's log.
-    let store = exps.join(".herd-store/objects");
-    let listing = Command::new("find")
-        .arg(&store)
-        .output()
-        .expect("find")
-        .stdout;
-    let listing = String::from_utf8_lossy(&listing);
-    assert!(
-        !listing.contains(".pack") && listing.lines().count() > 3,
-        "{listing}"
+    // No store beside the experiments: everything is in the experiment folder.
+    assert_eq!(
+        std::fs::read_dir(&exps)
+            .expect("experiment root")
+            .map(|e| e.expect("entry").file_name())
+            .collect::<Vec<_>>(),
+        ["snap"],
+        "the experiment root holds only the experiment"
     );
-    let log = read_lossy(exps.join(format!("snap/logs/{job}.err")));
-    assert!(log.contains("stored copies unpacked first"), "{log}");
 }
 
 /// A digest of every path, type, mode and content under `dir`.
