@@ -9,7 +9,7 @@ fn herd(args: &[&str]) -> std::process::Output {
         .expect("the herd binary runs")
 }
 
-/// SPEC §1's commands, in the order `herd --help` lists them, with `materialize` (the
+/// docs/design.md §1's commands, in the order `herd --help` lists them, with `materialize` (the
 /// batch script's step that makes the code folder when the job starts) and `gc` (frees the
 /// stored code of deleted experiments).
 const COMMANDS: [&str; 14] = [
