@@ -1,4 +1,4 @@
-//! herd's per-node agent (SPEC §2 agent mode, §3, §6).
+//! herd's per-node agent (docs/design.md §2 agent mode, §3, §6).
 //!
 //! - [`agent`]: rendezvous, attempts, supervision, teardown, restarts, the failure report.
 //! - [`workers`]: spawning workers (own process group, parent-death signal) and carrying

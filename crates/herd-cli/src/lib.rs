@@ -1,4 +1,4 @@
-//! herd's command line: the command tree of SPEC §1 and its dispatch.
+//! herd's command line: the command tree (docs/design.md §1) and its dispatch.
 //!
 //! The `herd` binary is a thin `main` over [`main`]: parse, run, map the outcome to an exit
 //! code. Each command's logic lives in its own library crate as it is built; a command that is
@@ -90,7 +90,7 @@ pub struct PendingArgs {
     pub args: Vec<OsString>,
 }
 
-/// The commands of SPEC §1.
+/// herd's commands (docs/design.md §1).
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Plan a job, create its experiment folder, snapshot the code and queue it with sbatch.

@@ -1,5 +1,5 @@
 //! `herd check` and `herd submit`: a job file, flags and cluster profiles resolved into one
-//! plan, checked (SPEC §5), and — for submit — an experiment folder and an sbatch.
+//! plan, checked (docs/design.md §5), and — for submit — an experiment folder and an sbatch.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

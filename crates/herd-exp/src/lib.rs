@@ -1,5 +1,5 @@
 //! The experiment folder: created atomically, never overwritten; the code snapshot, the
-//! manifest, the logs folder (SPEC §4).
+//! manifest, the logs folder (docs/design.md §4).
 //!
 //! ```no_run
 //! use herd_exp::{Experiment, Invocation, NewExperiment};

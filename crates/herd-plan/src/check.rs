@@ -1,6 +1,6 @@
-//! Checks before queueing (SPEC §5) that need no cluster: the seeds' pitfall list made
-//! mechanical. [`check()`] returns every finding at once; each names the keys to change and
-//! where they were set.
+//! Checks before queueing (docs/design.md §5) that need no cluster: the seeds' pitfall list
+//! made mechanical. [`check()`] returns every finding at once; each names the keys to change
+//! and where they were set.
 //!
 //! What the world contributes is passed in, so every check is testable without a cluster or
 //! a file system: the partition table (parsed from `scontrol`/`sinfo` by

@@ -1,6 +1,7 @@
 //! Job plans: a job file, `herd submit`'s flags and a cluster profile resolved into one
-//! checked [`Plan`]; the checks of SPEC §5 that need no cluster; the batch script for each
-//! launch mode of SPEC §2, with every user value quoted so no shell re-reads it.
+//! checked [`Plan`]; the checks before queueing that need no cluster (docs/design.md §5);
+//! the batch script for each launch mode (§2), with every user value quoted so no shell
+//! re-reads it.
 //!
 //! ```
 //! use std::path::Path;

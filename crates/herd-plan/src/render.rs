@@ -1,5 +1,5 @@
 //! The batch script: `#SBATCH` lines for the plan, then a body that runs the code snapshot
-//! and starts the workers in the plan's launch mode (SPEC §2).
+//! and starts the workers in the plan's launch mode (docs/design.md §2).
 //!
 //! Nothing a user wrote is ever re-parsed by a shell: the command, its arguments and every
 //! path in the body are single-quoted words ([`crate::quote()`]); values in `#SBATCH` lines are

@@ -23,7 +23,7 @@ use crate::job::{select_profile, JobFile, JobKeys, Profile};
 use crate::keys::{Key, Source};
 use crate::values::{non_negative, positive, Memory, Signal, TextOrNumber, TimeLimit, ValueError};
 
-/// How the batch script starts the workers (SPEC §2).
+/// How the batch script starts the workers (docs/design.md §2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {

@@ -3,7 +3,7 @@
 //!
 //! - [`counts`]: `SLURM_TASKS_PER_NODE`-style lists (`2(x3),1`).
 //! - [`allocation`]: [`Allocation`] read from job and step variables.
-//! - [`worker`]: [`worker_env`], the variables of SPEC §3.
+//! - [`worker`]: [`worker_env`], the variables of docs/design.md §3.
 //! - [`addr`]: a node's address that other nodes reach (never loopback).
 
 pub mod addr;

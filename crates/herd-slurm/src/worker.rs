@@ -1,4 +1,4 @@
-//! The environment herd gives every worker (SPEC §3).
+//! The environment herd gives every worker (docs/design.md §3).
 //!
 //! torchrun's variables, so `init_process_group(init_method="env://")` works unchanged; SLURM
 //! task variables that describe the worker itself, so code written for one-task-per-GPU

@@ -9,7 +9,7 @@ fn herd(args: &[&str]) -> std::process::Output {
         .expect("the herd binary runs")
 }
 
-/// herd's commands, in the order `herd --help` lists them.
+/// docs/design.md §1's commands, in the order `herd --help` lists them.
 const COMMANDS: [&str; 12] = [
     "submit", "run", "launch", "exec", "status", "logs", "cancel", "top", "report", "check",
     "hostlist", "env",

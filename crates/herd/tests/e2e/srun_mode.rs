@@ -1,5 +1,5 @@
-//! srun launch mode (SPEC §2.2): one SLURM task per GPU, each running `herd exec`, which maps
-//! the task's SLURM variables to the rank variables and becomes the worker.
+//! srun launch mode (docs/design.md §2): one SLURM task per GPU, each running `herd exec`,
+//! which maps the task's SLURM variables to the rank variables and becomes the worker.
 
 use std::collections::BTreeSet;
 use std::process::Command;
