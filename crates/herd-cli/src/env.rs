@@ -33,16 +33,14 @@ pub fn run(args: EnvArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
     let vars = match &args.from {
         None => Vars::from_env(),
         Some(path) => {
-            let bytes = std::fs::read(path).map_err(|e| {
-                CliError::Input(format!(
-                    "cannot read environment file {}: {e}",
-                    path.display()
-                ))
+            let bytes = std::fs::read(path).map_err(|source| CliError::EnvFile {
+                path: path.clone(),
+                source,
             })?;
             Vars::parse(&String::from_utf8_lossy(&bytes))
         }
     };
-    let alloc = Allocation::from_vars(&vars).map_err(CliError::Allocation)?;
+    let alloc = Allocation::from_vars(&vars)?;
     let master = alloc.master_node().to_owned();
     let master_addr = addr::reachable_addr(&master);
     let master_port = match vars.get("MASTER_PORT") {

@@ -63,9 +63,7 @@ pub fn run(args: ExecArgs) -> Result<ExitStatus, CliError> {
     let master_addr = if alloc.layout.nodes.len() == 1 {
         "127.0.0.1".to_owned()
     } else {
-        addr::reachable_addr(master)
-            .map_err(|e| CliError::Launch(e.to_string()))?
-            .to_string()
+        addr::reachable_addr(master)?.to_string()
     };
     let info = LaunchInfo {
         gpu_bind: args.gpu_bind,
@@ -88,8 +86,8 @@ pub fn run(args: ExecArgs) -> Result<ExitStatus, CliError> {
         .args(rest)
         .envs(&env)
         .exec();
-    Err(CliError::Launch(format!(
-        "cannot run `{}`: {err}",
-        program.to_string_lossy()
-    )))
+    Err(CliError::System {
+        action: format!("cannot run `{}`", program.to_string_lossy()),
+        source: err,
+    })
 }

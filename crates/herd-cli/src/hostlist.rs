@@ -102,8 +102,9 @@ impl HostlistInput {
                     .lock()
                     .take(MAX_STDIN + 1)
                     .read_to_string(&mut text)
-                    .map_err(|e| {
-                        CliError::Input(format!("cannot read hostlists from stdin: {e}"))
+                    .map_err(|source| CliError::Stdin {
+                        what: "hostlists",
+                        source,
                     })?;
                 if text.len() as u64 > MAX_STDIN {
                     return Err(CliError::Input(format!(
@@ -121,8 +122,13 @@ fn parse_all(input: &HostlistInput) -> Result<Vec<HostList>, CliError> {
     let mut budget = input.max_hosts;
     let mut lists = Vec::new();
     for (label, text) in input.operands()? {
-        let list = HostList::parse_with(&text, &Limits { max_hosts: budget })
-            .map_err(|e| CliError::Input(format!("invalid hostlist in {label}: {e}")))?;
+        let list =
+            HostList::parse_with(&text, &Limits { max_hosts: budget }).map_err(|source| {
+                CliError::Hostlist {
+                    operand: label,
+                    source,
+                }
+            })?;
         budget -= list.len();
         lists.push(list);
     }
@@ -144,8 +150,10 @@ pub fn run(args: HostlistArgs, out: &mut dyn Write) -> Result<ExitStatus, CliErr
         // Counting needs no expansion at all (and no host limit applies).
         let mut total: u64 = 0;
         for (label, text) in input.operands()? {
-            let n = herd_hostlist::count(&text)
-                .map_err(|e| CliError::Input(format!("invalid hostlist in {label}: {e}")))?;
+            let n = herd_hostlist::count(&text).map_err(|source| CliError::Hostlist {
+                operand: label,
+                source,
+            })?;
             total = total.saturating_add(n);
         }
         return emit(

@@ -10,7 +10,7 @@ use herd_agent::{Config, Outcome};
 use herd_rendezvous::JobKey;
 use herd_slurm::{addr, Allocation, AllocationError, GpuBind, Vars};
 
-use crate::{CliError, ExitStatus};
+use crate::{CliError, ExitStatus, SlurmCallError};
 
 /// Options shared by `herd launch` and `herd run`.
 #[derive(Debug, Clone, Args)]
@@ -149,11 +149,11 @@ fn run_agent(cfg: Config) -> Result<ExitStatus, CliError> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(CliError::Io)?;
-    match runtime.block_on(herd_agent::run(cfg)) {
-        Ok(Outcome::Success) => Ok(ExitStatus::Success),
-        Ok(Outcome::Failed(_)) => Ok(ExitStatus::Failure),
-        Err(e) => Err(CliError::Launch(e.to_string())),
+        .map_err(CliError::system("cannot start the agent's event loop"))?;
+    match runtime.block_on(herd_agent::run(cfg))? {
+        Outcome::Success => Ok(ExitStatus::Success),
+        // The agent has reported the failure.
+        Outcome::Failed(_) => Ok(ExitStatus::Failure),
     }
 }
 
@@ -221,8 +221,7 @@ pub fn launch(args: LaunchArgs) -> Result<ExitStatus, CliError> {
     cfg.key = JobKey { id, secret };
     if task.node_rank != 0 {
         let master = alloc.master_node();
-        cfg.leader_ip =
-            addr::reachable_addr(master).map_err(|e| CliError::Launch(e.to_string()))?;
+        cfg.leader_ip = addr::reachable_addr(master)?;
     }
     run_agent(cfg)
 }
@@ -230,8 +229,10 @@ pub fn launch(args: LaunchArgs) -> Result<ExitStatus, CliError> {
 /// Run `herd run`.
 pub fn run(args: RunArgs) -> Result<ExitStatus, CliError> {
     let vars = Vars::from_env();
-    let herd = std::env::current_exe().map_err(CliError::Io)?;
-    let secret = herd_rendezvous::new_secret().map_err(CliError::Io)?;
+    let herd =
+        std::env::current_exe().map_err(CliError::system("cannot find the herd binary's path"))?;
+    let secret =
+        herd_rendezvous::new_secret().map_err(CliError::system("cannot make the job's secret"))?;
     let mut forwarded: Vec<OsString> = Vec::new();
     let o = &args.opts;
     if let Some(g) = o.nproc_per_node {
@@ -290,9 +291,12 @@ pub fn run(args: RunArgs) -> Result<ExitStatus, CliError> {
             .arg("--")
             .args(&o.command)
             .env("HERD_JOB_SECRET", &secret);
-        let status = cmd
-            .status()
-            .map_err(|e| CliError::Launch(format!("cannot run srun: {e}")))?;
+        let status = cmd.status().map_err(|source| {
+            CliError::Slurm(SlurmCallError::Start {
+                command: "srun",
+                source,
+            })
+        })?;
         return Ok(if status.success() {
             ExitStatus::Success
         } else {
@@ -307,7 +311,7 @@ pub fn run(args: RunArgs) -> Result<ExitStatus, CliError> {
     }
     let run_id = format!(
         "run-{}",
-        &herd_rendezvous::nonce().map_err(CliError::Io)?[..8]
+        &herd_rendezvous::nonce().map_err(CliError::system("cannot make a run id"))?[..8]
     );
     let log_dir = o
         .log_dir
@@ -339,7 +343,7 @@ pub fn run(args: RunArgs) -> Result<ExitStatus, CliError> {
         std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
         children.push(
             cmd.spawn()
-                .map_err(|e| CliError::Launch(format!("cannot start an agent: {e}")))?,
+                .map_err(CliError::system("cannot start an agent"))?,
         );
     }
     let pids: Vec<i32> = children.iter().map(|c| c.id() as i32).collect();

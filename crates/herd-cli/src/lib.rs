@@ -26,24 +26,120 @@ pub enum ExitStatus {
     Usage = 2,
 }
 
-/// Errors a command reports; each maps to an exit code ([`CliError::exit_status`]).
+/// Errors a command reports. Each keeps the library error it comes from (reachable with
+/// [`std::error::Error::source`]); [`CliError::exit_status`] maps the kind to the exit code.
 #[derive(Debug, thiserror::Error)]
 pub enum CliError {
     /// The command line is wrong in a way clap cannot tell.
     #[error("{0}")]
     Usage(String),
-    /// The input (an argument's value, stdin, a file) is invalid.
+    /// A value given in an argument, a variable or stdin is invalid (and no library error
+    /// says why).
     #[error("{0}")]
     Input(String),
-    /// The SLURM environment is missing or inconsistent.
-    #[error(transparent)]
-    Allocation(#[from] herd_slurm::AllocationError),
-    /// Launching or supervising the job failed before workers could report.
+    /// A `--param NAME=VALUE` that is not one.
+    #[error("--param {arg:?}: {source}")]
+    Param {
+        /// The argument as given.
+        arg: String,
+        /// Why it is not a parameter.
+        #[source]
+        source: herd_plan::ValueError,
+    },
+    /// A hostlist expression that does not parse (or expands to too many hosts).
+    #[error("invalid hostlist in {operand}: {source}")]
+    Hostlist {
+        /// Which operand: `argument N` or `stdin`.
+        operand: String,
+        /// What is wrong and where.
+        #[source]
+        source: herd_hostlist::ParseError,
+    },
+    /// Reading stdin failed.
+    #[error("cannot read {what} from stdin: {source}")]
+    Stdin {
+        /// What was read, e.g. `hostlists`.
+        what: &'static str,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The environment file of `herd env --from` cannot be read.
+    #[error("cannot read environment file {}: {source}", path.display())]
+    EnvFile {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A job file or cluster profile that cannot be read or is not valid.
     #[error("{0}")]
-    Launch(String),
+    JobFile(#[from] herd_plan::LoadError),
+    /// The job file, profile and flags do not make a plan.
+    #[error("{0}")]
+    Plan(#[from] herd_plan::ResolveError),
+    /// The plan cannot be written into a batch script.
+    #[error("{0}")]
+    Script(#[from] herd_plan::RenderError),
+    /// `herd check` (or submit's check) found errors; they have been printed.
+    #[error(
+        "{errors} error{}: nothing written, nothing submitted",
+        if *errors == 1 { "" } else { "s" }
+    )]
+    CheckFailed {
+        /// How many findings are errors.
+        errors: usize,
+    },
+    /// Creating, opening or updating an experiment folder failed.
+    #[error("{0}")]
+    Experiment(#[from] herd_exp::Error),
+    /// The job was queued, but its id could not be written into the experiment's manifest.
+    #[error("job {job_id} submitted, but its id could not be recorded: {source}")]
+    RecordJobId {
+        /// The id sbatch gave.
+        job_id: String,
+        /// Why it was not recorded.
+        #[source]
+        source: herd_exp::Error,
+    },
+    /// sbatch did not queue the job.
+    #[error("sbatch refused {what}: {source}")]
+    Sbatch {
+        /// What was submitted, e.g. `the job, so no experiment folder was kept`.
+        what: String,
+        /// How the call failed.
+        #[source]
+        source: SlurmCallError,
+    },
+    /// Another SLURM command (srun) could not be run.
+    #[error("{0}")]
+    Slurm(#[source] SlurmCallError),
+    /// The SLURM environment is missing or inconsistent.
+    #[error("{0}")]
+    Allocation(#[from] herd_slurm::AllocationError),
+    /// A node has no address the other nodes can reach.
+    #[error("{0}")]
+    Addr(#[from] herd_slurm::addr::AddrError),
+    /// The agent stopped before supervision could report (rendezvous, log folder, …).
+    #[error("{0}")]
+    Agent(#[from] herd_agent::AgentError),
+    /// The plan could not be recorded as JSON in the manifest.
+    #[error("{0}")]
+    PlanJson(#[source] serde_json::Error),
+    /// The system refused something herd needs: starting a process, the working folder,
+    /// the herd binary's path, randomness.
+    #[error("{action}: {source}")]
+    System {
+        /// What was being done, e.g. `cannot start an agent`.
+        action: String,
+        /// The operating system's error.
+        #[source]
+        source: std::io::Error,
+    },
     /// Writing the output failed.
     #[error("cannot write output: {0}")]
-    Io(#[from] std::io::Error),
+    Output(#[from] std::io::Error),
     /// A command listed in `herd --help` whose implementation has not landed yet.
     #[error("`herd {command}` is not implemented in herd {version} yet ({tracking})")]
     NotImplemented {
@@ -56,15 +152,118 @@ pub enum CliError {
     },
 }
 
+/// How a call of a SLURM command (sbatch, srun) failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SlurmCallError {
+    /// The command could not be started (not installed, not on PATH, …).
+    #[error("cannot run {command}: {source}")]
+    Start {
+        /// The command, e.g. `sbatch`.
+        command: &'static str,
+        /// Why it did not start.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The command exited with an error; its stderr says why.
+    #[error("{stderr}")]
+    Failed {
+        /// The command.
+        command: &'static str,
+        /// How it exited.
+        status: std::process::ExitStatus,
+        /// What it printed on stderr, trimmed.
+        stderr: String,
+    },
+    /// The command succeeded but printed something it does not print.
+    #[error("unexpected {command} output {output:?}")]
+    Output {
+        /// The command.
+        command: &'static str,
+        /// Its stdout, trimmed.
+        output: String,
+    },
+}
+
 impl CliError {
-    /// The exit code this error maps to.
+    /// `CliError::System` for `action` failing with `source`.
+    pub(crate) fn system(action: impl Into<String>) -> impl FnOnce(std::io::Error) -> CliError {
+        let action = action.into();
+        move |source| CliError::System { action, source }
+    }
+
+    /// The exit code this error maps to (`docs/cli.md`, "Exit codes"): 2 when the command
+    /// line or its input is wrong, 1 when a command that was used right failed.
     pub fn exit_status(&self) -> ExitStatus {
+        use herd_exp::Error as Exp;
         match self {
-            CliError::NotImplemented { .. } | CliError::Usage(_) | CliError::Input(_) => {
-                ExitStatus::Usage
-            }
-            CliError::Allocation(_) | CliError::Io(_) | CliError::Launch(_) => ExitStatus::Failure,
+            CliError::Usage(_)
+            | CliError::Input(_)
+            | CliError::Param { .. }
+            | CliError::Hostlist { .. }
+            | CliError::EnvFile { .. }
+            | CliError::JobFile(_)
+            | CliError::Plan(_)
+            | CliError::Script(_)
+            | CliError::NotImplemented { .. } => ExitStatus::Usage,
+            // Bytes that are not text are bad input; a failing read is a failure.
+            CliError::Stdin { source, .. } => match source.kind() {
+                std::io::ErrorKind::InvalidData => ExitStatus::Usage,
+                _ => ExitStatus::Failure,
+            },
+            CliError::Experiment(e) => match e {
+                // What was asked for is wrong: another name, exclude or experiment root.
+                Exp::Name(_)
+                | Exp::NotFound { .. }
+                | Exp::BadExclude { .. }
+                | Exp::ExpRootIsProject { .. } => ExitStatus::Usage,
+                // Taken meanwhile: as when submit's check finds the folder (exit 1).
+                Exp::AlreadyExists { .. }
+                // The file system, git or an experiment's own files failed the operation.
+                | Exp::Io { .. }
+                | Exp::Walk { .. }
+                | Exp::GitStart { .. }
+                | Exp::Git { .. }
+                | Exp::ManifestParse { .. }
+                | Exp::ManifestFormat { .. }
+                | Exp::NoSuchAttempt { .. }
+                | Exp::JobIdAlreadySet { .. }
+                | Exp::BadJobId { .. }
+                | Exp::FileExists { .. } => ExitStatus::Failure,
+                // `herd_exp::Error` is non-exhaustive: what it may add is a failure.
+                _ => ExitStatus::Failure,
+            },
+            CliError::CheckFailed { .. }
+            | CliError::RecordJobId { .. }
+            | CliError::Sbatch { .. }
+            | CliError::Slurm(_)
+            | CliError::Allocation(_)
+            | CliError::Addr(_)
+            | CliError::Agent(_)
+            | CliError::PlanJson(_)
+            | CliError::System { .. }
+            | CliError::Output(_) => ExitStatus::Failure,
         }
+    }
+
+    /// What `herd` prints on stderr for this error, without the trailing newline: the
+    /// message, then each source whose text the message does not already contain (most
+    /// library messages include their source).
+    pub fn report(&self) -> String {
+        let mut text = match self {
+            // The findings are printed; this is their summary line, as before.
+            CliError::CheckFailed { .. } => format!("herd: {self}"),
+            _ => format!("herd: error: {self}"),
+        };
+        let mut source = std::error::Error::source(self);
+        while let Some(s) = source {
+            let said = s.to_string();
+            if !text.contains(&said) {
+                text.push_str(": ");
+                text.push_str(&said);
+            }
+            source = s.source();
+        }
+        text
     }
 }
 
@@ -190,16 +389,21 @@ pub fn main() -> std::process::ExitCode {
     };
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::with_capacity(1 << 16, stdout.lock());
-    let result = run(cli, &mut out).and_then(|status| {
-        out.flush()?;
+    let result = run(cli, &mut out);
+    // Flushed also after an error: a dry run's script is printed before its check fails.
+    let flushed = out.flush();
+    let result = result.and_then(|status| {
+        flushed?;
         Ok(status)
     });
     let status = match result {
         Ok(status) => status,
         // A closed pipe (`herd hostlist expand … | head`) is the reader's choice, not an error.
-        Err(CliError::Io(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitStatus::Success,
+        Err(CliError::Output(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+            ExitStatus::Success
+        }
         Err(err) => {
-            let _ = writeln!(std::io::stderr().lock(), "herd: error: {err}");
+            let _ = writeln!(std::io::stderr().lock(), "{}", err.report());
             err.exit_status()
         }
     };
@@ -234,6 +438,76 @@ mod tests {
                 .unwrap_or_else(|e| panic!("`herd {name}` does not parse: {e}"));
             assert_eq!(parsed.command.name(), name);
         }
+    }
+
+    fn disk_full(path: &str) -> herd_exp::Error {
+        herd_exp::Error::Io {
+            action: "cannot write",
+            path: path.into(),
+            source: std::io::Error::from_raw_os_error(28),
+        }
+    }
+
+    #[test]
+    fn experiment_errors_exit_by_kind() {
+        let exit = |e: herd_exp::Error| CliError::from(e).exit_status();
+        assert_eq!(exit(disk_full("/e/x")), ExitStatus::Failure);
+        let name = herd_exp::validate_name("a/b").expect_err("not a name");
+        assert_eq!(exit(name.into()), ExitStatus::Usage);
+        for path in [
+            herd_exp::Error::NotFound {
+                path: "/e/x".into(),
+            },
+            herd_exp::Error::ExpRootIsProject { path: "/p".into() },
+        ] {
+            assert_eq!(exit(path), ExitStatus::Usage);
+        }
+        assert_eq!(
+            exit(herd_exp::Error::AlreadyExists {
+                path: "/e/x".into()
+            }),
+            ExitStatus::Failure,
+            "as when submit's check finds the folder"
+        );
+    }
+
+    #[test]
+    fn report_says_each_cause_once_and_keeps_the_sources() {
+        let err = CliError::from(disk_full("/e/.herd-new-1/x"));
+        assert_eq!(
+            err.report(),
+            "herd: error: cannot write /e/.herd-new-1/x: No space left on device (os error 28)"
+        );
+        let exp = std::error::Error::source(&err)
+            .and_then(|s| s.downcast_ref::<herd_exp::Error>())
+            .expect("the experiment error is the source");
+        let io = std::error::Error::source(exp)
+            .and_then(|s| s.downcast_ref::<std::io::Error>())
+            .expect("and its source the OS error");
+        assert_eq!(io.raw_os_error(), Some(28));
+
+        // A cause the message does not name is added.
+        #[derive(Debug, thiserror::Error)]
+        #[error("outer")]
+        struct Outer(#[source] Inner);
+        #[derive(Debug, thiserror::Error)]
+        #[error("inner detail")]
+        struct Inner;
+        let err = CliError::System {
+            action: "cannot start".into(),
+            source: std::io::Error::other(Outer(Inner)),
+        };
+        assert_eq!(
+            err.report(),
+            "herd: error: cannot start: outer: inner detail"
+        );
+
+        let failed = CliError::CheckFailed { errors: 2 };
+        assert_eq!(failed.exit_status(), ExitStatus::Failure);
+        assert_eq!(
+            failed.report(),
+            "herd: 2 errors: nothing written, nothing submitted"
+        );
     }
 
     #[test]

@@ -12,7 +12,7 @@ use herd_plan::{
     ScriptParams, Severity,
 };
 
-use crate::{CliError, ExitStatus};
+use crate::{CliError, ExitStatus, SlurmCallError};
 
 /// The plan's inputs: a job file and flags that override it.
 #[derive(Debug, Clone, Args)]
@@ -132,7 +132,12 @@ impl PlanArgs {
         let params = self
             .param
             .iter()
-            .map(|p| parse_param(p).map_err(|e| CliError::Usage(format!("--param {p:?}: {e}"))))
+            .map(|p| {
+                parse_param(p).map_err(|source| CliError::Param {
+                    arg: p.clone(),
+                    source,
+                })
+            })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Overrides {
             job_name: self.job_name.clone(),
@@ -165,6 +170,16 @@ impl PlanArgs {
     }
 }
 
+/// The working folder: the project `herd submit` snapshots.
+fn working_folder() -> Result<PathBuf, CliError> {
+    std::env::current_dir().map_err(CliError::system("cannot find the working folder"))
+}
+
+/// This herd binary, as the batch script runs it.
+fn herd_binary() -> Result<PathBuf, CliError> {
+    std::env::current_exe().map_err(CliError::system("cannot find the herd binary's path"))
+}
+
 fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_owned())
@@ -174,19 +189,17 @@ fn hostname() -> String {
 /// Resolve the plan from a job file, flags and the matching cluster profile.
 pub fn plan(args: &PlanArgs) -> Result<Plan, CliError> {
     let job = match &args.job {
-        Some(path) => Some(JobFile::load(path).map_err(|e| CliError::Input(e.to_string()))?),
+        Some(path) => Some(JobFile::load(path)?),
         None => None,
     };
     let home = std::env::var_os("HOME")
         .map(PathBuf::from)
         .unwrap_or_default();
     let xdg = std::env::var_os("XDG_CONFIG_HOME").map(PathBuf::from);
-    let profiles = load_profiles(&profile_dir(xdg.as_deref(), &home))
-        .map_err(|e| CliError::Input(e.to_string()))?;
-    let mut plan = resolve(job.as_ref(), &args.overrides()?, &profiles, &hostname())
-        .map_err(|e| CliError::Input(e.to_string()))?;
+    let profiles = load_profiles(&profile_dir(xdg.as_deref(), &home))?;
+    let mut plan = resolve(job.as_ref(), &args.overrides()?, &profiles, &hostname())?;
     if plan.exp_root.is_relative() {
-        let cwd = std::env::current_dir().map_err(CliError::Io)?;
+        let cwd = working_folder()?;
         plan.exp_root = cwd.join(&plan.exp_root);
     }
     Ok(plan)
@@ -301,8 +314,8 @@ pub struct Checked {
 pub fn prepare(args: &PlanArgs, resume: bool) -> Result<Checked, CliError> {
     let plan = plan(args)?;
     let exp_dir = plan.exp_root.join(&plan.job_name);
-    let herd = std::env::current_exe().map_err(CliError::Io)?;
-    let project = std::env::current_dir().map_err(CliError::Io)?;
+    let herd = herd_binary()?;
+    let project = working_folder()?;
     let mut extra = Vec::new();
     let dependency = match dependency(&plan.after) {
         Ok(d) => d,
@@ -319,8 +332,7 @@ pub fn prepare(args: &PlanArgs, resume: bool) -> Result<Checked, CliError> {
             herd: &herd,
             dependency: dependency.as_deref(),
         },
-    )
-    .map_err(|e| CliError::Input(e.to_string()))?;
+    )?;
     let parts = partitions();
     let path: Vec<PathBuf> = std::env::var_os("PATH")
         .map(|p| std::env::split_paths(&p).collect())
@@ -363,7 +375,9 @@ pub fn prepare(args: &PlanArgs, resume: bool) -> Result<Checked, CliError> {
     })
 }
 
-fn report(findings: &[Finding], out: &mut dyn Write) -> Result<bool, CliError> {
+/// Print every finding on stderr; [`CliError::CheckFailed`] if any is an error, else
+/// `check passed` on `out`.
+fn report(findings: &[Finding], out: &mut dyn Write) -> Result<(), CliError> {
     let errors = findings
         .iter()
         .filter(|f| f.severity == Severity::Error)
@@ -371,20 +385,16 @@ fn report(findings: &[Finding], out: &mut dyn Write) -> Result<bool, CliError> {
     for f in findings {
         eprintln!("herd: {f}");
     }
-    let warnings = findings.len() - errors;
-    if errors == 0 {
-        writeln!(
-            out,
-            "check passed ({warnings} warning{})",
-            if warnings == 1 { "" } else { "s" }
-        )?;
-    } else {
-        eprintln!(
-            "herd: {errors} error{}: nothing written, nothing submitted",
-            if errors == 1 { "" } else { "s" }
-        );
+    if errors > 0 {
+        return Err(CliError::CheckFailed { errors });
     }
-    Ok(errors == 0)
+    let warnings = findings.len();
+    writeln!(
+        out,
+        "check passed ({warnings} warning{})",
+        if warnings == 1 { "" } else { "s" }
+    )?;
+    Ok(())
 }
 
 /// `herd check` arguments.
@@ -397,11 +407,8 @@ pub struct CheckArgs {
 /// Run `herd check`.
 pub fn run_check(args: CheckArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
     let checked = prepare(&args.plan, false)?;
-    Ok(if report(&checked.findings, out)? {
-        ExitStatus::Success
-    } else {
-        ExitStatus::Failure
-    })
+    report(&checked.findings, out)?;
+    Ok(ExitStatus::Success)
 }
 
 /// `herd submit` arguments.
@@ -425,8 +432,8 @@ pub struct SubmitArgs {
 /// Create the experiment folder for a checked plan and sbatch its script; returns the id.
 fn create_and_submit(checked: &Checked) -> Result<String, CliError> {
     let plan = &checked.plan;
-    let project = std::env::current_dir().map_err(CliError::Io)?;
-    let plan_json = serde_json::to_value(plan).map_err(|e| CliError::Launch(e.to_string()))?;
+    let project = working_folder()?;
+    let plan_json = serde_json::to_value(plan).map_err(CliError::PlanJson)?;
     let created = herd_exp::NewExperiment {
         exp_root: plan.exp_root.clone(),
         name: plan.job_name.clone(),
@@ -443,8 +450,7 @@ fn create_and_submit(checked: &Checked) -> Result<String, CliError> {
             executable: true,
         }],
     }
-    .create()
-    .map_err(|e| CliError::Input(e.to_string()))?;
+    .create()?;
     let exp = &created.experiment;
     let snap = &created.snapshot;
     let linked = match (&snap.linked_from, snap.linked) {
@@ -464,11 +470,11 @@ fn create_and_submit(checked: &Checked) -> Result<String, CliError> {
     }
     match sbatch(exp) {
         Ok(id) => {
-            exp.record_job_id(1, &id).map_err(|e| {
-                CliError::Launch(format!(
-                    "job {id} submitted, but its id could not be recorded: {e}"
-                ))
-            })?;
+            exp.record_job_id(1, &id)
+                .map_err(|source| CliError::RecordJobId {
+                    job_id: id.clone(),
+                    source,
+                })?;
             eprintln!(
                 "herd: submitted job {id} ({}): experiment {}",
                 plan.job_name,
@@ -479,29 +485,41 @@ fn create_and_submit(checked: &Checked) -> Result<String, CliError> {
         Err(why) => {
             // Nothing ran from this folder: remove it, so the same name can be used again.
             let _ = std::fs::remove_dir_all(exp.dir());
-            Err(CliError::Launch(format!(
-                "sbatch refused the job, so no experiment folder was kept: {why}"
-            )))
+            Err(CliError::Sbatch {
+                what: "the job, so no experiment folder was kept".into(),
+                source: why,
+            })
         }
     }
 }
 
 /// `sbatch --parsable` the experiment's script from its folder; the job id or why not.
 /// (The script changes to `code/` itself, once it has made it.)
-fn sbatch(exp: &herd_exp::Experiment) -> Result<String, String> {
-    let out = Command::new("sbatch")
+fn sbatch(exp: &herd_exp::Experiment) -> Result<String, SlurmCallError> {
+    const SBATCH: &str = "sbatch";
+    let out = Command::new(SBATCH)
         .arg("--parsable")
         .arg(exp.dir().join("job.sbatch"))
         .current_dir(exp.dir())
         .output()
-        .map_err(|e| format!("cannot run sbatch: {e}"))?;
+        .map_err(|source| SlurmCallError::Start {
+            command: SBATCH,
+            source,
+        })?;
     if !out.status.success() {
-        return Err(String::from_utf8_lossy(&out.stderr).trim().to_owned());
+        return Err(SlurmCallError::Failed {
+            command: SBATCH,
+            status: out.status,
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+        });
     }
     let text = String::from_utf8_lossy(&out.stdout);
     let id = text.trim().split(';').next().unwrap_or_default().to_owned();
     if id.is_empty() || !id.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(format!("unexpected sbatch output {:?}", text.trim()));
+        return Err(SlurmCallError::Output {
+            command: SBATCH,
+            output: text.trim().to_owned(),
+        });
     }
     Ok(id)
 }
@@ -517,19 +535,17 @@ fn exp_root_or_default(given: Option<&Path>) -> PathBuf {
 /// `herd submit --resume NAME`: a new attempt of an existing experiment.
 fn resume(args: &SubmitArgs, name: &str, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
     let exp_root = exp_root_or_default(args.plan.exp_root.as_deref());
-    let exp =
-        herd_exp::Experiment::open(&exp_root, name).map_err(|e| CliError::Input(e.to_string()))?;
-    let attempt = exp
-        .add_attempt(&herd_exp::Invocation::current(env!("CARGO_PKG_VERSION")))
-        .map_err(|e| CliError::Input(e.to_string()))?;
-    let id = sbatch(&exp).map_err(|why| {
-        CliError::Launch(format!("sbatch refused attempt {attempt} of {name}: {why}"))
+    let exp = herd_exp::Experiment::open(&exp_root, name)?;
+    let attempt = exp.add_attempt(&herd_exp::Invocation::current(env!("CARGO_PKG_VERSION")))?;
+    let id = sbatch(&exp).map_err(|source| CliError::Sbatch {
+        what: format!("attempt {attempt} of {name}"),
+        source,
     })?;
-    exp.record_job_id(attempt, &id).map_err(|e| {
-        CliError::Launch(format!(
-            "job {id} submitted, but its id could not be recorded: {e}"
-        ))
-    })?;
+    exp.record_job_id(attempt, &id)
+        .map_err(|source| CliError::RecordJobId {
+            job_id: id.clone(),
+            source,
+        })?;
     writeln!(out, "{id}")?;
     eprintln!(
         "herd: submitted job {id}: attempt {attempt} of experiment {}",
@@ -553,12 +569,8 @@ pub fn run_submit(args: SubmitArgs, out: &mut dyn Write) -> Result<ExitStatus, C
             "experiment folder (not created): {}",
             checked.exp_dir.display()
         )?;
-        let ok = report(&checked.findings, &mut std::io::sink())?;
-        return Ok(if ok {
-            ExitStatus::Success
-        } else {
-            ExitStatus::Failure
-        });
+        report(&checked.findings, &mut std::io::sink())?;
+        return Ok(ExitStatus::Success);
     }
     // Every job of a chain is checked before anything is written.
     let chain: Vec<PlanArgs> = args
@@ -576,9 +588,7 @@ pub fn run_submit(args: SubmitArgs, out: &mut dyn Write) -> Result<ExitStatus, C
     for next in &chain {
         findings.extend(prepare(next, false)?.findings);
     }
-    if !report(&findings, &mut std::io::sink())? {
-        return Ok(ExitStatus::Failure);
-    }
+    report(&findings, &mut std::io::sink())?;
     let mut id = create_and_submit(&checked)?;
     writeln!(out, "{id}")?;
     for mut next in chain {

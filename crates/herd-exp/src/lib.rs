@@ -134,6 +134,17 @@ pub enum Error {
         #[source]
         source: io::Error,
     },
+    /// Copying a project file into the snapshot failed (a full disk, say).
+    #[error("cannot copy {} to {}: {source}", from.display(), to.display())]
+    Copy {
+        /// The project file.
+        from: PathBuf,
+        /// Its copy in the new experiment folder (still the temporary one).
+        to: PathBuf,
+        /// The operating system's error.
+        #[source]
+        source: io::Error,
+    },
     /// Walking the project failed (a folder or an ignore file that cannot be read).
     #[error("cannot read {} in the project: {message}", path.display())]
     Walk {

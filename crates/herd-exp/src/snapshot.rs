@@ -528,6 +528,7 @@ impl Visitor<'_> {
 
     fn file(&mut self, path: &Path, rel: &Path) -> Result<(), Error> {
         let name = path.file_name().unwrap_or(path.as_os_str());
+        let dest = self.job.dest;
         let dir = self.dir_of(rel.parent().unwrap_or(Path::new("")))?;
         let stat = stat_at(&dir.src, name, || path.to_owned())
             .map_err(|e| io_error("cannot read", path, e))?;
@@ -561,8 +562,11 @@ impl Visitor<'_> {
             )
             .map_err(|e| io_error("cannot read", path, e.into()))?;
             Some(
-                copy_file(src, &dir.dst, name, &stat)
-                    .map_err(|e| io_error("cannot copy", path, e))?,
+                copy_file(src, &dir.dst, name, &stat).map_err(|source| Error::Copy {
+                    from: path.to_owned(),
+                    to: dest.join(rel),
+                    source,
+                })?,
             )
         };
         let report = &mut self.report;

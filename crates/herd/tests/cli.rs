@@ -463,3 +463,201 @@ fn the_snapshot_store_commands_are_gone() {
         );
     }
 }
+
+/// A tmpfs mounted on a folder for one test, unmounted when dropped.
+struct Tmpfs(std::path::PathBuf);
+
+impl Tmpfs {
+    /// Mounts a tmpfs with `options` (`size=64k`, `ro,size=64k`) on `dir`, made if missing.
+    /// Mounting needs root, as CI runs the tests: without it the test fails, never skips.
+    fn mount(dir: &std::path::Path, options: &str) -> Tmpfs {
+        std::fs::create_dir_all(dir).expect("mount point");
+        let out = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", options, "tmpfs"])
+            .arg(dir)
+            .output();
+        match out {
+            Ok(out) if out.status.success() => Tmpfs(dir.to_owned()),
+            other => panic!(
+                "this test makes the file system fail with a small tmpfs (`mount -t tmpfs -o {options}`), which needs root (CI runs the tests as root): {other:?}"
+            ),
+        }
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let done = |args: &[&str]| {
+            Command::new("umount")
+                .args(args)
+                .arg(&self.0)
+                .status()
+                .is_ok_and(|s| s.success())
+        };
+        if !done(&[]) && !done(&["--lazy"]) {
+            eprintln!(
+                "warning: cannot unmount the test's tmpfs {}",
+                self.0.display()
+            );
+        }
+    }
+}
+
+/// A project with `files` (name, size in bytes), and `bin/` holding a fake `sbatch`,
+/// `squeue` and `scontrol` that fail and write their name into `called`: `herd submit`
+/// with [`submit_here`] never reaches a cluster.
+fn submit_project(files: &[(&str, usize)]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).expect("bin");
+    for fake in ["sbatch", "squeue", "scontrol"] {
+        let path = bin.join(fake);
+        std::fs::write(
+            &path,
+            format!(
+                "#!/bin/sh\necho {fake} >> '{}'\nexit 1\n",
+                dir.path().join("called").display()
+            ),
+        )
+        .expect("fake command");
+        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .expect("chmod");
+    }
+    let project = dir.path().join("project");
+    std::fs::create_dir(&project).expect("project");
+    for (name, size) in files {
+        // Not zeros: every byte takes room on any file system.
+        let bytes: Vec<u8> = (0..*size).map(|i| (i * 7 % 251) as u8).collect();
+        std::fs::write(project.join(name), bytes).expect("project file");
+    }
+    dir
+}
+
+/// `herd submit ARGS` run in `dir`'s project with only its fake SLURM commands (and the
+/// system's) on PATH and no cluster profiles.
+fn submit_here(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_herd"))
+        .arg("submit")
+        .args(args)
+        .current_dir(dir.join("project"))
+        .env(
+            "PATH",
+            format!("{}:/usr/bin:/bin", dir.join("bin").display()),
+        )
+        .env("HOME", dir)
+        .env("XDG_CONFIG_HOME", dir.join("config"))
+        .env_remove("SLURM_JOB_ID")
+        .output()
+        .expect("herd runs")
+}
+
+/// The fake SLURM commands [`submit_here`] ran.
+fn slurm_called(dir: &std::path::Path) -> String {
+    std::fs::read_to_string(dir.join("called")).unwrap_or_default()
+}
+
+/// Names in `exp_root`.
+fn left_in(exp_root: &std::path::Path) -> Vec<String> {
+    std::fs::read_dir(exp_root)
+        .expect("read_dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+/// A full disk while `herd submit` snapshots the code is a failure (1), not a usage error:
+/// the message says what failed and where, sbatch is never called, nothing is left behind.
+#[test]
+fn submit_onto_a_full_disk_exits_1_naming_the_path_and_leaves_nothing() {
+    let dir = submit_project(&[("big.bin", 256 << 10), ("train.py", 10)]);
+    let exps = dir.path().join("exps");
+    let _fs = Tmpfs::mount(&exps, "size=64k");
+    let exp_root = exps.to_str().expect("utf-8");
+    let out = submit_here(
+        dir.path(),
+        &["-J", "full", "--exp-root", exp_root, "--", "true"],
+    );
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.starts_with("herd: error: cannot ")
+            && stderr.contains(&format!(" {exp_root}/"))
+            && stderr.contains("No space left on device"),
+        "{stderr}"
+    );
+    assert_eq!(
+        stderr.lines().count(),
+        1,
+        "one line, the cause once: {stderr}"
+    );
+    assert!(out.stdout.is_empty(), "no job id: {out:?}");
+    assert!(
+        !slurm_called(dir.path()).contains("sbatch"),
+        "sbatch was called"
+    );
+    assert_eq!(
+        left_in(&exps),
+        Vec::<String>::new(),
+        "no experiment folder, no .herd-new-* folder"
+    );
+}
+
+/// A read-only file system (root cannot write there either): exit 1, naming the folder.
+#[test]
+fn submit_onto_a_read_only_file_system_exits_1_naming_the_path() {
+    let dir = submit_project(&[("train.py", 10)]);
+    let ro = dir.path().join("ro");
+    let _fs = Tmpfs::mount(&ro, "ro,size=64k");
+    let exps = ro.join("exps");
+    let exp_root = exps.to_str().expect("utf-8");
+    let out = submit_here(
+        dir.path(),
+        &["-J", "ro", "--exp-root", exp_root, "--", "true"],
+    );
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        stderr,
+        format!("herd: error: cannot create the experiment root {exp_root}: Read-only file system (os error 30)\n")
+    );
+    assert!(
+        !slurm_called(dir.path()).contains("sbatch"),
+        "sbatch was called"
+    );
+    assert_eq!(left_in(&ro), Vec::<String>::new(), "nothing written");
+}
+
+/// What the user got wrong still exits 2: a job name that is no folder name (found by the
+/// plan) and an experiment root that is the project itself (found making the experiment).
+#[test]
+fn submit_with_bad_input_exits_2_writing_nothing() {
+    let dir = submit_project(&[("train.py", 10)]);
+    let exps = dir.path().join("exps");
+    let exp_root = exps.to_str().expect("utf-8");
+    let out = submit_here(
+        dir.path(),
+        &["-J", "a/b", "--exp-root", exp_root, "--", "true"],
+    );
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .starts_with("herd: error: --job-name: `a/b` is not a job name"),
+        "{out:?}"
+    );
+    assert!(!exps.exists(), "nothing written");
+
+    let out = submit_here(dir.path(), &["-J", "here", "--exp-root", ".", "--", "true"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("is the project root"),
+        "{out:?}"
+    );
+    let project: Vec<_> = std::fs::read_dir(dir.path().join("project"))
+        .expect("read_dir")
+        .map(|e| e.expect("entry").file_name())
+        .collect();
+    assert_eq!(project, ["train.py"], "nothing written into the project");
+    assert!(
+        !slurm_called(dir.path()).contains("sbatch"),
+        "sbatch was called"
+    );
+}
