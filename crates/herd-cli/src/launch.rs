@@ -10,7 +10,7 @@ use herd_agent::{Config, Outcome};
 use herd_rendezvous::JobKey;
 use herd_slurm::{addr, Allocation, AllocationError, GpuBind, Vars};
 
-use crate::{CliError, ExitStatus, SlurmCallError};
+use crate::{CliError, ExitStatus};
 
 /// Options shared by `herd launch` and `herd run`.
 #[derive(Debug, Clone, Args)]
@@ -292,7 +292,7 @@ pub fn run(args: RunArgs) -> Result<ExitStatus, CliError> {
             .args(&o.command)
             .env("HERD_JOB_SECRET", &secret);
         let status = cmd.status().map_err(|source| {
-            CliError::Slurm(SlurmCallError::Start {
+            CliError::Slurm(herd_slurm::SlurmError::Start {
                 command: "srun",
                 source,
             })

@@ -110,11 +110,11 @@ pub enum CliError {
         what: String,
         /// How the call failed.
         #[source]
-        source: SlurmCallError,
+        source: herd_slurm::SlurmError,
     },
     /// Another SLURM command (srun) could not be run.
     #[error("{0}")]
-    Slurm(#[source] SlurmCallError),
+    Slurm(#[source] herd_slurm::SlurmError),
     /// The SLURM environment is missing or inconsistent.
     #[error("{0}")]
     Allocation(#[from] herd_slurm::AllocationError),
@@ -149,38 +149,6 @@ pub enum CliError {
         version: &'static str,
         /// Where the work is tracked.
         tracking: &'static str,
-    },
-}
-
-/// How a call of a SLURM command (sbatch, srun) failed.
-#[derive(Debug, thiserror::Error)]
-pub enum SlurmCallError {
-    /// The command could not be started (not installed, not on PATH, …).
-    #[error("cannot run {command}: {source}")]
-    Start {
-        /// The command, e.g. `sbatch`.
-        command: &'static str,
-        /// Why it did not start.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The command exited with an error; its stderr says why.
-    #[error("{stderr}")]
-    Failed {
-        /// The command.
-        command: &'static str,
-        /// How it exited.
-        status: std::process::ExitStatus,
-        /// What it printed on stderr, trimmed.
-        stderr: String,
-    },
-    /// The command succeeded but printed something it does not print.
-    #[error("unexpected {command} output {output:?}")]
-    Output {
-        /// The command.
-        command: &'static str,
-        /// Its stdout, trimmed.
-        output: String,
     },
 }
 
@@ -339,20 +307,6 @@ impl Command {
             Command::Env(_) => "env",
         }
     }
-
-    /// Where the work on a command that is not built yet is tracked.
-    fn tracking(&self) -> &'static str {
-        match self {
-            Command::Hostlist(_) | Command::Env(_) => "issue #3",
-            Command::Launch(_) | Command::Run(_) => "issue #4",
-            Command::Submit(_) | Command::Check(_) | Command::Exec(_) => "issue #5",
-            Command::Status(_)
-            | Command::Logs(_)
-            | Command::Cancel(_)
-            | Command::Top(_)
-            | Command::Report(_) => "not scheduled yet",
-        }
-    }
 }
 
 /// Run a parsed command line, writing its output to `out`.
@@ -365,10 +319,18 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
         Command::Exec(args) => exec::run(args),
         Command::Check(args) => submit::run_check(args, out),
         Command::Submit(args) => submit::run_submit(args, out),
-        command => Err(CliError::NotImplemented {
+        // Listed so the command tree is whole; each says where its work is planned.
+        command @ (Command::Status(_) | Command::Logs(_) | Command::Cancel(_)) => {
+            Err(CliError::NotImplemented {
+                command: command.name(),
+                version: env!("CARGO_PKG_VERSION"),
+                tracking: "planned: issue #14",
+            })
+        }
+        command @ (Command::Top(_) | Command::Report(_)) => Err(CliError::NotImplemented {
             command: command.name(),
             version: env!("CARGO_PKG_VERSION"),
-            tracking: command.tracking(),
+            tracking: "planned: issue #15",
         }),
     }
 }

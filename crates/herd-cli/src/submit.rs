@@ -3,7 +3,6 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use clap::Args;
 use herd_plan::{
@@ -12,7 +11,7 @@ use herd_plan::{
     ScriptParams, Severity,
 };
 
-use crate::{CliError, ExitStatus, SlurmCallError};
+use crate::{CliError, ExitStatus};
 
 /// The plan's inputs: a job file and flags that override it.
 #[derive(Debug, Clone, Args)]
@@ -205,20 +204,35 @@ pub fn plan(args: &PlanArgs) -> Result<Plan, CliError> {
     Ok(plan)
 }
 
-/// The cluster's partitions, when `scontrol` answers; `None` (with a note) otherwise.
+/// The cluster's partitions with their node sizes, when `scontrol` answers (and `sinfo`,
+/// for the node sizes); `None` otherwise, with a note unless SLURM is not installed here.
 fn partitions() -> Option<Vec<herd_plan::Partition>> {
-    let out = Command::new("scontrol")
-        .args(["show", "partition", "-o"])
-        .output()
-        .ok()
-        .filter(|o| o.status.success())?;
-    match herd_plan::parse_scontrol_partitions(&String::from_utf8_lossy(&out.stdout)) {
-        Ok(p) => Some(p),
+    use herd_slurm::commands;
+    let note =
+        |what: &str, e: &dyn std::fmt::Display| eprintln!("herd: note: {what} not checked: {e}");
+    let text = match commands::show_partitions() {
+        Ok(text) => text,
+        Err(e) if e.is_not_installed() => return None,
         Err(e) => {
-            eprintln!("herd: note: partitions not checked: {e}");
-            None
+            note("partitions", &e);
+            return None;
         }
+    };
+    let mut parts = match herd_plan::parse_scontrol_partitions(&text) {
+        Ok(p) => p,
+        Err(e) => {
+            note("partitions", &e);
+            return None;
+        }
+    };
+    match commands::sinfo(herd_plan::SINFO_FORMAT)
+        .map_err(|e| e.to_string())
+        .and_then(|text| herd_plan::parse_sinfo(&text).map_err(|e| e.to_string()))
+    {
+        Ok(rows) => herd_plan::add_node_groups(&mut parts, &rows),
+        Err(e) => note("node sizes", &e),
     }
+    Some(parts)
 }
 
 /// Resolve `after` entries (`NAME|ID[:ok|any|notok]`) into sbatch's `--dependency`, with one
@@ -227,19 +241,25 @@ pub fn dependency(after: &[String]) -> Result<Option<String>, Vec<String>> {
     if after.is_empty() {
         return Ok(None);
     }
-    let jobs: Vec<(String, String)> = Command::new("squeue")
-        .args(["-h", "--me", "-o", "%i|%j"])
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| {
-            String::from_utf8_lossy(&o.stdout)
-                .lines()
-                .filter_map(|l| l.split_once('|'))
-                .map(|(i, n)| (i.trim().to_owned(), n.trim().to_owned()))
-                .collect()
-        })
-        .unwrap_or_default();
+    let is_id = |t: &str| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit());
+    let target_of = |entry: &str| match entry.rsplit_once(':') {
+        Some((t, "ok" | "any" | "notok")) => t.to_owned(),
+        _ => entry.to_owned(),
+    };
+    // One squeue query, and only when a job is named rather than given by id.
+    let jobs = if after.iter().all(|e| is_id(&target_of(e))) {
+        Vec::new()
+    } else {
+        match herd_slurm::commands::my_jobs() {
+            Ok(jobs) => jobs,
+            Err(e) => {
+                return Err(vec![format!(
+                    "--after {}: cannot look up job names: {e}; give job ids instead, or try again",
+                    after.join(",")
+                )])
+            }
+        }
+    };
     let mut problems = Vec::new();
     let mut by_kind: Vec<(&str, Vec<String>)> = Vec::new();
     for entry in after {
@@ -247,18 +267,18 @@ pub fn dependency(after: &[String]) -> Result<Option<String>, Vec<String>> {
             Some((t, k @ ("ok" | "any" | "notok"))) => (t, k),
             _ => (entry.as_str(), "ok"),
         };
-        let ids: Vec<String> = if target.bytes().all(|b| b.is_ascii_digit()) && !target.is_empty() {
+        let ids: Vec<String> = if is_id(target) {
             vec![target.to_owned()]
         } else {
             jobs.iter()
-                .filter(|(_, n)| n == target)
-                .map(|(i, _)| i.clone())
+                .filter(|j| j.name == target)
+                .map(|j| j.id.clone())
                 .collect()
         };
         match ids.len() {
             1 => {}
             0 => {
-                let names: Vec<&str> = jobs.iter().map(|(_, n)| n.as_str()).collect();
+                let names: Vec<&str> = jobs.iter().map(|j| j.name.as_str()).collect();
                 problems.push(format!(
                     "--after {entry}: no queued or running job of yours is named {target:?} (yours: {}); fix the name in `after`",
                     if names.is_empty() { "none".to_owned() } else { names.join(", ") }
@@ -494,34 +514,8 @@ fn create_and_submit(checked: &Checked) -> Result<String, CliError> {
 }
 
 /// `sbatch --parsable` the experiment's script from its folder; the job id or why not.
-/// (The script changes to `code/` itself, once it has made it.)
-fn sbatch(exp: &herd_exp::Experiment) -> Result<String, SlurmCallError> {
-    const SBATCH: &str = "sbatch";
-    let out = Command::new(SBATCH)
-        .arg("--parsable")
-        .arg(exp.dir().join("job.sbatch"))
-        .current_dir(exp.dir())
-        .output()
-        .map_err(|source| SlurmCallError::Start {
-            command: SBATCH,
-            source,
-        })?;
-    if !out.status.success() {
-        return Err(SlurmCallError::Failed {
-            command: SBATCH,
-            status: out.status,
-            stderr: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
-        });
-    }
-    let text = String::from_utf8_lossy(&out.stdout);
-    let id = text.trim().split(';').next().unwrap_or_default().to_owned();
-    if id.is_empty() || !id.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(SlurmCallError::Output {
-            command: SBATCH,
-            output: text.trim().to_owned(),
-        });
-    }
-    Ok(id)
+fn sbatch(exp: &herd_exp::Experiment) -> Result<String, herd_slurm::SlurmError> {
+    herd_slurm::commands::sbatch(&exp.dir().join("job.sbatch"), exp.dir())
 }
 
 /// `--exp-root` as given, or the default one submit uses (relative to the working folder).

@@ -206,11 +206,6 @@ fn agree<T: PartialEq + std::fmt::Display>(
 }
 
 impl Allocation {
-    /// Read the allocation from this process's environment.
-    pub fn from_env() -> Result<Allocation, AllocationError> {
-        Allocation::from_vars(&Vars::from_env())
-    }
-
     /// Read the allocation from `vars`; inconsistent values are an error naming them.
     pub fn from_vars(vars: &Vars) -> Result<Allocation, AllocationError> {
         let job_id = number::<u64>(vars, "SLURM_JOB_ID")?

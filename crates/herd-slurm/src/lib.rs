@@ -5,12 +5,16 @@
 //! - [`allocation`]: [`Allocation`] read from job and step variables.
 //! - [`worker`]: [`worker_env`], the variables of docs/design.md §3.
 //! - [`addr`]: a node's address that other nodes reach (never loopback).
+//! - [`commands`]: `sbatch`, `squeue`, `scontrol`, `sinfo`, `scancel`, with timeouts and
+//!   typed errors.
 
 pub mod addr;
 pub mod allocation;
+pub mod commands;
 pub mod counts;
 pub mod worker;
 
 pub use allocation::{Allocation, AllocationError, Gpus, HetGroup, Layout, Task, Vars};
+pub use commands::SlurmError;
 pub use counts::{format_counts, parse_counts};
 pub use worker::{worker_env, GpuBind, GpuBindError, LaunchInfo, Position};

@@ -12,6 +12,8 @@ use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use herd_slurm::commands;
+
 /// Errors talking to the bed. Each carries the command and what it printed.
 #[derive(Debug, thiserror::Error)]
 pub enum BedError {
@@ -50,6 +52,9 @@ pub enum BedError {
         /// What it printed.
         output: String,
     },
+    /// A SLURM command failed, timed out or printed something unexpected.
+    #[error(transparent)]
+    Slurm(#[from] herd_slurm::SlurmError),
     /// A job did not reach a final state in time (it has been cancelled).
     #[error("job {job} still {state} after {timeout:?}; cancelled")]
     JobTimeout {
@@ -298,34 +303,24 @@ pub struct Bed {
     python: PathBuf,
 }
 
-const QUERY_TIMEOUT: Duration = Duration::from_secs(20);
-
 impl Bed {
     /// Reach the bed: `sinfo` must answer and list idle nodes; the torch venv must exist.
     pub fn connect() -> Result<Bed, BedError> {
-        let out = run_cmd(
-            Command::new("sinfo").args(["-h", "-N", "-p", "gpu", "-o", "%N %t"]),
-            QUERY_TIMEOUT,
-        )?;
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let listed = commands::node_states("gpu")?;
         let mut nodes = Vec::new();
-        for line in text.lines() {
-            let mut it = line.split_whitespace();
-            let (Some(node), Some(state)) = (it.next(), it.next()) else {
-                continue;
-            };
-            if !matches!(state, "idle" | "mix" | "alloc" | "comp") {
+        for (node, state) in &listed {
+            if !matches!(state.as_str(), "idle" | "mix" | "alloc" | "comp") {
                 return Err(BedError::Parse {
                     command: "sinfo".into(),
                     output: format!("node {node} is {state}; run `testbed/up` to repair the bed"),
                 });
             }
-            nodes.push(node.to_owned());
+            nodes.push(node.clone());
         }
         if nodes.is_empty() {
             return Err(BedError::Parse {
                 command: "sinfo".into(),
-                output: format!("no nodes in partition gpu: {text}"),
+                output: "no nodes in partition gpu".into(),
             });
         }
         nodes.sort();
@@ -380,34 +375,18 @@ impl Bed {
 
     /// `sbatch --parsable SCRIPT` from `workdir`; returns the job id.
     pub fn sbatch(&self, script: &Path, workdir: &Path) -> Result<JobId, BedError> {
-        let out = run_cmd(
-            Command::new("sbatch")
-                .arg("--parsable")
-                .arg(script)
-                .current_dir(workdir),
-            QUERY_TIMEOUT,
-        )?;
-        let text = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-        // --parsable prints "id" or "id;cluster".
-        text.split(';')
-            .next()
-            .and_then(|id| id.parse().ok())
-            .map(JobId)
-            .ok_or(BedError::Parse {
-                command: format!("sbatch --parsable {}", script.display()),
-                output: text,
-            })
+        let id = commands::sbatch(script, workdir)?;
+        id.parse().map(JobId).map_err(|_| BedError::Parse {
+            command: format!("sbatch --parsable {}", script.display()),
+            output: id,
+        })
     }
 
     /// `scontrol show job -o ID`.
     pub fn job(&self, job: JobId) -> Result<JobInfo, BedError> {
-        let mut cmd = Command::new("scontrol");
-        cmd.args(["show", "job", "-o", &job.to_string()]);
-        let command = describe(&cmd);
-        let out = run_cmd(&mut cmd, QUERY_TIMEOUT)?;
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let text = commands::show_job(&job.to_string())?;
         parse_scontrol_job(text.lines().next().unwrap_or_default()).ok_or(BedError::Parse {
-            command,
+            command: format!("scontrol show job -o {job}"),
             output: text,
         })
     }
@@ -440,13 +419,7 @@ impl Bed {
     /// `scancel --signal=SIGNAL ID`: the signal reaches every task of the job's steps (not
     /// the batch shell), as SLURM's own preemption warning does with `--signal=SIG@T`.
     pub fn signal(&self, job: JobId, signal: &str) -> Result<(), BedError> {
-        run_cmd(
-            Command::new("scancel")
-                .arg(format!("--signal={signal}"))
-                .arg(job.to_string()),
-            QUERY_TIMEOUT,
-        )
-        .map(drop)
+        Ok(commands::scancel(&[&job.to_string()], Some(signal))?)
     }
 
     /// Processes on the bed's nodes whose command line contains `needle`, as
@@ -473,11 +446,7 @@ impl Bed {
 
     /// The id the next submitted job will get (`scontrol show config`: NEXT_JOB_ID).
     pub fn next_job_id(&self) -> Result<JobId, BedError> {
-        let out = run_cmd(
-            Command::new("scontrol").args(["show", "config"]),
-            QUERY_TIMEOUT,
-        )?;
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let text = commands::show_config()?;
         text.lines()
             .find_map(|l| {
                 let (k, v) = l.split_once('=')?;
@@ -492,7 +461,7 @@ impl Bed {
 
     /// `scancel ID`.
     pub fn cancel(&self, job: JobId) -> Result<(), BedError> {
-        run_cmd(Command::new("scancel").arg(job.to_string()), QUERY_TIMEOUT).map(drop)
+        Ok(commands::scancel(&[&job.to_string()], None)?)
     }
 }
 

@@ -504,8 +504,8 @@ impl Drop for Tmpfs {
 }
 
 /// A project with `files` (name, size in bytes), and `bin/` holding a fake `sbatch`,
-/// `squeue` and `scontrol` that fail and write their name into `called`: `herd submit`
-/// with [`submit_here`] never reaches a cluster.
+/// `squeue` and `scontrol` that fail as with slurmctld down and write their name into
+/// `called`: `herd submit` with [`submit_here`] never reaches a cluster.
 fn submit_project(files: &[(&str, usize)]) -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("tempdir");
     let bin = dir.path().join("bin");
@@ -515,7 +515,7 @@ fn submit_project(files: &[(&str, usize)]) -> tempfile::TempDir {
         std::fs::write(
             &path,
             format!(
-                "#!/bin/sh\necho {fake} >> '{}'\nexit 1\n",
+                "#!/bin/sh\necho {fake} >> '{}'\necho '{fake}: error: Unable to contact slurm controller (connect failure)' >&2\nexit 1\n",
                 dir.path().join("called").display()
             ),
         )
@@ -556,6 +556,15 @@ fn slurm_called(dir: &std::path::Path) -> String {
     std::fs::read_to_string(dir.join("called")).unwrap_or_default()
 }
 
+/// stderr of a [`submit_here`], less the note that the partitions were not checked (the
+/// fake scontrol fails), which must be there once, with scontrol's message.
+fn stderr_less_note(out: &std::process::Output) -> String {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let note = "herd: note: partitions not checked: scontrol: error: Unable to contact slurm controller (connect failure)\n";
+    assert_eq!(stderr.matches(note).count(), 1, "{stderr}");
+    stderr.replacen(note, "", 1)
+}
+
 /// Names in `exp_root`.
 fn left_in(exp_root: &std::path::Path) -> Vec<String> {
     std::fs::read_dir(exp_root)
@@ -577,7 +586,7 @@ fn submit_onto_a_full_disk_exits_1_naming_the_path_and_leaves_nothing() {
         &["-J", "full", "--exp-root", exp_root, "--", "true"],
     );
     assert_eq!(out.status.code(), Some(1), "{out:?}");
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = stderr_less_note(&out);
     assert!(
         stderr.starts_with("herd: error: cannot ")
             && stderr.contains(&format!(" {exp_root}/"))
@@ -614,7 +623,7 @@ fn submit_onto_a_read_only_file_system_exits_1_naming_the_path() {
         &["-J", "ro", "--exp-root", exp_root, "--", "true"],
     );
     assert_eq!(out.status.code(), Some(1), "{out:?}");
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = stderr_less_note(&out);
     assert_eq!(
         stderr,
         format!("herd: error: cannot create the experiment root {exp_root}: Read-only file system (os error 30)\n")

@@ -165,6 +165,75 @@ fn existing_names_and_unknown_dependencies_are_refused_writing_nothing() {
     );
 }
 
+/// `herd check ARGS` from `project` on the bed.
+fn check(project: &Path, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_herd"))
+        .arg("check")
+        .args(args)
+        .current_dir(project)
+        .output()
+        .expect("herd check runs")
+}
+
+/// `herd check` asks the bed's slurmctld for its partitions and node sizes (`sinfo`): a job
+/// that no node can hold is refused naming the key, with the bed's real sizes (8 CPUs,
+/// 16000 MB, 4 GPUs a node), and one that fits passes.
+#[test]
+fn check_refuses_what_no_node_of_the_partition_has() {
+    let bed = Bed::require();
+    let (project, exps) = project(&bed, "check_node_sizes");
+    let exp_root = exps.display().to_string();
+    let base = ["--nodes", "2", "--exp-root", &exp_root];
+    let run = ["--", "true"];
+    let gpus = check(
+        &project,
+        &[&base[..], &["--gpus-per-node", "8"], &run].concat(),
+    );
+    assert_eq!(gpus.status.code(), Some(1), "{gpus:?}");
+    let stderr = String::from_utf8_lossy(&gpus.stderr);
+    assert!(
+        stderr.contains("no node of partition gpu has 8 GPUs (the most is 4)"),
+        "{stderr}"
+    );
+    let mem = check(
+        &project,
+        &[&base[..], &["--gpus-per-node", "4", "--mem", "20G"], &run].concat(),
+    );
+    assert_eq!(mem.status.code(), Some(1), "{mem:?}");
+    let stderr = String::from_utf8_lossy(&mem.stderr);
+    assert!(
+        stderr.contains("no node of partition gpu has more than 16000M"),
+        "{stderr}"
+    );
+    let nodes = check(
+        &project,
+        &[
+            "--nodes",
+            "4",
+            "--gpus-per-node",
+            "4",
+            "--exp-root",
+            &exp_root,
+            "--",
+            "true",
+        ],
+    );
+    assert_eq!(nodes.status.code(), Some(1), "{nodes:?}");
+    let fits = check(
+        &project,
+        &[&base[..], &["--gpus-per-node", "4"], &run].concat(),
+    );
+    assert!(
+        fits.status.success() && String::from_utf8_lossy(&fits.stdout).contains("check passed"),
+        "{fits:?}"
+    );
+    assert!(
+        !String::from_utf8_lossy(&fits.stderr).contains("not checked"),
+        "scontrol and sinfo both answered: {fits:?}"
+    );
+    assert!(!exps.exists(), "herd check writes nothing");
+}
+
 /// A chain: eval starts only after pretrain ends (`--after pretrain`, by name).
 #[test]
 fn a_dependency_by_name_runs_the_chain_in_order() {

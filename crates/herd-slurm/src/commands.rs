@@ -1,0 +1,344 @@
+//! Talking to SLURM: `sbatch`, `squeue`, `scontrol`, `sinfo` and `scancel`, each run with
+//! a timeout, their output parsed into types where herd reads it, every failure a typed
+//! [`SlurmError`].
+//!
+//! Nothing here goes through a shell: arguments are passed as they are. A command that does
+//! not answer within its timeout (slurmctld down, overloaded or rate-limiting) is killed and
+//! reported as [`SlurmError::Timeout`], so no herd command hangs on the scheduler.
+
+use std::ffi::OsStr;
+use std::io::Read;
+use std::path::Path;
+use std::process::{Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long a query (`squeue`, `scontrol show`, `sinfo`, `scancel`) may take.
+pub const QUERY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long `sbatch` may take: it retries by itself while slurmctld is busy.
+pub const SUBMIT_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Most bytes of a command's stderr kept in an error.
+const STDERR_KEPT: usize = 2000;
+
+/// How a SLURM command failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SlurmError {
+    /// The command could not be started (not installed, not on PATH, …).
+    #[error("cannot run {command}: {source}")]
+    Start {
+        /// The program, e.g. `sbatch`.
+        command: &'static str,
+        /// Why it did not start.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The command did not finish in time and was killed.
+    #[error(
+        "`{command}` did not answer within {timeout:?} (is slurmctld up? `scontrol ping` tells)"
+    )]
+    Timeout {
+        /// The program and its arguments.
+        command: String,
+        /// The time it was given.
+        timeout: Duration,
+    },
+    /// The command exited with an error; its stderr says why.
+    #[error("{}", if stderr.is_empty() { format!("{command} failed ({status}) and said nothing") } else { stderr.clone() })]
+    Failed {
+        /// The program.
+        command: &'static str,
+        /// How it exited.
+        status: ExitStatus,
+        /// What it printed on stderr, trimmed (its last 2,000 bytes).
+        stderr: String,
+    },
+    /// The command succeeded but printed something it does not print.
+    #[error("unexpected {command} output {output:?}")]
+    Output {
+        /// The program.
+        command: &'static str,
+        /// Its stdout, trimmed.
+        output: String,
+    },
+}
+
+impl SlurmError {
+    /// Whether the program is not installed here (no SLURM on this machine).
+    pub fn is_not_installed(&self) -> bool {
+        matches!(self, SlurmError::Start { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
+    }
+}
+
+/// Runs `program args…` (in `cwd` when given) and returns its stdout; a non-zero exit is
+/// [`SlurmError::Failed`] with its stderr, no answer within `timeout` is
+/// [`SlurmError::Timeout`] (the process is killed).
+pub fn run(
+    program: &'static str,
+    args: &[&OsStr],
+    cwd: Option<&Path>,
+    timeout: Duration,
+) -> Result<String, SlurmError> {
+    let mut cmd = Command::new(program);
+    cmd.args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if let Some(dir) = cwd {
+        cmd.current_dir(dir);
+    }
+    let mut child = cmd.spawn().map_err(|source| SlurmError::Start {
+        command: program,
+        source,
+    })?;
+    // Both pipes read on threads, so a chatty command never blocks on a full pipe.
+    let drain = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut p) = pipe {
+                let _ = p.read_to_end(&mut buf);
+            }
+            buf
+        })
+    };
+    let out = drain(child.stdout.take().map(|p| Box::new(p) as _));
+    let err = drain(child.stderr.take().map(|p| Box::new(p) as _));
+    let deadline = Instant::now() + timeout;
+    let mut pause = Duration::from_millis(1);
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if Instant::now() < deadline => {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(50));
+            }
+            Ok(None) | Err(_) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                let mut command = program.to_owned();
+                for a in args {
+                    command.push(' ');
+                    command.push_str(&a.to_string_lossy());
+                }
+                return Err(SlurmError::Timeout { command, timeout });
+            }
+        }
+    };
+    let stdout = out.join().unwrap_or_default();
+    let stderr = err.join().unwrap_or_default();
+    if !status.success() {
+        let text = String::from_utf8_lossy(&stderr);
+        let text = text.trim();
+        let start = text.len().saturating_sub(STDERR_KEPT);
+        let start = (start..=text.len())
+            .find(|&i| text.is_char_boundary(i))
+            .unwrap_or(text.len());
+        return Err(SlurmError::Failed {
+            command: program,
+            status,
+            stderr: text[start..].to_owned(),
+        });
+    }
+    Ok(String::from_utf8_lossy(&stdout).into_owned())
+}
+
+/// `sbatch --parsable SCRIPT` from `workdir`: the new job's id.
+pub fn sbatch(script: &Path, workdir: &Path) -> Result<String, SlurmError> {
+    let text = run(
+        "sbatch",
+        &["--parsable".as_ref(), script.as_os_str()],
+        Some(workdir),
+        SUBMIT_TIMEOUT,
+    )?;
+    parse_sbatch(&text).ok_or_else(|| SlurmError::Output {
+        command: "sbatch",
+        output: text.trim().to_owned(),
+    })
+}
+
+/// The job id in `sbatch --parsable` output (`ID` or `ID;CLUSTER`).
+pub fn parse_sbatch(text: &str) -> Option<String> {
+    let id = text.trim().split(';').next()?;
+    (!id.is_empty() && id.bytes().all(|b| b.is_ascii_digit())).then(|| id.to_owned())
+}
+
+/// A job of this user in the queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueuedJob {
+    /// Its id (`1234`, or `1234_5` for an array task).
+    pub id: String,
+    /// Its name.
+    pub name: String,
+}
+
+/// This user's jobs in the queue, with one `squeue` call.
+pub fn my_jobs() -> Result<Vec<QueuedJob>, SlurmError> {
+    let text = run(
+        "squeue",
+        &[
+            "-h".as_ref(),
+            "--me".as_ref(),
+            "-o".as_ref(),
+            "%i|%j".as_ref(),
+        ],
+        None,
+        QUERY_TIMEOUT,
+    )?;
+    Ok(parse_squeue_jobs(&text))
+}
+
+/// `squeue -h -o '%i|%j'` lines as jobs (a name may contain `|`: the id is the first field).
+pub fn parse_squeue_jobs(text: &str) -> Vec<QueuedJob> {
+    text.lines()
+        .filter_map(|l| l.split_once('|'))
+        .map(|(id, name)| QueuedJob {
+            id: id.trim().to_owned(),
+            name: name.trim().to_owned(),
+        })
+        .collect()
+}
+
+/// `scontrol show partition -o`: one line per partition (parsed by herd-plan's checks).
+pub fn show_partitions() -> Result<String, SlurmError> {
+    run(
+        "scontrol",
+        &["show".as_ref(), "partition".as_ref(), "-o".as_ref()],
+        None,
+        QUERY_TIMEOUT,
+    )
+}
+
+/// `scontrol show job -o ID`: the job's one line of `Key=Value` fields.
+pub fn show_job(id: &str) -> Result<String, SlurmError> {
+    run(
+        "scontrol",
+        &["show".as_ref(), "job".as_ref(), "-o".as_ref(), id.as_ref()],
+        None,
+        QUERY_TIMEOUT,
+    )
+}
+
+/// `scontrol show config`.
+pub fn show_config() -> Result<String, SlurmError> {
+    run(
+        "scontrol",
+        &["show".as_ref(), "config".as_ref()],
+        None,
+        QUERY_TIMEOUT,
+    )
+}
+
+/// `sinfo -h -e -o FORMAT` (`-e`: one line per group of nodes with the same configuration).
+pub fn sinfo(format: &str) -> Result<String, SlurmError> {
+    run(
+        "sinfo",
+        &["-h".as_ref(), "-e".as_ref(), "-o".as_ref(), format.as_ref()],
+        None,
+        QUERY_TIMEOUT,
+    )
+}
+
+/// `sinfo -h -N -p PARTITION -o '%N %t'`: each node of the partition and its state.
+pub fn node_states(partition: &str) -> Result<Vec<(String, String)>, SlurmError> {
+    let text = run(
+        "sinfo",
+        &[
+            "-h".as_ref(),
+            "-N".as_ref(),
+            "-p".as_ref(),
+            partition.as_ref(),
+            "-o".as_ref(),
+            "%N %t".as_ref(),
+        ],
+        None,
+        QUERY_TIMEOUT,
+    )?;
+    Ok(text
+        .lines()
+        .filter_map(|l| {
+            let mut it = l.split_whitespace();
+            Some((it.next()?.to_owned(), it.next()?.to_owned()))
+        })
+        .collect())
+}
+
+/// `scancel [--signal=SIGNAL] ID…`: cancels the jobs, or with a signal sends it to every
+/// task of their steps (not the batch shell).
+pub fn scancel(ids: &[&str], signal: Option<&str>) -> Result<(), SlurmError> {
+    let flag = signal.map(|s| format!("--signal={s}"));
+    let mut args: Vec<&OsStr> = flag.iter().map(OsStr::new).collect();
+    args.extend(ids.iter().map(OsStr::new));
+    run("scancel", &args, None, QUERY_TIMEOUT).map(drop)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sbatch_output_is_an_id() {
+        assert_eq!(parse_sbatch("4242\n").as_deref(), Some("4242"));
+        assert_eq!(parse_sbatch("4242;cluster\n").as_deref(), Some("4242"));
+        assert_eq!(parse_sbatch("Submitted batch job 4242"), None);
+        assert_eq!(parse_sbatch(""), None);
+    }
+
+    #[test]
+    fn squeue_lines_are_jobs_names_may_hold_bars() {
+        let jobs = parse_squeue_jobs("12|train\n13_4|sweep|lr=0.1\nnot a job\n");
+        assert_eq!(
+            jobs,
+            [
+                QueuedJob {
+                    id: "12".into(),
+                    name: "train".into()
+                },
+                QueuedJob {
+                    id: "13_4".into(),
+                    name: "sweep|lr=0.1".into()
+                }
+            ]
+        );
+    }
+
+    #[test]
+    fn a_command_that_hangs_is_killed_at_its_timeout() {
+        let start = Instant::now();
+        let err = run("sleep", &["30".as_ref()], None, Duration::from_millis(300))
+            .expect_err("sleep 30 outlives 300 ms");
+        assert!(start.elapsed() < Duration::from_secs(10), "{err}");
+        assert!(matches!(err, SlurmError::Timeout { .. }), "{err:?}");
+        let msg = err.to_string();
+        assert!(
+            msg.contains("`sleep 30` did not answer within 300ms"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn a_failing_command_keeps_its_stderr_and_a_missing_one_says_so() {
+        let err = run(
+            "sh",
+            &[
+                "-c".as_ref(),
+                "echo out; echo 'sbatch: error: bad' >&2; exit 1".as_ref(),
+            ],
+            None,
+            QUERY_TIMEOUT,
+        )
+        .expect_err("exit 1");
+        assert!(
+            matches!(&err, SlurmError::Failed { stderr, .. } if stderr == "sbatch: error: bad"),
+            "{err:?}"
+        );
+        let err = run("herd-no-such-command", &[], None, QUERY_TIMEOUT).expect_err("missing");
+        assert!(err.is_not_installed(), "{err:?}");
+        let ok = run(
+            "sh",
+            &["-c".as_ref(), "echo hi".as_ref()],
+            None,
+            QUERY_TIMEOUT,
+        );
+        assert_eq!(ok.expect("runs"), "hi\n");
+    }
+}
