@@ -5,10 +5,12 @@
 //! - [`allocation`]: [`Allocation`] read from job and step variables.
 //! - [`worker`]: [`worker_env`], the variables of docs/design.md §3.
 //! - [`addr`]: a node's address that other nodes reach (never loopback).
+//! - [`vars`]: the names of herd's own variables (`HERD_*`).
 
 pub mod addr;
 pub mod allocation;
 pub mod counts;
+pub mod vars;
 pub mod worker;
 
 pub use allocation::{Allocation, AllocationError, Gpus, HetGroup, Layout, Task, Vars};
