@@ -8,7 +8,9 @@
 //!   [`Action::Terminate`], passed on to the workers, then the job is torn down everywhere
 //!   and every agent exits 1. SIGHUP is a request to end the job like SIGTERM, as under
 //!   torchrun, whose elastic agent raises the same `SignalException` for SIGTERM, SIGINT,
-//!   SIGHUP and SIGQUIT and closes its workers with the signal it got.
+//!   SIGHUP and SIGQUIT and closes its workers with the signal it got. Unlike torchrun,
+//!   herd leaves SIGHUP ignored when it was ignored at start (`nohup herd run …`), so the
+//!   job outlives the session as it did before herd handled SIGHUP.
 //!
 //! Every other signal keeps its default action.
 
@@ -44,11 +46,29 @@ pub fn action(sig: Signal) -> Option<Action> {
     }
 }
 
-/// Install handlers for every signal of [`HANDLED`] (they are in place when this returns)
-/// and send `wrap(sig)` into `tx` for each one this process receives, until `tx` closes.
-/// Must be called inside a tokio runtime with the signal driver enabled.
+/// Whether `sig` is in the `SigIgn:` mask of a `/proc/PID/status` text.
+fn ignored_in(status: &str, sig: Signal) -> bool {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigIgn:"))
+        .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+        .is_some_and(|mask| (mask >> (sig as i32 - 1)) & 1 == 1)
+}
+
+/// Whether this process ignores `sig` right now (before [`watch`]: since it started).
+fn ignored(sig: Signal) -> bool {
+    std::fs::read_to_string("/proc/self/status").is_ok_and(|s| ignored_in(&s, sig))
+}
+
+/// Install handlers for every signal of [`HANDLED`] (they are in place when this returns;
+/// SIGHUP only when it is not ignored, see the module docs) and send `wrap(sig)` into `tx`
+/// for each one this process receives, until `tx` closes. Must be called inside a tokio
+/// runtime with the signal driver enabled.
 pub fn watch<T: Send + 'static>(tx: mpsc::UnboundedSender<T>, wrap: fn(Signal) -> T) {
     for sig in HANDLED {
+        if sig == Signal::SIGHUP && ignored(sig) {
+            continue;
+        }
         let Ok(mut stream) = signal(SignalKind::from_raw(sig as i32)) else {
             continue;
         };
@@ -114,6 +134,16 @@ mod tests {
         assert_eq!(action(Signal::SIGHUP), action(Signal::SIGTERM));
         assert_eq!(action(Signal::SIGHUP), Some(Action::Terminate));
         assert_eq!(action(Signal::SIGINT), Some(Action::Terminate));
+    }
+
+    #[test]
+    fn ignored_signals_are_read_from_the_sigign_mask() {
+        // SIGHUP (1) and SIGPIPE (13) ignored, as under `nohup` in a Rust program.
+        let status = "Name:\therd\nSigBlk:\t0000000000000000\nSigIgn:\t0000000000001001\n";
+        assert!(ignored_in(status, Signal::SIGHUP));
+        assert!(ignored_in(status, Signal::SIGPIPE));
+        assert!(!ignored_in(status, Signal::SIGTERM));
+        assert!(!ignored_in("Name:\therd\n", Signal::SIGHUP));
     }
 
     #[test]
