@@ -1,6 +1,13 @@
 //! herd's per-node agent (docs/design.md §2 agent mode, §3, §6).
 //!
-//! - [`agent`]: rendezvous, attempts, supervision, teardown, restarts, the failure report.
+//! - [`agent`]: the agent's configuration, outcome and [`run`], which leads on node 0 and
+//!   follows elsewhere.
+//! - `leader`, `follower`: node 0's agent (rendezvous, attempts, job-wide teardown,
+//!   restarts, the failure report) and every other node's.
+//! - `attempt`: one attempt on one node: start its workers, hear their exits, tear down.
+//! - `protocol`: the messages between agents and how they travel.
+//! - [`signals`]: the signals herd handles and what each means, for `herd launch` and
+//!   `herd run` alike.
 //! - [`workers`]: spawning workers (own process group, parent-death signal) and carrying
 //!   their output line by line to per-rank files and the console.
 //! - [`procs`]: finding and ending every process a node's workers started.
@@ -9,9 +16,14 @@
 //!   failing worker wrote one.
 
 pub mod agent;
+mod attempt;
 pub mod error_file;
+mod follower;
+mod leader;
 pub mod procs;
+mod protocol;
 pub mod report;
+pub mod signals;
 pub mod workers;
 
 pub use agent::{run, AgentError, Config, Outcome};

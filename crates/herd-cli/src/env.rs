@@ -69,7 +69,7 @@ pub fn run(args: EnvArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
             node_rank: task.node_rank,
         };
         let mut env = worker_env(&alloc.layout, pos, &info);
-        for passthrough in ["HERD_EXP_DIR", "HERD_CHECKPOINT_DIR", "HERD_RESUME_FROM"] {
+        for passthrough in herd_slurm::vars::PASSED_THROUGH {
             if let Some(v) = vars.get(passthrough) {
                 env.insert(passthrough.to_owned(), v.to_owned());
             }

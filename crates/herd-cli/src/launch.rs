@@ -6,9 +6,11 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
+use herd_agent::signals::Forwarder;
 use herd_agent::{Config, Outcome};
 use herd_rendezvous::JobKey;
-use herd_slurm::{addr, Allocation, AllocationError, GpuBind, Vars};
+use herd_slurm::vars::{HERD_EXP_DIR, HERD_JOB_SECRET};
+use herd_slurm::{addr, Allocation, AllocationError, GpuBind, Gpus, LaunchInfo, Vars};
 
 use crate::{CliError, ExitStatus};
 
@@ -85,20 +87,19 @@ fn seconds(name: &str, v: f64) -> Result<Duration, CliError> {
 }
 
 fn secret(vars: &Vars) -> Option<Vec<u8>> {
-    vars.get("HERD_JOB_SECRET")
+    vars.get(HERD_JOB_SECRET)
         .filter(|s| !s.is_empty())
         .map(|s| s.as_bytes().to_vec())
 }
 
-fn gpus(vars: &Vars) -> Vec<String> {
-    vars.get("CUDA_VISIBLE_DEVICES")
-        .filter(|v| !v.trim().is_empty())
-        .map(|v| v.split(',').map(|d| d.trim().to_owned()).collect())
-        .unwrap_or_default()
-}
-
-fn base_config(opts: &LaunchOptions, vars: &Vars, run_id: &str) -> Result<Config, CliError> {
-    let node_gpus = gpus(vars);
+/// The agent's configuration from the options and this node's `gpus` and `launch` (built
+/// once, from the allocation or, for a simulated node, from the same reading of `vars`).
+fn base_config(
+    opts: &LaunchOptions,
+    vars: &Vars,
+    gpus: &Gpus,
+    launch: LaunchInfo,
+) -> Result<Config, CliError> {
     let nproc = match opts.nproc_per_node {
         Some(0) => {
             return Err(CliError::Usage(
@@ -106,17 +107,12 @@ fn base_config(opts: &LaunchOptions, vars: &Vars, run_id: &str) -> Result<Config
             ))
         }
         Some(n) => n,
-        None if !node_gpus.is_empty() => node_gpus.len() as u32,
-        None => vars
-            .get("SLURM_GPUS_ON_NODE")
-            .and_then(|g| g.parse().ok())
-            .filter(|&g: &u32| g > 0)
-            .unwrap_or(1),
+        None => gpus.count().unwrap_or(1),
     };
-    let log_dir = match (&opts.log_dir, vars.get("HERD_EXP_DIR")) {
+    let log_dir = match (&opts.log_dir, vars.get(HERD_EXP_DIR)) {
         (Some(d), _) => d.clone(),
         (None, Some(exp)) => PathBuf::from(exp).join("logs"),
-        (None, None) => PathBuf::from("herd-logs").join(run_id),
+        (None, None) => PathBuf::from("herd-logs").join(&launch.run_id),
     };
     Ok(Config {
         node_rank: 0,
@@ -128,20 +124,18 @@ fn base_config(opts: &LaunchOptions, vars: &Vars, run_id: &str) -> Result<Config
             id: String::new(),
             secret: Vec::new(),
         },
-        run_id: run_id.to_owned(),
         log_dir,
         label: opts.label,
-        max_restarts: opts.max_restarts,
         kill_grace: seconds("kill-grace", opts.kill_grace)?,
         rendezvous_timeout: seconds("rendezvous-timeout", opts.rendezvous_timeout)?,
         heartbeat_timeout: seconds("heartbeat-timeout", opts.heartbeat_timeout)?
             .max(Duration::from_millis(400)),
         port_candidates: 32,
-        node_gpus,
-        gpu_bind: opts.gpu_bind,
-        node_cpus: vars.get("SLURM_CPUS_ON_NODE").and_then(|c| c.parse().ok()),
-        user_omp_threads: vars.get("OMP_NUM_THREADS").map(str::to_owned),
-        job_id: None,
+        launch: LaunchInfo {
+            max_restarts: opts.max_restarts,
+            gpu_bind: opts.gpu_bind,
+            ..launch
+        },
     })
 }
 
@@ -163,8 +157,12 @@ pub fn launch(args: LaunchArgs) -> Result<ExitStatus, CliError> {
     if let (Some(rank), Some(nnodes), Some(run_id)) =
         (args.local_node_rank, args.local_nnodes, &args.run_id)
     {
-        // A simulated node of `herd run` on this machine.
-        let mut cfg = base_config(&args.opts, &vars, run_id)?;
+        // A simulated node of `herd run` on this machine: no allocation, this machine's
+        // GPUs and CPUs read the way an allocation's are.
+        let gpus = Gpus::from_vars(&vars)?;
+        let cpus = herd_slurm::allocation::cpus_on_node(&vars)?;
+        let launch = LaunchInfo::for_node(&gpus, cpus, &vars, run_id.clone(), None);
+        let mut cfg = base_config(&args.opts, &vars, &gpus, launch)?;
         if nnodes == 0 || rank >= nnodes {
             return Err(CliError::Usage(format!(
                 "--local-node-rank {rank} is not below --local-nnodes {nnodes}"
@@ -175,9 +173,9 @@ pub fn launch(args: LaunchArgs) -> Result<ExitStatus, CliError> {
         cfg.key = JobKey {
             id: format!("local-{run_id}"),
             secret: secret(&vars).ok_or_else(|| {
-                CliError::Usage(
-                    "HERD_JOB_SECRET is not set: local agents are started by `herd run`".into(),
-                )
+                CliError::Usage(format!(
+                    "{HERD_JOB_SECRET} is not set: local agents are started by `herd run`"
+                ))
             })?,
         };
         return run_agent(cfg);
@@ -205,16 +203,14 @@ pub fn launch(args: LaunchArgs) -> Result<ExitStatus, CliError> {
         )));
     }
     let step = alloc.step_id.clone().unwrap_or_default();
-    let run_id = alloc.job_id.to_string();
-    let mut cfg = base_config(&args.opts, &vars, &run_id)?;
+    let launch = LaunchInfo::for_task(&alloc, &vars, String::new(), None);
+    let mut cfg = base_config(&args.opts, &vars, &alloc.gpus, launch)?;
     cfg.node_rank = task.node_rank;
     cfg.node_names = alloc.layout.nodes.clone();
-    cfg.job_id = Some(alloc.job_id);
-    cfg.node_cpus = alloc.cpus_on_node;
     let id = format!("slurm-{}.{step}", alloc.job_id);
     let secret = secret(&vars).unwrap_or_else(|| {
         if task.node_rank == 0 {
-            eprintln!("herd: note: HERD_JOB_SECRET is not set; the agents authenticate with a secret derived from the job id (herd run and herd submit set a random one)");
+            eprintln!("herd: note: {HERD_JOB_SECRET} is not set; the agents authenticate with a secret derived from the job id (herd run and herd submit set a random one)");
         }
         format!("derived:{id}:{}", vars.get("SLURM_JOB_UID").unwrap_or("")).into_bytes()
     });
@@ -273,7 +269,7 @@ pub fn run(args: RunArgs) -> Result<ExitStatus, CliError> {
         let log_dir = o
             .log_dir
             .clone()
-            .unwrap_or_else(|| match vars.get("HERD_EXP_DIR") {
+            .unwrap_or_else(|| match vars.get(HERD_EXP_DIR) {
                 Some(exp) => PathBuf::from(exp).join("logs"),
                 None => PathBuf::from("herd-logs").join(alloc.job_id.to_string()),
             });
@@ -290,7 +286,7 @@ pub fn run(args: RunArgs) -> Result<ExitStatus, CliError> {
             .arg(&log_dir)
             .arg("--")
             .args(&o.command)
-            .env("HERD_JOB_SECRET", &secret);
+            .env(HERD_JOB_SECRET, &secret);
         let status = cmd.status().map_err(|source| {
             CliError::Slurm(herd_slurm::SlurmError::Start {
                 command: "srun",
@@ -322,6 +318,9 @@ pub fn run(args: RunArgs) -> Result<ExitStatus, CliError> {
         "herd: run {run_id}: {nodes} simulated nodes on this machine, logs in {}",
         log_dir.display()
     );
+    // Handlers first: a signal while the agents start is forwarded to them once they run.
+    let forwarder =
+        Forwarder::install().map_err(CliError::system("cannot install the signal handlers"))?;
     let mut children = Vec::new();
     for rank in 0..nodes {
         let mut cmd = std::process::Command::new(&herd);
@@ -337,7 +336,7 @@ pub fn run(args: RunArgs) -> Result<ExitStatus, CliError> {
             .arg(&run_id)
             .arg("--")
             .args(&o.command)
-            .env("HERD_JOB_SECRET", &secret);
+            .env(HERD_JOB_SECRET, &secret);
         // Own process group: a terminal's Ctrl-C reaches herd run once, and herd run
         // forwards it to every agent once.
         std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
@@ -346,8 +345,8 @@ pub fn run(args: RunArgs) -> Result<ExitStatus, CliError> {
                 .map_err(CliError::system("cannot start an agent"))?,
         );
     }
-    let pids: Vec<i32> = children.iter().map(|c| c.id() as i32).collect();
-    forward_signals(pids);
+    // The agents act on each signal as herd_agent::signals says (SIGHUP like SIGTERM).
+    forwarder.forward_to(children.iter().map(|c| c.id() as i32).collect());
     let mut ok = true;
     for mut c in children {
         ok &= c.wait().map(|s| s.success()).unwrap_or(false);
@@ -357,46 +356,4 @@ pub fn run(args: RunArgs) -> Result<ExitStatus, CliError> {
     } else {
         ExitStatus::Failure
     })
-}
-
-/// Forward SIGINT, SIGTERM, SIGUSR1 and SIGUSR2 to the local agents, from a thread.
-fn forward_signals(pids: Vec<i32>) {
-    use nix::sys::signal::{kill, Signal};
-    use nix::unistd::Pid;
-    std::thread::spawn(move || {
-        let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-        else {
-            return;
-        };
-        rt.block_on(async move {
-            use tokio::signal::unix::{signal, SignalKind};
-            let mut streams = Vec::new();
-            for (kind, sig) in [
-                (SignalKind::interrupt(), Signal::SIGINT),
-                (SignalKind::terminate(), Signal::SIGTERM),
-                (SignalKind::user_defined1(), Signal::SIGUSR1),
-                (SignalKind::user_defined2(), Signal::SIGUSR2),
-            ] {
-                if let Ok(s) = signal(kind) {
-                    streams.push((s, sig));
-                }
-            }
-            let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-            for (mut s, sig) in streams {
-                let tx = tx.clone();
-                tokio::spawn(async move {
-                    while s.recv().await.is_some() {
-                        let _ = tx.send(sig);
-                    }
-                });
-            }
-            while let Some(sig) = rx.recv().await {
-                for &p in &pids {
-                    let _ = kill(Pid::from_raw(p), sig);
-                }
-            }
-        });
-    });
 }

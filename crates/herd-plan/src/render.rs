@@ -16,6 +16,7 @@
 
 use std::path::Path;
 
+use herd_slurm::vars::{HERD_EXP_DIR, HERD_JOB_SECRET};
 use herd_slurm::GpuBind;
 
 use crate::quote::{quote, quote_words};
@@ -237,7 +238,7 @@ pub fn render_script(plan: &Plan, params: &ScriptParams<'_>) -> Result<String, R
         "\n# Rendered by herd: {nodes} node(s) x {workers} worker(s), mode {}.\n\
          # Every user value below is one single-quoted word: no shell expands it.\n\
          set -euo pipefail\n\
-         export HERD_EXP_DIR={}\n\
+         export {HERD_EXP_DIR}={}\n\
          # Run the code snapshot, so edits to the source after submitting change nothing.\n\
          cd -- {}\n",
         plan.mode,
@@ -246,14 +247,14 @@ pub fn render_script(plan: &Plan, params: &ScriptParams<'_>) -> Result<String, R
     ));
     match plan.mode {
         Mode::Agent => {
-            s.push_str(
+            s.push_str(&format!(
                 "# A fresh secret for this job's agents, made here at run time: it is in no file\n\
                  # and on no command line, and only agents of this job can prove they know it.\n\
-                 HERD_JOB_SECRET=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \\n')\n\
-                 export HERD_JOB_SECRET\n\
+                 {HERD_JOB_SECRET}=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \\n')\n\
+                 export {HERD_JOB_SECRET}\n\
                  # One agent per node; the agents find each other, claim a port and supervise\n\
                  # the workers.\n",
-            );
+            ));
             let restarts = if plan.max_restarts > 0 {
                 format!(" --max-restarts {}", plan.max_restarts)
             } else {

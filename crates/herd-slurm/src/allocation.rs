@@ -123,6 +123,37 @@ pub struct Gpus {
     pub visible: Option<Vec<String>>,
 }
 
+impl Gpus {
+    /// This node's GPUs as `vars` describe them: the part of [`Allocation::from_vars`]
+    /// that means something outside an allocation too (`herd run`'s simulated nodes see
+    /// this machine's `CUDA_VISIBLE_DEVICES`). A blank `CUDA_VISIBLE_DEVICES` names none.
+    pub fn from_vars(vars: &Vars) -> Result<Gpus, AllocationError> {
+        Ok(Gpus {
+            on_node: number(vars, "SLURM_GPUS_ON_NODE")?,
+            per_node: vars.get("SLURM_GPUS_PER_NODE").map(str::to_owned),
+            visible: vars
+                .get("CUDA_VISIBLE_DEVICES")
+                .filter(|v| !v.trim().is_empty())
+                .map(|v| v.split(',').map(|d| d.trim().to_owned()).collect()),
+        })
+    }
+
+    /// How many GPUs the node has: those visible, else `SLURM_GPUS_ON_NODE`; `None` when
+    /// neither names one.
+    pub fn count(&self) -> Option<u32> {
+        match &self.visible {
+            Some(v) if !v.is_empty() => Some(v.len() as u32),
+            _ => self.on_node.filter(|&g| g > 0),
+        }
+    }
+}
+
+/// `SLURM_CPUS_ON_NODE`: read like [`Allocation::from_vars`] reads it, for a node outside
+/// an allocation too.
+pub fn cpus_on_node(vars: &Vars) -> Result<Option<u32>, AllocationError> {
+    number(vars, "SLURM_CPUS_ON_NODE")
+}
+
 /// One component of a heterogeneous job.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct HetGroup {
@@ -247,14 +278,7 @@ impl Allocation {
             None => None,
         };
 
-        let gpus = Gpus {
-            on_node: number(vars, "SLURM_GPUS_ON_NODE")?,
-            per_node: vars.get("SLURM_GPUS_PER_NODE").map(str::to_owned),
-            visible: vars
-                .get("CUDA_VISIBLE_DEVICES")
-                .filter(|v| !v.is_empty())
-                .map(|v| v.split(',').map(|d| d.trim().to_owned()).collect()),
-        };
+        let gpus = Gpus::from_vars(vars)?;
         Ok(Allocation {
             job_id,
             het_groups: Self::het_groups(vars, &job_nodes)?,
@@ -263,7 +287,7 @@ impl Allocation {
             layout,
             task,
             cpus_per_task: number(vars, "SLURM_CPUS_PER_TASK")?,
-            cpus_on_node: number(vars, "SLURM_CPUS_ON_NODE")?,
+            cpus_on_node: cpus_on_node(vars)?,
             gpus,
         })
     }

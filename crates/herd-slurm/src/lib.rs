@@ -7,11 +7,13 @@
 //! - [`addr`]: a node's address that other nodes reach (never loopback).
 //! - [`commands`]: `sbatch`, `squeue`, `scontrol`, `sinfo`, `scancel`, with timeouts and
 //!   typed errors.
+//! - [`vars`]: the names of herd's own variables (`HERD_*`).
 
 pub mod addr;
 pub mod allocation;
 pub mod commands;
 pub mod counts;
+pub mod vars;
 pub mod worker;
 
 pub use allocation::{Allocation, AllocationError, Gpus, HetGroup, Layout, Task, Vars};

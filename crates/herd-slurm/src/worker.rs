@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::allocation::Layout;
 use crate::counts::format_counts;
+use crate::vars;
 
 /// Where one worker sits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -124,17 +125,43 @@ impl LaunchInfo {
         LaunchInfo {
             master_addr,
             master_port,
-            run_id: alloc.job_id.to_string(),
             restart_count: vars
                 .get("SLURM_RESTART_COUNT")
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(0),
+            ..LaunchInfo::for_node(
+                &alloc.gpus,
+                alloc.cpus_on_node,
+                vars,
+                alloc.job_id.to_string(),
+                Some(alloc.job_id),
+            )
+        }
+    }
+
+    /// What a node knows before any worker starts: its `gpus` (those visible) and
+    /// `node_cpus`, as [`crate::Allocation`] has them or, for a node that is no SLURM
+    /// task, as [`crate::Gpus::from_vars`] and [`crate::allocation::cpus_on_node`] read
+    /// them; the user's `OMP_NUM_THREADS` from `vars`; the run and job ids. No master yet,
+    /// restart count 0, no restarts allowed, GPUs bound the default way.
+    pub fn for_node(
+        gpus: &crate::Gpus,
+        node_cpus: Option<u32>,
+        vars: &crate::Vars,
+        run_id: String,
+        job_id: Option<u64>,
+    ) -> LaunchInfo {
+        LaunchInfo {
+            master_addr: String::new(),
+            master_port: None,
+            run_id,
+            restart_count: 0,
             max_restarts: 0,
-            node_gpus: alloc.gpus.visible.clone().unwrap_or_default(),
+            node_gpus: gpus.visible.clone().unwrap_or_default(),
             gpu_bind: GpuBind::default(),
-            node_cpus: alloc.cpus_on_node,
+            node_cpus,
             user_omp_threads: vars.get("OMP_NUM_THREADS").map(str::to_owned),
-            job_id: Some(alloc.job_id),
+            job_id,
         }
     }
 }
@@ -213,12 +240,12 @@ pub fn worker_env(layout: &Layout, pos: Position, info: &LaunchInfo) -> BTreeMap
     set("OMP_NUM_THREADS", omp);
 
     // herd's own.
-    set("HERD_ATTEMPT", info.restart_count.to_string());
-    set("HERD_NODE_RANK", pos.node_rank.to_string());
-    set("HERD_NUM_NODES", nnodes.to_string());
-    set("HERD_MASTER_NODE", layout.nodes[0].clone());
+    set(vars::HERD_ATTEMPT, info.restart_count.to_string());
+    set(vars::HERD_NODE_RANK, pos.node_rank.to_string());
+    set(vars::HERD_NUM_NODES, nnodes.to_string());
+    set(vars::HERD_MASTER_NODE, layout.nodes[0].clone());
     if let Some(job) = info.job_id {
-        set("HERD_JOB_ID", job.to_string());
+        set(vars::HERD_JOB_ID, job.to_string());
     }
     env
 }

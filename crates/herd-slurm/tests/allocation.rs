@@ -326,3 +326,33 @@ fn user_omp_threads_and_fewer_gpus_than_workers() {
     );
     assert!(!env.contains_key("MASTER_PORT"), "no port claimed yet");
 }
+
+#[test]
+fn node_gpus_read_once_inside_and_outside_an_allocation() {
+    use herd_slurm::Gpus;
+    let a = alloc(&Vars::parse(STEP_IN_BATCH));
+    assert_eq!(
+        Gpus::from_vars(&Vars::parse(STEP_IN_BATCH)),
+        Ok(a.gpus.clone())
+    );
+    assert_eq!(a.gpus.count(), Some(2));
+    let info = LaunchInfo::for_node(
+        &a.gpus,
+        a.cpus_on_node,
+        &Vars::parse(STEP_IN_BATCH),
+        "2".into(),
+        Some(2),
+    );
+    assert_eq!(info.node_gpus, vec!["0".to_owned(), "1".to_owned()]);
+    assert_eq!(
+        (info.node_cpus, info.job_id, info.restart_count),
+        (Some(2), Some(2), 0)
+    );
+    // No GPU visible: SLURM's count, else none; a blank CUDA_VISIBLE_DEVICES names none.
+    let hidden = with(STEP_IN_BATCH, &[("CUDA_VISIBLE_DEVICES", None)]);
+    assert_eq!(Gpus::from_vars(&hidden).map(|g| g.count()), Ok(Some(2)));
+    let blank = Vars::parse("CUDA_VISIBLE_DEVICES= \n");
+    let g = Gpus::from_vars(&blank).expect("no SLURM variable is needed");
+    assert_eq!((g.count(), g.visible), (None, None));
+    assert!(Gpus::from_vars(&Vars::parse("SLURM_GPUS_ON_NODE=two\n")).is_err());
+}

@@ -1,0 +1,126 @@
+//! The wire between agents after the rendezvous handshake: the messages ([`Msg`]), one JSON
+//! object per length-prefixed frame ([`herd_rendezvous::write_frame`], bounded in size), and
+//! the reader that turns a peer's frames, silence or closed connection into agent events.
+
+use std::time::Duration;
+
+use herd_rendezvous::{read_frame, write_frame, RendezvousError};
+use serde::{Deserialize, Serialize};
+use tokio::io::AsyncWriteExt;
+use tokio::net::tcp::OwnedReadHalf;
+use tokio::sync::mpsc;
+
+use crate::agent::Event;
+use crate::report::FailureReport;
+
+/// Messages between agents after the handshake.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub(crate) enum Msg {
+    /// Leader → followers: start attempt `attempt` with this master and layout.
+    Start {
+        attempt: u32,
+        master_addr: String,
+        master_port: u16,
+        tasks_per_node: Vec<u32>,
+    },
+    /// A follower's worker failed (the follower has already torn its node down).
+    Failed { report: FailureReport },
+    /// All of a follower's workers exited 0.
+    NodeDone { attempt: u32 },
+    /// Leader → followers: end your workers now.
+    Teardown { attempt: u32 },
+    /// Follower → leader: my workers are gone.
+    TornDown { attempt: u32 },
+    /// Leader → followers: the job is over.
+    Finish { ok: bool },
+    /// Either way, so silence means a lost peer.
+    Heartbeat,
+}
+
+/// Send one message.
+pub(crate) async fn send<W: AsyncWriteExt + Unpin>(
+    w: &mut W,
+    msg: &Msg,
+) -> Result<(), RendezvousError> {
+    write_frame(w, msg).await
+}
+
+/// Read frames from a peer into the event channel; silence past `timeout` or a closed
+/// connection ends with `msg: None`. With `patient`, silence counts only after the first
+/// message (a follower waits quietly while the leader gathers the other nodes).
+pub(crate) fn read_peer(
+    mut r: OwnedReadHalf,
+    node_rank: u32,
+    timeout: Duration,
+    patient: bool,
+    tx: mpsc::UnboundedSender<Event>,
+) {
+    tokio::spawn(async move {
+        let mut heard = !patient;
+        loop {
+            let limit = if heard {
+                timeout
+            } else {
+                Duration::from_secs(86_400 * 365)
+            };
+            let read = tokio::time::timeout(limit, read_frame::<_, Msg>(&mut r)).await;
+            heard = true;
+            let why = match read {
+                Ok(Ok(Some(Msg::Heartbeat))) => continue,
+                Ok(Ok(Some(msg))) => {
+                    if tx
+                        .send(Event::Peer {
+                            node_rank,
+                            msg: Some(msg),
+                            why: String::new(),
+                        })
+                        .is_err()
+                    {
+                        return;
+                    }
+                    continue;
+                }
+                Ok(Ok(None)) => "its connection closed (agent exited or node died)".to_owned(),
+                Ok(Err(e)) => e.to_string(),
+                Err(_) => format!("no word from it for {timeout:?}"),
+            };
+            let _ = tx.send(Event::Peer {
+                node_rank,
+                msg: None,
+                why,
+            });
+            return;
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_are_tagged_json_objects() {
+        let start = Msg::Start {
+            attempt: 1,
+            master_addr: "10.0.0.1".into(),
+            master_port: 29500,
+            tasks_per_node: vec![2, 2],
+        };
+        assert_eq!(
+            serde_json::to_string(&start).expect("encodes"),
+            r#"{"type":"start","attempt":1,"master_addr":"10.0.0.1","master_port":29500,"tasks_per_node":[2,2]}"#
+        );
+        assert_eq!(
+            serde_json::to_string(&Msg::TornDown { attempt: 3 }).expect("encodes"),
+            r#"{"type":"torn_down","attempt":3}"#
+        );
+        assert_eq!(
+            serde_json::to_string(&Msg::Heartbeat).expect("encodes"),
+            r#"{"type":"heartbeat"}"#
+        );
+        let back: Msg = serde_json::from_str(r#"{"type":"finish","ok":false}"#).expect("decodes");
+        assert!(matches!(back, Msg::Finish { ok: false }));
+        assert!(serde_json::from_str::<Msg>(r#"{"type":"launch_missiles"}"#).is_err());
+    }
+}

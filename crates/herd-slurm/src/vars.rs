@@ -1,0 +1,29 @@
+//! The names of herd's own environment variables (`HERD_*`), in one place: the ones herd
+//! sets for every worker (docs/env.md), and the ones it reads or passes between its own
+//! processes.
+
+/// The attempt (restart count) a worker belongs to, from 0.
+pub const HERD_ATTEMPT: &str = "HERD_ATTEMPT";
+/// The worker's node rank.
+pub const HERD_NODE_RANK: &str = "HERD_NODE_RANK";
+/// The number of nodes of the job.
+pub const HERD_NUM_NODES: &str = "HERD_NUM_NODES";
+/// The name of node 0, where rank 0 runs.
+pub const HERD_MASTER_NODE: &str = "HERD_MASTER_NODE";
+/// The SLURM job id, when under SLURM.
+pub const HERD_JOB_ID: &str = "HERD_JOB_ID";
+/// Agent mode: this attempt's log folder (`LOG_DIR/attempt-K`).
+pub const HERD_LOG_DIR: &str = "HERD_LOG_DIR";
+/// The experiment folder: exported by the batch script `herd submit` writes; its `logs/`
+/// is the agents' default log folder.
+pub const HERD_EXP_DIR: &str = "HERD_EXP_DIR";
+/// Where the job writes its checkpoints, passed through to the workers when set.
+pub const HERD_CHECKPOINT_DIR: &str = "HERD_CHECKPOINT_DIR";
+/// The checkpoint a resumed job starts from, passed through to the workers when set.
+pub const HERD_RESUME_FROM: &str = "HERD_RESUME_FROM";
+/// The job's secret, with which its agents prove to each other that they belong to it
+/// (set by `herd run` and by the batch script of `herd submit`).
+pub const HERD_JOB_SECRET: &str = "HERD_JOB_SECRET";
+
+/// The variables a worker gets as they are set where herd runs.
+pub const PASSED_THROUGH: [&str; 3] = [HERD_EXP_DIR, HERD_CHECKPOINT_DIR, HERD_RESUME_FROM];
