@@ -5,7 +5,7 @@
 //!
 //! ```
 //! use std::path::Path;
-//! use herd_plan::{check, render_script, resolve, CheckContext, JobFile, Overrides, ScriptParams};
+//! use herd_plan::{check, render_script, resolve, CheckContext, JobFile, JobKeys, ScriptParams};
 //!
 //! let job = JobFile::parse(
 //!     r#"
@@ -18,7 +18,7 @@
 //! "#,
 //!     Path::new("train.toml"),
 //! )?;
-//! let plan = resolve(Some(&job), &Overrides::default(), &[], "login1")?;
+//! let plan = resolve(Some(&job), &JobKeys::default(), &[], "login1")?;
 //! assert_eq!(plan.world_size(), 16);
 //! assert!(check(&plan, &CheckContext::default()).is_empty());
 //! let script = render_script(
@@ -37,7 +37,7 @@
 //! The pieces, in the order `herd submit` uses them:
 //!
 //! - [`job`]: [`JobFile`] and [`Profile`] (TOML, unknown keys refused), [`load_profiles`].
-//! - [`resolve`](mod@resolve): [`Overrides`] (the flags) + job file + profile →
+//! - [`resolve`](mod@resolve): [`JobKeys`] (the flags) + job file + profile →
 //!   [`Plan`], recording each key's [`Source`]; [`ResolveError`] lists every bad value.
 //! - [`values`]: SLURM's [`TimeLimit`], [`Memory`] and [`Signal`] formats, parsed strictly.
 //! - [`partition`]: the partition table from `scontrol show partition -o` and `sinfo`.
@@ -79,8 +79,8 @@ pub mod values;
 pub use check::{
     check, check_script, has_errors, CheckContext, Finding, MemoryPolicy, ProgramLookup, Severity,
 };
-pub use job::{load_profiles, profile_dir, select_profile, JobFile, JobKeys, LoadError, Profile};
-pub use keys::{Key, Source};
+pub use job::{load_profiles, profile_dir, select_profile, JobFile, LoadError, Profile};
+pub use keys::{JobKeys, Key, PlanArgs, Source};
 pub use partition::{
     add_node_groups, parse_scontrol_partitions, parse_sinfo, NodeGroup, OutputError, Partition,
     SinfoRow, SINFO_FORMAT,
@@ -88,7 +88,5 @@ pub use partition::{
 pub use quote::{quote, quote_words, NulError};
 pub use ranks::{format_rank_table, rank_table, RankRow};
 pub use render::{render_script, RenderError, ScriptParams};
-pub use resolve::{
-    parse_param, resolve, Mode, Overrides, Plan, Problem, ResolveError, DEFAULT_EXP_ROOT,
-};
+pub use resolve::{parse_param, resolve, Mode, Plan, Problem, ResolveError, DEFAULT_EXP_ROOT};
 pub use values::{Memory, Signal, TextOrNumber, TimeLimit, ValueError};
