@@ -279,48 +279,50 @@ pub enum LoadError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::keys::Key;
     use crate::values::TextOrNumber;
 
     fn path() -> PathBuf {
         PathBuf::from("jobs/train.toml")
     }
 
+    /// A job file with every key (each key's example, from its definition) parses, and
+    /// each key holds its example.
     #[test]
     fn parses_every_key() {
-        let text = r#"
-job_name = "swav"
-mode = "srun"
-nodes = 8
-gpus = 64
-gpus_per_node = 8
-gpu_type = "a100"
-gpu_bind = "per-rank"
-ntasks_per_node = 8
-cpus_per_task = 8
-mem = "450G"
-time = "50:00:00"
-partition = "gpu"
-constraint = "ib"
-after = ["pretrain"]
-requeue = true
-signal = "USR1@60"
-command = ["python", "-u", "main_swav.py"]
-params = ["DATA"]
-sbatch_args = ["--account=vision"]
-exp_root = "/scratch/exp"
-exclude = ["data/**"]
-max_restarts = 2
-"#;
-        let job = JobFile::parse(text, &path()).unwrap_or_else(|e| panic!("{e}"));
+        let text = crate::keys::every_key_job_file();
+        let job = JobFile::parse(&text, &path()).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        let back = toml::Table::try_from(&job.keys).unwrap_or_else(|e| panic!("{e}"));
+        let want: toml::Table = toml::from_str(&text).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(back, want);
+        assert_eq!(back.len(), Key::ALL.len());
+        for key in Key::ALL {
+            assert!(back.contains_key(key.name()), "`{key}` did not parse");
+        }
         assert_eq!(job.keys.nodes, Some(8));
         assert_eq!(job.keys.mem, Some(TextOrNumber::Text("450G".into())));
-        assert_eq!(job.keys.command.as_ref().map(Vec::len), Some(3));
         assert_eq!(job.keys.gpu_bind.as_deref(), Some("per-rank"));
         assert_eq!(job.stem(), Some("train"));
         let numbers =
             JobFile::parse("mem = 16000\ntime = 90", &path()).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(numbers.keys.mem, Some(TextOrNumber::Number(16000)));
         assert_eq!(numbers.keys.time, Some(TextOrNumber::Number(90)));
+        // A profile takes every key but a job's own.
+        let profile: String = text
+            .lines()
+            .filter(|l| {
+                !JOB_ONLY_KEYS
+                    .iter()
+                    .any(|k| l.starts_with(&format!("{k} =")))
+            })
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let p = Profile::parse(&format!("match = \"*\"\n{profile}"), Path::new("p.toml"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            toml::Table::try_from(&p.keys).map(|t| t.len()).ok(),
+            Some(Key::ALL.len() - JOB_ONLY_KEYS.len())
+        );
     }
 
     #[test]

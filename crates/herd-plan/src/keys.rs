@@ -294,21 +294,202 @@ impl fmt::Display for Source {
     }
 }
 
+/// A job file that sets every key to its example (the command's `{DATA}` wants
+/// `--param DATA=…`).
+#[cfg(test)]
+pub(crate) fn every_key_job_file() -> String {
+    Key::ALL
+        .iter()
+        .map(|k| format!("{} = {}\n", k.name(), k.example()))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// clap's view of the flags: what `herd submit --help` lists.
+    fn flag_args() -> clap::Command {
+        <JobKeys as clap::Args>::augment_args(clap::Command::new("herd"))
+    }
+
+    fn arg_of(cmd: &clap::Command, key: Key) -> &clap::Arg {
+        cmd.get_arguments()
+            .find(|a| a.get_id() == key.name())
+            .unwrap_or_else(|| panic!("`{key}` has no flag"))
+    }
+
     #[test]
-    fn names_and_flags_are_distinct() {
+    fn every_key_has_one_name_and_one_flag() {
         let mut names: Vec<&str> = Key::ALL.iter().map(|k| k.name()).collect();
         names.sort_unstable();
         names.dedup();
         assert_eq!(names.len(), Key::ALL.len());
+        let mut flags: Vec<&str> = Key::ALL.iter().map(|k| k.flag()).collect();
+        flags.sort_unstable();
+        flags.dedup();
+        assert_eq!(flags.len(), Key::ALL.len());
+        let cmd = flag_args();
         for k in Key::ALL {
             assert!(k.flag().starts_with("--"), "{k}");
             let json = serde_json::to_string(&k).unwrap_or_default();
             assert_eq!(json, format!("\"{}\"", k.name()));
+            let arg = arg_of(&cmd, k);
+            assert!(arg.get_help().is_some(), "`{k}` has no --help line");
+            match arg.get_long() {
+                Some(long) => assert_eq!(k.flag(), format!("--{long}")),
+                None => assert!(k == Key::Command && arg.is_last_set(), "{k}"),
+            }
         }
+        // Every other flag only spells a key's value: `--no-requeue` is `requeue = false`.
+        for arg in cmd.get_arguments() {
+            let id = arg.get_id().as_str();
+            if Key::ALL.iter().any(|k| k.name() == id) {
+                continue;
+            }
+            let negated = id
+                .strip_prefix("no_")
+                .unwrap_or_else(|| panic!("flag {id} is no key"));
+            let key = Key::ALL.iter().find(|k| k.name() == negated);
+            assert!(key.is_some(), "flag {id} negates no key");
+        }
+    }
+
+    /// `key = example` for `key`, as TOML.
+    fn example_value(key: Key) -> toml::Value {
+        let table: toml::Table = toml::from_str(&format!("v = {}", key.example()))
+            .unwrap_or_else(|e| panic!("example of `{key}`: {e}"));
+        table.get("v").cloned().unwrap_or_else(|| panic!("{key}"))
+    }
+
+    /// The example of `key` as `herd submit` arguments: `--nodes=8`, `--requeue`, one
+    /// `--exclude=GLOB` per list entry, `-- WORDS…` for the command.
+    fn example_flags(key: Key) -> Vec<String> {
+        let words: Vec<String> = match example_value(key) {
+            toml::Value::Array(items) => items
+                .iter()
+                .map(|v| v.as_str().unwrap_or_default().to_owned())
+                .collect(),
+            toml::Value::String(s) => vec![s],
+            toml::Value::Boolean(true) => return vec![key.flag().to_owned()],
+            other => vec![other.to_string()],
+        };
+        if key == Key::Command {
+            return std::iter::once("--".to_owned()).chain(words).collect();
+        }
+        words
+            .iter()
+            .map(|w| format!("{}={w}", key.flag()))
+            .collect()
+    }
+
+    /// The same definition reads a job file and the flags alike: every key's example, given
+    /// as flags, parses to what it parses to in a job file.
+    #[test]
+    fn flags_and_job_file_parse_every_key_alike() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            plan: PlanArgs,
+        }
+        let file: JobKeys = toml::from_str(&every_key_job_file()).unwrap_or_else(|e| panic!("{e}"));
+        // The command goes last: `--` ends the flags.
+        let mut keys = Key::ALL.to_vec();
+        keys.sort_by_key(|k| *k == Key::Command);
+        let argv: Vec<String> = std::iter::once("herd".to_owned())
+            .chain(keys.into_iter().flat_map(example_flags))
+            .collect();
+        let cli = <Cli as clap::Parser>::try_parse_from(&argv)
+            .unwrap_or_else(|e| panic!("{argv:?}: {e}"));
+        assert_eq!(cli.plan.flags, file, "{argv:?}");
+        assert_eq!(cli.plan.job, None);
+    }
+
+    /// The keys table in docs/submit.md, made from the definition.
+    fn keys_table() -> String {
+        let cmd = flag_args();
+        let mut table = String::from(
+            "| key | flags | example | what it sets (the flag's `--help`) |\n|---|---|---|---|\n",
+        );
+        for key in Key::ALL {
+            let arg = arg_of(&cmd, key);
+            let mut flags = vec![key.flag().to_owned()];
+            flags.extend(arg.get_short().map(|s| format!("-{s}")));
+            let aliases = arg.get_all_aliases().unwrap_or_default();
+            flags.extend(aliases.iter().map(|a| format!("--{a}")));
+            let no = format!("no_{}", key.name());
+            let negation = cmd.get_arguments().find(|a| a.get_id() == no.as_str());
+            flags.extend(
+                negation
+                    .and_then(|a| a.get_long())
+                    .map(|l| format!("--{l}")),
+            );
+            let flags: Vec<String> = flags.iter().map(|f| format!("`{f}`")).collect();
+            let cells = [
+                format!("`{}`", key.name()),
+                flags.join(", "),
+                format!("`{} = {}`", key.name(), key.example()),
+                arg.get_help().map(|h| h.to_string()).unwrap_or_default(),
+            ];
+            // A `|` in a cell, even in code, must be escaped in a Markdown table.
+            let cells = cells.map(|c| c.replace('|', "\\|"));
+            table.push_str(&format!("| {} |\n", cells.join(" | ")));
+        }
+        table
+    }
+
+    /// The cells of a Markdown table row (`|` escaped as `\|` stays in its cell).
+    fn cells(row: &str) -> Vec<String> {
+        let row = row.trim().replace("\\|", "\u{0}");
+        let inner = row.strip_prefix('|').and_then(|r| r.strip_suffix('|'));
+        inner
+            .unwrap_or(&row)
+            .split('|')
+            .map(|c| c.trim().replace('\u{0}', "|"))
+            .collect()
+    }
+
+    const TABLE_START: &str = "<!-- keys table: begin -->\n";
+    const TABLE_END: &str = "<!-- keys table: end -->";
+
+    /// docs/submit.md's keys table lists exactly the keys, in order, each with its flags,
+    /// example and help as the definition has them. `HERD_UPDATE_DOCS=1` rewrites it.
+    #[test]
+    fn docs_table_lists_every_key() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/submit.md");
+        let doc = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        let (before, rest) = doc
+            .split_once(TABLE_START)
+            .unwrap_or_else(|| panic!("{path} has no {TABLE_START:?}"));
+        let (table, after) = rest
+            .split_once(TABLE_END)
+            .unwrap_or_else(|| panic!("{path} has no {TABLE_END:?}"));
+        let want = keys_table();
+        if table != want && std::env::var_os("HERD_UPDATE_DOCS").is_some() {
+            let updated = format!("{before}{TABLE_START}{want}{TABLE_END}{after}");
+            std::fs::write(path, updated).unwrap_or_else(|e| panic!("{path}: {e}"));
+            return;
+        }
+        let rows: Vec<Vec<String>> = table.lines().map(cells).collect();
+        assert!(rows.len() > 2, "{path}: no table between the markers");
+        assert_eq!(rows[0][0], "key", "{path}: the first column is the key");
+        let listed: Vec<&str> = rows[2..].iter().map(|r| r[0].trim_matches('`')).collect();
+        let names: Vec<&str> = Key::ALL.iter().map(|k| k.name()).collect();
+        assert_eq!(
+            listed, names,
+            "{path}: the table must list exactly the keys, in order"
+        );
+        for (row, key) in rows[2..].iter().zip(Key::ALL) {
+            assert!(
+                row[1].contains(&format!("`{}`", key.flag())),
+                "{path}: `{key}`'s flag"
+            );
+        }
+        assert!(
+            table == want,
+            "{path}: the keys table differs from the definition; rewrite it with \
+             `HERD_UPDATE_DOCS=1 cargo nextest run -p herd-plan docs_table`, or paste:\n{want}"
+        );
     }
 
     #[test]

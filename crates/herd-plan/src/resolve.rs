@@ -946,6 +946,25 @@ mod tests {
         assert_eq!(back.gpu_bind, GpuBind::All);
     }
 
+    /// A job file with every key resolves, and the plan says where each came from.
+    #[test]
+    fn every_key_resolves_with_its_source() {
+        let job = file(&crate::keys::every_key_job_file());
+        let flags = JobKeys {
+            params: Some(vec!["DATA=/datasets/imagenet".into()]),
+            ..JobKeys::default()
+        };
+        let plan = ok(Some(&job), &flags, &[], "login1");
+        for key in Key::ALL {
+            assert!(plan.source(key).is_some(), "`{key}` has no source");
+        }
+        assert_eq!(plan.source(Key::Params), Some(&Source::Flag));
+        assert_eq!(
+            plan.command.last().map(String::as_str),
+            Some("/datasets/imagenet")
+        );
+    }
+
     #[test]
     fn defaults() {
         let plan = ok(Some(&file(BASIC)), &JobKeys::default(), &[], "login1");
