@@ -7,167 +7,11 @@ use std::path::{Path, PathBuf};
 use clap::Args;
 use herd_plan::{
     check, format_rank_table, load_profiles, parse_param, profile_dir, rank_table, render_script,
-    resolve, CheckContext, Finding, JobFile, MemoryPolicy, Overrides, Plan, ProgramLookup,
+    resolve, CheckContext, Finding, JobFile, JobKeys, MemoryPolicy, Plan, PlanArgs, ProgramLookup,
     ScriptParams, Severity,
 };
 
 use crate::{CliError, ExitStatus};
-
-/// The plan's inputs: a job file and flags that override it.
-#[derive(Debug, Clone, Args)]
-pub struct PlanArgs {
-    /// Job file (TOML) with the plan's keys; flags override it.
-    #[arg(value_name = "JOB.toml")]
-    pub job: Option<PathBuf>,
-    /// `--job-name`: also the experiment folder's name.
-    #[arg(long, short = 'J', value_name = "NAME")]
-    pub job_name: Option<String>,
-    /// Launch mode: agent (default), srun (one task per GPU) or torchrun.
-    #[arg(long, value_name = "MODE")]
-    pub mode: Option<String>,
-    /// Nodes.
-    #[arg(long, short = 'N', value_name = "N")]
-    pub nodes: Option<u32>,
-    /// GPUs in all (nodes follow from it and --gpus-per-node).
-    #[arg(long, value_name = "N")]
-    pub gpus: Option<u32>,
-    /// GPUs per node (= workers per node in agent mode).
-    #[arg(
-        long,
-        alias = "nproc-per-node",
-        alias = "nproc_per_node",
-        value_name = "G"
-    )]
-    pub gpus_per_node: Option<u32>,
-    /// GPU type for `--gres=gpu:TYPE:N`.
-    #[arg(long, value_name = "TYPE")]
-    pub gpu_type: Option<String>,
-    /// GPUs each worker sees: `all` of its node's (default; `cuda:LOCAL_RANK` works) or
-    /// `per-rank` (only its own share, for code that always uses `cuda:0`).
-    #[arg(long, value_name = "all|per-rank")]
-    pub gpu_bind: Option<String>,
-    /// Tasks per node (srun mode).
-    #[arg(long, value_name = "N")]
-    pub ntasks_per_node: Option<u32>,
-    /// CPUs per task.
-    #[arg(long, short = 'c', value_name = "N")]
-    pub cpus_per_task: Option<u32>,
-    /// Memory per node (`240G`, `16000M`).
-    #[arg(long, value_name = "MEM")]
-    pub mem: Option<String>,
-    /// Time limit (`2-00:00:00`, `90`).
-    #[arg(long, short = 't', value_name = "TIME")]
-    pub time: Option<String>,
-    /// Partition.
-    #[arg(long, short = 'p', value_name = "NAME")]
-    pub partition: Option<String>,
-    /// Node features.
-    #[arg(long, short = 'C', value_name = "LIST")]
-    pub constraint: Option<String>,
-    /// Start after job NAME or ID (`NAME[:ok|any|notok]`), resolved with one squeue query.
-    #[arg(long, value_name = "NAME|ID[:ok|any|notok]")]
-    pub after: Vec<String>,
-    /// Let SLURM requeue the job (preemption, node failure).
-    #[arg(long, overrides_with = "no_requeue")]
-    pub requeue: bool,
-    /// Never requeue.
-    #[arg(long)]
-    pub no_requeue: bool,
-    /// Signal before the time limit (`USR1@60`, `B:USR1@90`).
-    #[arg(long, value_name = "[B:]SIG[@SECONDS]")]
-    pub signal: Option<String>,
-    /// A `{NAME}` parameter of the job file's command (`--param CHECKPOINT=/x.pth`).
-    #[arg(long, value_name = "NAME=VALUE")]
-    pub param: Vec<String>,
-    /// An extra sbatch option, passed verbatim (repeatable).
-    #[arg(long, value_name = "OPTION", allow_hyphen_values = true)]
-    pub sbatch_arg: Vec<String>,
-    /// Where experiment folders go.
-    #[arg(long, value_name = "DIR")]
-    pub exp_root: Option<PathBuf>,
-    /// A glob left out of the code snapshot (repeatable; `*.out` always is).
-    #[arg(long, value_name = "GLOB")]
-    pub exclude: Vec<String>,
-    /// Restarts of all workers inside the allocation after a failure.
-    #[arg(long, value_name = "N")]
-    pub max_restarts: Option<u32>,
-    /// The command and its arguments (after `--`); replaces the job file's.
-    #[arg(last = true, value_name = "CMD")]
-    pub command: Vec<String>,
-}
-
-impl PlanArgs {
-    /// No file, no flags.
-    fn empty() -> PlanArgs {
-        PlanArgs {
-            job: None,
-            job_name: None,
-            mode: None,
-            nodes: None,
-            gpus: None,
-            gpus_per_node: None,
-            gpu_type: None,
-            gpu_bind: None,
-            ntasks_per_node: None,
-            cpus_per_task: None,
-            mem: None,
-            time: None,
-            partition: None,
-            constraint: None,
-            after: Vec::new(),
-            requeue: false,
-            no_requeue: false,
-            signal: None,
-            param: Vec::new(),
-            sbatch_arg: Vec::new(),
-            exp_root: None,
-            exclude: Vec::new(),
-            max_restarts: None,
-            command: Vec::new(),
-        }
-    }
-
-    fn overrides(&self) -> Result<Overrides, CliError> {
-        let params = self
-            .param
-            .iter()
-            .map(|p| {
-                parse_param(p).map_err(|source| CliError::Param {
-                    arg: p.clone(),
-                    source,
-                })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(Overrides {
-            job_name: self.job_name.clone(),
-            mode: self.mode.clone(),
-            nodes: self.nodes,
-            gpus: self.gpus,
-            gpus_per_node: self.gpus_per_node,
-            gpu_type: self.gpu_type.clone(),
-            gpu_bind: self.gpu_bind.clone(),
-            ntasks_per_node: self.ntasks_per_node,
-            cpus_per_task: self.cpus_per_task,
-            mem: self.mem.clone(),
-            time: self.time.clone(),
-            partition: self.partition.clone(),
-            constraint: self.constraint.clone(),
-            after: (!self.after.is_empty()).then(|| self.after.clone()),
-            requeue: match (self.requeue, self.no_requeue) {
-                (true, _) => Some(true),
-                (_, true) => Some(false),
-                _ => None,
-            },
-            signal: self.signal.clone(),
-            command: (!self.command.is_empty()).then(|| self.command.clone()),
-            params,
-            sbatch_args: self.sbatch_arg.clone(),
-            exp_root: self.exp_root.clone(),
-            exclude: self.exclude.clone(),
-            max_restarts: self.max_restarts,
-        })
-    }
-}
 
 /// The working folder: the project `herd submit` snapshots.
 fn working_folder() -> Result<PathBuf, CliError> {
@@ -196,7 +40,13 @@ pub fn plan(args: &PlanArgs) -> Result<Plan, CliError> {
         .unwrap_or_default();
     let xdg = std::env::var_os("XDG_CONFIG_HOME").map(PathBuf::from);
     let profiles = load_profiles(&profile_dir(xdg.as_deref(), &home))?;
-    let mut plan = resolve(job.as_ref(), &args.overrides()?, &profiles, &hostname())?;
+    for p in args.flags.params.iter().flatten() {
+        parse_param(p).map_err(|source| CliError::Param {
+            arg: p.clone(),
+            source,
+        })?;
+    }
+    let mut plan = resolve(job.as_ref(), &args.flags, &profiles, &hostname())?;
     if plan.exp_root.is_relative() {
         let cwd = working_folder()?;
         plan.exp_root = cwd.join(&plan.exp_root);
@@ -528,7 +378,7 @@ fn exp_root_or_default(given: Option<&Path>) -> PathBuf {
 
 /// `herd submit --resume NAME`: a new attempt of an existing experiment.
 fn resume(args: &SubmitArgs, name: &str, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
-    let exp_root = exp_root_or_default(args.plan.exp_root.as_deref());
+    let exp_root = exp_root_or_default(args.plan.flags.exp_root.as_deref());
     let exp = herd_exp::Experiment::open(&exp_root, name)?;
     let attempt = exp.add_attempt(&herd_exp::Invocation::current(env!("CARGO_PKG_VERSION")))?;
     let id = sbatch(&exp).map_err(|source| CliError::Sbatch {
@@ -572,10 +422,12 @@ pub fn run_submit(args: SubmitArgs, out: &mut dyn Write) -> Result<ExitStatus, C
         .iter()
         .map(|path| PlanArgs {
             job: Some(path.clone()),
-            exp_root: args.plan.exp_root.clone(),
-            // A placeholder id: the real one is known after the first sbatch.
-            after: vec!["1".into()],
-            ..PlanArgs::empty()
+            flags: JobKeys {
+                exp_root: args.plan.flags.exp_root.clone(),
+                // A placeholder id: the real one is known after the first sbatch.
+                after: Some(vec!["1".into()]),
+                ..JobKeys::default()
+            },
         })
         .collect();
     let mut findings = checked.findings.clone();
@@ -586,7 +438,7 @@ pub fn run_submit(args: SubmitArgs, out: &mut dyn Write) -> Result<ExitStatus, C
     let mut id = create_and_submit(&checked)?;
     writeln!(out, "{id}")?;
     for mut next in chain {
-        next.after = vec![format!("{id}:ok")];
+        next.flags.after = Some(vec![format!("{id}:ok")]);
         id = create_and_submit(&prepare(&next, false)?)?;
         writeln!(out, "{id}")?;
     }

@@ -766,17 +766,18 @@ pub fn check_script(script: &str) -> Vec<Finding> {
 mod tests {
     use super::*;
     use crate::job::JobFile;
+    use crate::keys::JobKeys;
     use crate::partition::{add_node_groups, parse_scontrol_partitions, parse_sinfo};
-    use crate::resolve::{resolve, Overrides};
+    use crate::resolve::resolve;
 
-    fn plan_with(text: &str, flags: &Overrides) -> Plan {
+    fn plan_with(text: &str, flags: &JobKeys) -> Plan {
         let job =
             JobFile::parse(text, Path::new("jobs/train.toml")).unwrap_or_else(|e| panic!("{e}"));
         resolve(Some(&job), flags, &[], "login1").unwrap_or_else(|e| panic!("{e}"))
     }
 
     fn plan(text: &str) -> Plan {
-        plan_with(text, &Overrides::default())
+        plan_with(text, &JobKeys::default())
     }
 
     fn codes(findings: &[Finding]) -> Vec<&'static str> {
@@ -807,9 +808,9 @@ mod tests {
         assert!(f[0].message.contains("use 8 or 16 GPUs"), "{}", f[0]);
 
         // The file says 64 GPUs on 8 nodes; a flag changes nodes.
-        let flags = Overrides {
+        let flags = JobKeys {
             nodes: Some(4),
-            ..Overrides::default()
+            ..JobKeys::default()
         };
         let p = plan_with(
             &format!("gpus = 64\nnodes = 8\ngpus_per_node = 8\n{CMD}"),

@@ -1,6 +1,6 @@
 //! Job files and cluster profiles: TOML, read strictly.
 //!
-//! A job file holds the keys of [`JobKeys`]; a key it does not know is an error naming the
+//! A job file holds the keys of [`JobKeys`] (declared in [`crate::keys`]); a key it does not know is an error naming the
 //! key and the file (a misspelt `gpus_per_nodes` must not silently fall back to a default).
 //! A cluster profile is the same keys plus `match`, a glob on the login host's name
 //! (`"login*"`); profiles fill what neither the job file nor the flags say, like
@@ -22,69 +22,13 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use globset::{GlobBuilder, GlobMatcher};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
-use crate::values::TextOrNumber;
+use crate::keys::JobKeys;
 
 /// Largest job file or profile read (they are a few hundred bytes; a runaway file is an
 /// error, not a memory spike).
 pub const MAX_FILE_BYTES: u64 = 1 << 20;
-
-/// The keys of a job file, as written (types checked, values not yet).
-///
-/// See the crate documentation for what each key means; [`crate::Key`] lists them with
-/// their flags.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct JobKeys {
-    /// SLURM job name and experiment folder name.
-    pub job_name: Option<String>,
-    /// `agent` (default), `srun` or `torchrun`.
-    pub mode: Option<String>,
-    /// Number of nodes.
-    pub nodes: Option<i64>,
-    /// Total GPUs (the seeds' `GPUS`); nodes are derived from it when not given.
-    pub gpus: Option<i64>,
-    /// GPUs on each node (and workers per node).
-    pub gpus_per_node: Option<i64>,
-    /// GPU type for the GRES request (`a100` gives `--gres=gpu:a100:N`).
-    pub gpu_type: Option<String>,
-    /// Which of its node's GPUs each worker sees: `"all"` (default) or `"per-rank"`.
-    pub gpu_bind: Option<String>,
-    /// SLURM tasks per node; srun mode only (default: one per GPU).
-    pub ntasks_per_node: Option<i64>,
-    /// CPUs of each SLURM task (per node in agent and torchrun mode, per worker in srun
-    /// mode).
-    pub cpus_per_task: Option<i64>,
-    /// Memory per node: `"240G"`, `"16000M"`, or a number of megabytes.
-    pub mem: Option<TextOrNumber>,
-    /// Time limit: `"2-00:00:00"`, `"50:00:00"`, or a number of minutes.
-    pub time: Option<TextOrNumber>,
-    /// SLURM partition (or a comma-separated list).
-    pub partition: Option<String>,
-    /// SLURM node features (`--constraint`).
-    pub constraint: Option<String>,
-    /// Jobs this one waits for, free-form (names or ids; resolved to `--dependency`
-    /// elsewhere).
-    pub after: Option<Vec<String>>,
-    /// Let SLURM requeue the job (`--requeue`; `false` writes `--no-requeue`).
-    pub requeue: Option<bool>,
-    /// Early-warning signal: `"USR1@60"`, `"B:TERM@120"`.
-    pub signal: Option<String>,
-    /// The worker program and its arguments, an argument vector (never a shell string).
-    pub command: Option<Vec<String>>,
-    /// Names the command takes values for: `{NAME}` in `command` is replaced by the
-    /// value given with `--param NAME=VALUE`.
-    pub params: Option<Vec<String>>,
-    /// Extra sbatch options, each written verbatim as one `#SBATCH` line.
-    pub sbatch_args: Option<Vec<String>>,
-    /// Folder experiment folders are made in.
-    pub exp_root: Option<PathBuf>,
-    /// Globs left out of the code snapshot (added to herd's `*.out`).
-    pub exclude: Option<Vec<String>>,
-    /// Restarts of all workers inside the allocation after a failure.
-    pub max_restarts: Option<i64>,
-}
 
 impl JobKeys {
     /// Parse TOML text; `path` names the file in errors.
@@ -335,47 +279,50 @@ pub enum LoadError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::keys::Key;
+    use crate::values::TextOrNumber;
 
     fn path() -> PathBuf {
         PathBuf::from("jobs/train.toml")
     }
 
+    /// A job file with every key (each key's example, from its definition) parses, and
+    /// each key holds its example.
     #[test]
     fn parses_every_key() {
-        let text = r#"
-job_name = "swav"
-mode = "srun"
-nodes = 8
-gpus = 64
-gpus_per_node = 8
-gpu_type = "a100"
-gpu_bind = "per-rank"
-ntasks_per_node = 8
-cpus_per_task = 8
-mem = "450G"
-time = "50:00:00"
-partition = "gpu"
-constraint = "ib"
-after = ["pretrain"]
-requeue = true
-signal = "USR1@60"
-command = ["python", "-u", "main_swav.py"]
-params = ["DATA"]
-sbatch_args = ["--account=vision"]
-exp_root = "/scratch/exp"
-exclude = ["data/**"]
-max_restarts = 2
-"#;
-        let job = JobFile::parse(text, &path()).unwrap_or_else(|e| panic!("{e}"));
+        let text = crate::keys::every_key_job_file();
+        let job = JobFile::parse(&text, &path()).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        let back = toml::Table::try_from(&job.keys).unwrap_or_else(|e| panic!("{e}"));
+        let want: toml::Table = toml::from_str(&text).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(back, want);
+        assert_eq!(back.len(), Key::ALL.len());
+        for key in Key::ALL {
+            assert!(back.contains_key(key.name()), "`{key}` did not parse");
+        }
         assert_eq!(job.keys.nodes, Some(8));
         assert_eq!(job.keys.mem, Some(TextOrNumber::Text("450G".into())));
-        assert_eq!(job.keys.command.as_ref().map(Vec::len), Some(3));
         assert_eq!(job.keys.gpu_bind.as_deref(), Some("per-rank"));
         assert_eq!(job.stem(), Some("train"));
         let numbers =
             JobFile::parse("mem = 16000\ntime = 90", &path()).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(numbers.keys.mem, Some(TextOrNumber::Number(16000)));
         assert_eq!(numbers.keys.time, Some(TextOrNumber::Number(90)));
+        // A profile takes every key but a job's own.
+        let profile: String = text
+            .lines()
+            .filter(|l| {
+                !JOB_ONLY_KEYS
+                    .iter()
+                    .any(|k| l.starts_with(&format!("{k} =")))
+            })
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let p = Profile::parse(&format!("match = \"*\"\n{profile}"), Path::new("p.toml"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            toml::Table::try_from(&p.keys).map(|t| t.len()).ok(),
+            Some(Key::ALL.len() - JOB_ONLY_KEYS.len())
+        );
     }
 
     #[test]

@@ -1,142 +1,231 @@
-//! The keys of a plan and where each value came from.
+//! The keys of a plan, each declared once, and where each value came from.
+//!
+//! `plan_keys!` below is the one definition of every key: its job-file name (the field),
+//! its `herd submit`/`herd check` flag and `--help` line (the clap attributes and doc
+//! comment), the TOML type a job file or profile gives it, its [`Key`] and an example
+//! value. From it come [`JobKeys`] (one struct that clap parses the flags into and serde
+//! parses job files and profiles into, so every layer of a plan has the same shape),
+//! [`Key`] with [`Key::ALL`], [`Key::name`], [`Key::flag`] and [`Key::example`], and the
+//! keys table in docs/submit.md (checked against it by a test). How each value is checked
+//! and where it lands in the [`crate::Plan`] is [`crate::resolve()`].
 
 use std::fmt;
 use std::path::PathBuf;
+use std::sync::OnceLock;
 
+use clap::builder::TypedValueParser;
 use serde::{Deserialize, Serialize};
 
-/// One key of a job file, with its job-file name and its `herd submit` flag.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Key {
-    /// `job_name`: SLURM job name and experiment folder name.
-    JobName,
-    /// `mode`: how workers are launched (`agent`, `srun`, `torchrun`).
-    Mode,
-    /// `nodes`: number of nodes.
-    Nodes,
-    /// `gpus`: total GPUs of the job (nodes × gpus_per_node), the seeds' `GPUS`.
-    Gpus,
-    /// `gpus_per_node`: GPUs on each node, and workers per node.
-    GpusPerNode,
-    /// `gpu_type`: GPU type in the GRES request (`gpu:a100:8`).
-    GpuType,
-    /// `gpu_bind`: which of its node's GPUs each worker sees (`all`, `per-rank`).
-    GpuBind,
-    /// `ntasks_per_node`: SLURM tasks per node (srun mode only).
-    NtasksPerNode,
-    /// `cpus_per_task`: CPUs of each SLURM task.
-    CpusPerTask,
-    /// `mem`: memory per node.
-    Mem,
-    /// `time`: time limit.
-    Time,
-    /// `partition`: SLURM partition.
-    Partition,
-    /// `constraint`: SLURM node features.
-    Constraint,
-    /// `after`: jobs this one waits for (resolved to `--dependency` elsewhere).
-    After,
-    /// `requeue`: whether SLURM may requeue the job.
-    Requeue,
-    /// `signal`: early-warning signal before the time limit.
-    Signal,
-    /// `command`: the worker program and its arguments.
-    Command,
-    /// `params`: names the command takes values for (`{NAME}`).
-    Params,
-    /// `sbatch_args`: extra sbatch options, verbatim.
-    SbatchArgs,
-    /// `exp_root`: folder experiment folders are made in.
-    ExpRoot,
-    /// `exclude`: globs left out of the code snapshot.
-    Exclude,
-    /// `max_restarts`: restarts of all workers inside the allocation.
-    MaxRestarts,
+use crate::values::TextOrNumber;
+
+/// Declares the plan's keys once: each entry is a field of [`JobKeys`] (doc comment = the
+/// flag's `--help` line, `#[arg]` = the flag, `#[serde]` = job-file details) with, for a
+/// key, `#[key(Variant, example = "TOML value")]`. An entry without `#[key]` is a flag
+/// that only spells another key's value (`--no-requeue`) and never appears in a file.
+macro_rules! plan_keys {
+    ($(
+        $(#[doc = $doc:literal])*
+        $(#[key($key:ident, example = $example:literal)])?
+        $(#[arg $arg:tt])*
+        $(#[serde $serde:tt])*
+        pub $field:ident: $ty:ty,
+    )*) => {
+        /// The keys of a plan as one layer gives them: `herd submit`'s flags (clap), a job
+        /// file or a profile (TOML, unknown keys refused). Types are checked, values not
+        /// yet ([`crate::resolve()`] does, naming the key and where it was set). `None`
+        /// leaves the key to the next layer.
+        ///
+        /// Field docs are the flags' `--help` lines; docs/submit.md has the table of keys.
+        #[derive(Debug, Clone, Default, PartialEq, clap::Args, Deserialize, Serialize)]
+        #[serde(deny_unknown_fields)]
+        pub struct JobKeys {
+            $(
+                $(#[doc = $doc])*
+                $(#[arg $arg])*
+                $(#[serde $serde])*
+                pub $field: $ty,
+            )*
+        }
+
+        /// One key of a plan: its job-file name ([`Key::name`]), its `herd submit` flag
+        /// ([`Key::flag`]). Ordered as in a job file; problems are reported in this order.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+        #[serde(rename_all = "snake_case")]
+        pub enum Key {
+            $($(
+                #[doc = concat!("`", stringify!($field), "`: see [`JobKeys::", stringify!($field), "`].")]
+                $key,
+            )?)*
+        }
+
+        impl Key {
+            /// Every key, in job-file order.
+            pub const ALL: [Key; [$($(stringify!($key),)?)*].len()] = [$($(Key::$key,)?)*];
+
+            /// The key's name in a job file or profile (`gpus_per_node`).
+            pub fn name(self) -> &'static str {
+                match self {
+                    $($(Key::$key => stringify!($field),)?)*
+                }
+            }
+
+            /// An example value, as TOML (`"450G"` for `mem`).
+            pub fn example(self) -> &'static str {
+                match self {
+                    $($(Key::$key => $example,)?)*
+                }
+            }
+        }
+    };
+}
+
+plan_keys! {
+    /// `--job-name`: also the experiment folder's name.
+    #[key(JobName, example = r#""swav""#)]
+    #[arg(long, short = 'J', value_name = "NAME")]
+    pub job_name: Option<String>,
+    /// Launch mode: agent (default), srun (one task per GPU) or torchrun.
+    #[key(Mode, example = r#""srun""#)]
+    #[arg(long, value_name = "MODE")]
+    pub mode: Option<String>,
+    /// Nodes.
+    #[key(Nodes, example = "8")]
+    #[arg(long, short = 'N', value_name = "N", value_parser = count())]
+    pub nodes: Option<i64>,
+    /// GPUs in all (nodes follow from it and --gpus-per-node).
+    #[key(Gpus, example = "64")]
+    #[arg(long, value_name = "N", value_parser = count())]
+    pub gpus: Option<i64>,
+    /// GPUs per node (= workers per node in agent mode).
+    #[key(GpusPerNode, example = "8")]
+    #[arg(
+        long,
+        alias = "nproc-per-node",
+        alias = "nproc_per_node",
+        value_name = "G",
+        value_parser = count()
+    )]
+    pub gpus_per_node: Option<i64>,
+    /// GPU type for `--gres=gpu:TYPE:N`.
+    #[key(GpuType, example = r#""a100""#)]
+    #[arg(long, value_name = "TYPE")]
+    pub gpu_type: Option<String>,
+    /// GPUs each worker sees: `all` of its node's (default; `cuda:LOCAL_RANK` works) or
+    /// `per-rank` (only its own share, for code that always uses `cuda:0`).
+    #[key(GpuBind, example = r#""per-rank""#)]
+    #[arg(long, value_name = "all|per-rank")]
+    pub gpu_bind: Option<String>,
+    /// Tasks per node (srun mode).
+    #[key(NtasksPerNode, example = "8")]
+    #[arg(long, value_name = "N", value_parser = count())]
+    pub ntasks_per_node: Option<i64>,
+    /// CPUs per task.
+    #[key(CpusPerTask, example = "8")]
+    #[arg(long, short = 'c', value_name = "N", value_parser = count())]
+    pub cpus_per_task: Option<i64>,
+    /// Memory per node (`240G`, `16000M`).
+    #[key(Mem, example = r#""450G""#)]
+    #[arg(long, value_name = "MEM", value_parser = text)]
+    pub mem: Option<TextOrNumber>,
+    /// Time limit (`2-00:00:00`, `90`).
+    #[key(Time, example = r#""50:00:00""#)]
+    #[arg(long, short = 't', value_name = "TIME", value_parser = text)]
+    pub time: Option<TextOrNumber>,
+    /// Partition.
+    #[key(Partition, example = r#""gpu""#)]
+    #[arg(long, short = 'p', value_name = "NAME")]
+    pub partition: Option<String>,
+    /// Node features.
+    #[key(Constraint, example = r#""ib""#)]
+    #[arg(long, short = 'C', value_name = "LIST")]
+    pub constraint: Option<String>,
+    /// Start after job NAME or ID (`NAME[:ok|any|notok]`), resolved with one squeue query.
+    #[key(After, example = r#"["pretrain"]"#)]
+    #[arg(long, value_name = "NAME|ID[:ok|any|notok]")]
+    pub after: Option<Vec<String>>,
+    /// Let SLURM requeue the job (preemption, node failure).
+    #[key(Requeue, example = "true")]
+    #[arg(long, num_args = 0, default_missing_value = "true", overrides_with = "no_requeue")]
+    pub requeue: Option<bool>,
+    /// Never requeue.
+    #[arg(long)]
+    #[serde(skip)]
+    pub no_requeue: bool,
+    /// Signal before the time limit (`USR1@60`, `B:USR1@90`).
+    #[key(Signal, example = r#""USR1@60""#)]
+    #[arg(long, value_name = "[B:]SIG[@SECONDS]")]
+    pub signal: Option<String>,
+    /// The command and its arguments (after `--`); replaces the job file's.
+    #[key(Command, example = r#"["python", "-u", "main_swav.py", "--data", "{DATA}"]"#)]
+    #[arg(last = true, value_name = "CMD")]
+    pub command: Option<Vec<String>>,
+    /// A `{NAME}` parameter of the job file's command (`--param CHECKPOINT=/x.pth`).
+    #[key(Params, example = r#"["DATA"]"#)]
+    #[arg(long = "param", value_name = "NAME=VALUE")]
+    pub params: Option<Vec<String>>,
+    /// An extra sbatch option, passed verbatim (repeatable).
+    #[key(SbatchArgs, example = r#"["--account=vision"]"#)]
+    #[arg(long = "sbatch-arg", value_name = "OPTION", allow_hyphen_values = true)]
+    pub sbatch_args: Option<Vec<String>>,
+    /// Where experiment folders go.
+    #[key(ExpRoot, example = r#""/scratch/exp""#)]
+    #[arg(long, value_name = "DIR")]
+    pub exp_root: Option<PathBuf>,
+    /// A glob left out of the code snapshot (repeatable; `*.out` always is).
+    #[key(Exclude, example = r#"["data/**"]"#)]
+    #[arg(long, value_name = "GLOB")]
+    pub exclude: Option<Vec<String>>,
+    /// Restarts of all workers inside the allocation after a failure.
+    #[key(MaxRestarts, example = "2")]
+    #[arg(long, value_name = "N", value_parser = count())]
+    pub max_restarts: Option<i64>,
+}
+
+/// A count flag (`--nodes 8`): parsed as the `u32` it must be, so clap names the flag when
+/// it is not one, and held as the job file's `i64`, so [`crate::resolve()`] checks both
+/// alike.
+fn count() -> impl TypedValueParser<Value = i64> {
+    clap::value_parser!(u32).map(i64::from)
+}
+
+/// A `--mem` or `--time` flag: the text, parsed by [`crate::resolve()`] like a job file's.
+fn text(s: &str) -> Result<TextOrNumber, std::convert::Infallible> {
+    Ok(TextOrNumber::Text(s.to_owned()))
+}
+
+/// What `herd submit` and `herd check` are given: a job file, and the keys as flags, which
+/// override it.
+#[derive(Debug, Clone, Default, PartialEq, clap::Args)]
+pub struct PlanArgs {
+    /// Job file (TOML) with the plan's keys; flags override it.
+    #[arg(value_name = "JOB.toml")]
+    pub job: Option<PathBuf>,
+    /// The keys given as flags.
+    #[command(flatten)]
+    pub flags: JobKeys,
 }
 
 impl Key {
-    /// Every key, in job-file order.
-    pub const ALL: [Key; 22] = [
-        Key::JobName,
-        Key::Mode,
-        Key::Nodes,
-        Key::Gpus,
-        Key::GpusPerNode,
-        Key::GpuType,
-        Key::GpuBind,
-        Key::NtasksPerNode,
-        Key::CpusPerTask,
-        Key::Mem,
-        Key::Time,
-        Key::Partition,
-        Key::Constraint,
-        Key::After,
-        Key::Requeue,
-        Key::Signal,
-        Key::Command,
-        Key::Params,
-        Key::SbatchArgs,
-        Key::ExpRoot,
-        Key::Exclude,
-        Key::MaxRestarts,
-    ];
-
-    /// The key's name in a job file or profile (`gpus_per_node`).
-    pub fn name(self) -> &'static str {
-        match self {
-            Key::JobName => "job_name",
-            Key::Mode => "mode",
-            Key::Nodes => "nodes",
-            Key::Gpus => "gpus",
-            Key::GpusPerNode => "gpus_per_node",
-            Key::GpuType => "gpu_type",
-            Key::GpuBind => "gpu_bind",
-            Key::NtasksPerNode => "ntasks_per_node",
-            Key::CpusPerTask => "cpus_per_task",
-            Key::Mem => "mem",
-            Key::Time => "time",
-            Key::Partition => "partition",
-            Key::Constraint => "constraint",
-            Key::After => "after",
-            Key::Requeue => "requeue",
-            Key::Signal => "signal",
-            Key::Command => "command",
-            Key::Params => "params",
-            Key::SbatchArgs => "sbatch_args",
-            Key::ExpRoot => "exp_root",
-            Key::Exclude => "exclude",
-            Key::MaxRestarts => "max_restarts",
-        }
-    }
-
-    /// The `herd submit` flag that sets the key (sbatch's and torchrun's names where they
-    /// exist). `command` is given after `--`; `params` by `--param NAME=VALUE`.
+    /// The `herd submit` flag that sets the key, read from its clap definition in
+    /// [`JobKeys`] (sbatch's and torchrun's names where they exist). `command` is given
+    /// after `--`; `params` by `--param NAME=VALUE`.
     pub fn flag(self) -> &'static str {
-        match self {
-            Key::JobName => "--job-name",
-            Key::Mode => "--mode",
-            Key::Nodes => "--nodes",
-            Key::Gpus => "--gpus",
-            Key::GpusPerNode => "--gpus-per-node",
-            Key::GpuType => "--gpu-type",
-            Key::GpuBind => "--gpu-bind",
-            Key::NtasksPerNode => "--ntasks-per-node",
-            Key::CpusPerTask => "--cpus-per-task",
-            Key::Mem => "--mem",
-            Key::Time => "--time",
-            Key::Partition => "--partition",
-            Key::Constraint => "--constraint",
-            Key::After => "--after",
-            Key::Requeue => "--requeue",
-            Key::Signal => "--signal",
-            Key::Command => "-- CMD ARGS…",
-            Key::Params => "--param",
-            Key::SbatchArgs => "--sbatch-arg",
-            Key::ExpRoot => "--exp-root",
-            Key::Exclude => "--exclude",
-            Key::MaxRestarts => "--max-restarts",
-        }
+        static FLAGS: OnceLock<Vec<String>> = OnceLock::new();
+        let flags = FLAGS.get_or_init(|| {
+            let cmd = <JobKeys as clap::Args>::augment_args(clap::Command::new("herd"));
+            Key::ALL
+                .iter()
+                .map(|key| {
+                    let arg = cmd.get_arguments().find(|a| a.get_id() == key.name());
+                    match arg.and_then(|a| a.get_long()) {
+                        Some(long) => format!("--{long}"),
+                        // The one positional key: the words after `--`.
+                        None => "-- CMD ARGS…".to_owned(),
+                    }
+                })
+                .collect()
+        });
+        flags.get(self as usize).map_or("", String::as_str)
     }
 }
 
@@ -205,21 +294,202 @@ impl fmt::Display for Source {
     }
 }
 
+/// A job file that sets every key to its example (the command's `{DATA}` wants
+/// `--param DATA=…`).
+#[cfg(test)]
+pub(crate) fn every_key_job_file() -> String {
+    Key::ALL
+        .iter()
+        .map(|k| format!("{} = {}\n", k.name(), k.example()))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// clap's view of the flags: what `herd submit --help` lists.
+    fn flag_args() -> clap::Command {
+        <JobKeys as clap::Args>::augment_args(clap::Command::new("herd"))
+    }
+
+    fn arg_of(cmd: &clap::Command, key: Key) -> &clap::Arg {
+        cmd.get_arguments()
+            .find(|a| a.get_id() == key.name())
+            .unwrap_or_else(|| panic!("`{key}` has no flag"))
+    }
+
     #[test]
-    fn names_and_flags_are_distinct() {
+    fn every_key_has_one_name_and_one_flag() {
         let mut names: Vec<&str> = Key::ALL.iter().map(|k| k.name()).collect();
         names.sort_unstable();
         names.dedup();
         assert_eq!(names.len(), Key::ALL.len());
+        let mut flags: Vec<&str> = Key::ALL.iter().map(|k| k.flag()).collect();
+        flags.sort_unstable();
+        flags.dedup();
+        assert_eq!(flags.len(), Key::ALL.len());
+        let cmd = flag_args();
         for k in Key::ALL {
             assert!(k.flag().starts_with("--"), "{k}");
             let json = serde_json::to_string(&k).unwrap_or_default();
             assert_eq!(json, format!("\"{}\"", k.name()));
+            let arg = arg_of(&cmd, k);
+            assert!(arg.get_help().is_some(), "`{k}` has no --help line");
+            match arg.get_long() {
+                Some(long) => assert_eq!(k.flag(), format!("--{long}")),
+                None => assert!(k == Key::Command && arg.is_last_set(), "{k}"),
+            }
         }
+        // Every other flag only spells a key's value: `--no-requeue` is `requeue = false`.
+        for arg in cmd.get_arguments() {
+            let id = arg.get_id().as_str();
+            if Key::ALL.iter().any(|k| k.name() == id) {
+                continue;
+            }
+            let negated = id
+                .strip_prefix("no_")
+                .unwrap_or_else(|| panic!("flag {id} is no key"));
+            let key = Key::ALL.iter().find(|k| k.name() == negated);
+            assert!(key.is_some(), "flag {id} negates no key");
+        }
+    }
+
+    /// `key = example` for `key`, as TOML.
+    fn example_value(key: Key) -> toml::Value {
+        let table: toml::Table = toml::from_str(&format!("v = {}", key.example()))
+            .unwrap_or_else(|e| panic!("example of `{key}`: {e}"));
+        table.get("v").cloned().unwrap_or_else(|| panic!("{key}"))
+    }
+
+    /// The example of `key` as `herd submit` arguments: `--nodes=8`, `--requeue`, one
+    /// `--exclude=GLOB` per list entry, `-- WORDS…` for the command.
+    fn example_flags(key: Key) -> Vec<String> {
+        let words: Vec<String> = match example_value(key) {
+            toml::Value::Array(items) => items
+                .iter()
+                .map(|v| v.as_str().unwrap_or_default().to_owned())
+                .collect(),
+            toml::Value::String(s) => vec![s],
+            toml::Value::Boolean(true) => return vec![key.flag().to_owned()],
+            other => vec![other.to_string()],
+        };
+        if key == Key::Command {
+            return std::iter::once("--".to_owned()).chain(words).collect();
+        }
+        words
+            .iter()
+            .map(|w| format!("{}={w}", key.flag()))
+            .collect()
+    }
+
+    /// The same definition reads a job file and the flags alike: every key's example, given
+    /// as flags, parses to what it parses to in a job file.
+    #[test]
+    fn flags_and_job_file_parse_every_key_alike() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            plan: PlanArgs,
+        }
+        let file: JobKeys = toml::from_str(&every_key_job_file()).unwrap_or_else(|e| panic!("{e}"));
+        // The command goes last: `--` ends the flags.
+        let mut keys = Key::ALL.to_vec();
+        keys.sort_by_key(|k| *k == Key::Command);
+        let argv: Vec<String> = std::iter::once("herd".to_owned())
+            .chain(keys.into_iter().flat_map(example_flags))
+            .collect();
+        let cli = <Cli as clap::Parser>::try_parse_from(&argv)
+            .unwrap_or_else(|e| panic!("{argv:?}: {e}"));
+        assert_eq!(cli.plan.flags, file, "{argv:?}");
+        assert_eq!(cli.plan.job, None);
+    }
+
+    /// The keys table in docs/submit.md, made from the definition.
+    fn keys_table() -> String {
+        let cmd = flag_args();
+        let mut table = String::from(
+            "| key | flags | example | what it sets (the flag's `--help`) |\n|---|---|---|---|\n",
+        );
+        for key in Key::ALL {
+            let arg = arg_of(&cmd, key);
+            let mut flags = vec![key.flag().to_owned()];
+            flags.extend(arg.get_short().map(|s| format!("-{s}")));
+            let aliases = arg.get_all_aliases().unwrap_or_default();
+            flags.extend(aliases.iter().map(|a| format!("--{a}")));
+            let no = format!("no_{}", key.name());
+            let negation = cmd.get_arguments().find(|a| a.get_id() == no.as_str());
+            flags.extend(
+                negation
+                    .and_then(|a| a.get_long())
+                    .map(|l| format!("--{l}")),
+            );
+            let flags: Vec<String> = flags.iter().map(|f| format!("`{f}`")).collect();
+            let cells = [
+                format!("`{}`", key.name()),
+                flags.join(", "),
+                format!("`{} = {}`", key.name(), key.example()),
+                arg.get_help().map(|h| h.to_string()).unwrap_or_default(),
+            ];
+            // A `|` in a cell, even in code, must be escaped in a Markdown table.
+            let cells = cells.map(|c| c.replace('|', "\\|"));
+            table.push_str(&format!("| {} |\n", cells.join(" | ")));
+        }
+        table
+    }
+
+    /// The cells of a Markdown table row (`|` escaped as `\|` stays in its cell).
+    fn cells(row: &str) -> Vec<String> {
+        let row = row.trim().replace("\\|", "\u{0}");
+        let inner = row.strip_prefix('|').and_then(|r| r.strip_suffix('|'));
+        inner
+            .unwrap_or(&row)
+            .split('|')
+            .map(|c| c.trim().replace('\u{0}', "|"))
+            .collect()
+    }
+
+    const TABLE_START: &str = "<!-- keys table: begin -->\n";
+    const TABLE_END: &str = "<!-- keys table: end -->";
+
+    /// docs/submit.md's keys table lists exactly the keys, in order, each with its flags,
+    /// example and help as the definition has them. `HERD_UPDATE_DOCS=1` rewrites it.
+    #[test]
+    fn docs_table_lists_every_key() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/submit.md");
+        let doc = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        let (before, rest) = doc
+            .split_once(TABLE_START)
+            .unwrap_or_else(|| panic!("{path} has no {TABLE_START:?}"));
+        let (table, after) = rest
+            .split_once(TABLE_END)
+            .unwrap_or_else(|| panic!("{path} has no {TABLE_END:?}"));
+        let want = keys_table();
+        if table != want && std::env::var_os("HERD_UPDATE_DOCS").is_some() {
+            let updated = format!("{before}{TABLE_START}{want}{TABLE_END}{after}");
+            std::fs::write(path, updated).unwrap_or_else(|e| panic!("{path}: {e}"));
+            return;
+        }
+        let rows: Vec<Vec<String>> = table.lines().map(cells).collect();
+        assert!(rows.len() > 2, "{path}: no table between the markers");
+        assert_eq!(rows[0][0], "key", "{path}: the first column is the key");
+        let listed: Vec<&str> = rows[2..].iter().map(|r| r[0].trim_matches('`')).collect();
+        let names: Vec<&str> = Key::ALL.iter().map(|k| k.name()).collect();
+        assert_eq!(
+            listed, names,
+            "{path}: the table must list exactly the keys, in order"
+        );
+        for (row, key) in rows[2..].iter().zip(Key::ALL) {
+            assert!(
+                row[1].contains(&format!("`{}`", key.flag())),
+                "{path}: `{key}`'s flag"
+            );
+        }
+        assert!(
+            table == want,
+            "{path}: the keys table differs from the definition; rewrite it with \
+             `HERD_UPDATE_DOCS=1 cargo nextest run -p herd-plan docs_table`, or paste:\n{want}"
+        );
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //!
 //! ```
 //! use std::path::Path;
-//! use herd_plan::{check, render_script, resolve, CheckContext, JobFile, Overrides, ScriptParams};
+//! use herd_plan::{check, render_script, resolve, CheckContext, JobFile, JobKeys, ScriptParams};
 //!
 //! let job = JobFile::parse(
 //!     r#"
@@ -18,7 +18,7 @@
 //! "#,
 //!     Path::new("train.toml"),
 //! )?;
-//! let plan = resolve(Some(&job), &Overrides::default(), &[], "login1")?;
+//! let plan = resolve(Some(&job), &JobKeys::default(), &[], "login1")?;
 //! assert_eq!(plan.world_size(), 16);
 //! assert!(check(&plan, &CheckContext::default()).is_empty());
 //! let script = render_script(
@@ -36,8 +36,10 @@
 //!
 //! The pieces, in the order `herd submit` uses them:
 //!
+//! - [`keys`]: [`JobKeys`], the keys as the flags ([`PlanArgs`]), a job file or a profile
+//!   give them; [`Key`] and [`Source`].
 //! - [`job`]: [`JobFile`] and [`Profile`] (TOML, unknown keys refused), [`load_profiles`].
-//! - [`resolve`](mod@resolve): [`Overrides`] (the flags) + job file + profile →
+//! - [`resolve`](mod@resolve): the flags' [`JobKeys`] + job file + profile →
 //!   [`Plan`], recording each key's [`Source`]; [`ResolveError`] lists every bad value.
 //! - [`values`]: SLURM's [`TimeLimit`], [`Memory`] and [`Signal`] formats, parsed strictly.
 //! - [`partition`]: the partition table from `scontrol show partition -o` and `sinfo`.
@@ -46,25 +48,9 @@
 //! - [`ranks`]: [`rank_table`] for `--dry-run`.
 //! - [`quote`](mod@quote): the POSIX single-quoting every user value goes through.
 //!
-//! The job-file keys (flags override them; see [`Key`] for the flag of each):
-//!
-//! | key | meaning |
-//! |---|---|
-//! | `job_name` | SLURM job name and experiment folder name (default: the job file's name) |
-//! | `mode` | `agent` (default), `srun` (one task per GPU, `herd exec`), `torchrun` |
-//! | `nodes`, `gpus_per_node`, `gpus` | nodes, GPUs (= workers) per node, or the total from which nodes are derived |
-//! | `gpu_type` | GPU type in the GRES request (`gpu:a100:8`) |
-//! | `gpu_bind` | `all` (default): every worker sees all of its node's GPUs, as under torchrun and srun; `per-rank`: each local rank only its own share (agent, srun) |
-//! | `ntasks_per_node` | srun mode only: tasks per node (default one per GPU) |
-//! | `cpus_per_task` | CPUs per SLURM task: per node in agent/torchrun mode, per worker in srun mode |
-//! | `mem`, `time` | memory per node (`240G`), time limit (`2-00:00:00`) |
-//! | `partition`, `constraint` | where the job may run |
-//! | `after` | jobs to wait for, free-form (resolved into `--dependency` by the caller) |
-//! | `requeue`, `signal` | `--requeue`/`--no-requeue`; early warning such as `USR1@60` |
-//! | `command`, `params` | the argument vector; `{NAME}` placeholders filled by `--param NAME=VALUE` |
-//! | `sbatch_args` | extra sbatch options, one `#SBATCH` line each, verbatim |
-//! | `exp_root`, `exclude` | where experiment folders go; snapshot exclusions (plus `*.out`) |
-//! | `max_restarts` | restarts of all workers inside the allocation (agent, torchrun) |
+//! The keys (job file, profile and flags alike) are declared once, in [`keys`]: each is a
+//! field of [`JobKeys`] and a [`Key`]; docs/submit.md's table lists them with their flags,
+//! examples and meanings, and a test keeps that table in step with the definition.
 
 pub mod check;
 pub mod job;
@@ -79,8 +65,8 @@ pub mod values;
 pub use check::{
     check, check_script, has_errors, CheckContext, Finding, MemoryPolicy, ProgramLookup, Severity,
 };
-pub use job::{load_profiles, profile_dir, select_profile, JobFile, JobKeys, LoadError, Profile};
-pub use keys::{Key, Source};
+pub use job::{load_profiles, profile_dir, select_profile, JobFile, LoadError, Profile};
+pub use keys::{JobKeys, Key, PlanArgs, Source};
 pub use partition::{
     add_node_groups, parse_scontrol_partitions, parse_sinfo, NodeGroup, OutputError, Partition,
     SinfoRow, SINFO_FORMAT,
@@ -88,7 +74,5 @@ pub use partition::{
 pub use quote::{quote, quote_words, NulError};
 pub use ranks::{format_rank_table, rank_table, RankRow};
 pub use render::{render_script, RenderError, ScriptParams};
-pub use resolve::{
-    parse_param, resolve, Mode, Overrides, Plan, Problem, ResolveError, DEFAULT_EXP_ROOT,
-};
+pub use resolve::{parse_param, resolve, Mode, Plan, Problem, ResolveError, DEFAULT_EXP_ROOT};
 pub use values::{Memory, Signal, TextOrNumber, TimeLimit, ValueError};

@@ -87,13 +87,14 @@ pub fn format_rank_table(rows: &[RankRow]) -> String {
 mod tests {
     use super::*;
     use crate::job::JobFile;
-    use crate::resolve::{resolve, Overrides};
+    use crate::keys::JobKeys;
+    use crate::resolve::resolve;
     use proptest::prelude::*;
     use std::path::Path;
 
     fn plan(text: &str) -> Plan {
         let job = JobFile::parse(text, Path::new("j.toml")).unwrap_or_else(|e| panic!("{e}"));
-        resolve(Some(&job), &Overrides::default(), &[], "h").unwrap_or_else(|e| panic!("{e}"))
+        resolve(Some(&job), &JobKeys::default(), &[], "h").unwrap_or_else(|e| panic!("{e}"))
     }
 
     #[test]

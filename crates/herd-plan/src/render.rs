@@ -324,14 +324,15 @@ fn master_snippet(herd_q: &str) -> String {
 mod tests {
     use super::*;
     use crate::job::JobFile;
-    use crate::resolve::{resolve, Overrides};
+    use crate::keys::JobKeys;
+    use crate::resolve::resolve;
     use crate::values::Signal;
     use std::path::PathBuf;
 
     fn plan(text: &str) -> Plan {
         let job =
             JobFile::parse(text, Path::new("jobs/train.toml")).unwrap_or_else(|e| panic!("{e}"));
-        resolve(Some(&job), &Overrides::default(), &[], "login1").unwrap_or_else(|e| panic!("{e}"))
+        resolve(Some(&job), &JobKeys::default(), &[], "login1").unwrap_or_else(|e| panic!("{e}"))
     }
 
     fn params() -> ScriptParams<'static> {

@@ -19,8 +19,8 @@ use std::str::FromStr;
 use herd_slurm::GpuBind;
 use serde::{Deserialize, Serialize};
 
-use crate::job::{select_profile, JobFile, JobKeys, Profile};
-use crate::keys::{Key, Source};
+use crate::job::{select_profile, JobFile, Profile};
+use crate::keys::{JobKeys, Key, Source};
 use crate::values::{non_negative, positive, Memory, Signal, TextOrNumber, TimeLimit, ValueError};
 
 /// How the batch script starts the workers (docs/design.md §2).
@@ -64,86 +64,6 @@ impl FromStr for Mode {
             _ => Err(ValueError {
                 message: format!("`{s}` is not a launch mode: use agent, srun or torchrun"),
             }),
-        }
-    }
-}
-
-/// What `herd submit`'s flags say; `None` and empty lists leave the key to the job file,
-/// the profile or the default. Values are checked by [`resolve`], like a job file's.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Overrides {
-    /// `--job-name`.
-    pub job_name: Option<String>,
-    /// `--mode agent|srun|torchrun`.
-    pub mode: Option<String>,
-    /// `--nodes`.
-    pub nodes: Option<u32>,
-    /// `--gpus` (total).
-    pub gpus: Option<u32>,
-    /// `--gpus-per-node` (alias `--nproc-per-node`).
-    pub gpus_per_node: Option<u32>,
-    /// `--gpu-type`.
-    pub gpu_type: Option<String>,
-    /// `--gpu-bind all|per-rank`.
-    pub gpu_bind: Option<String>,
-    /// `--ntasks-per-node` (srun mode).
-    pub ntasks_per_node: Option<u32>,
-    /// `--cpus-per-task`.
-    pub cpus_per_task: Option<u32>,
-    /// `--mem`.
-    pub mem: Option<String>,
-    /// `--time`.
-    pub time: Option<String>,
-    /// `--partition`.
-    pub partition: Option<String>,
-    /// `--constraint`.
-    pub constraint: Option<String>,
-    /// `--after` (replaces the job file's list when given).
-    pub after: Option<Vec<String>>,
-    /// `--requeue` / `--no-requeue`.
-    pub requeue: Option<bool>,
-    /// `--signal`.
-    pub signal: Option<String>,
-    /// The command after `--` (replaces the job file's command).
-    pub command: Option<Vec<String>>,
-    /// `--param NAME=VALUE`, in the order given (see [`parse_param`]).
-    pub params: Vec<(String, String)>,
-    /// `--sbatch-arg`, added after the profile's and job file's.
-    pub sbatch_args: Vec<String>,
-    /// `--exp-root`.
-    pub exp_root: Option<PathBuf>,
-    /// `--exclude`, added to the other layers' globs.
-    pub exclude: Vec<String>,
-    /// `--max-restarts`.
-    pub max_restarts: Option<u32>,
-}
-
-impl Overrides {
-    /// The flags as a layer of raw keys.
-    fn as_keys(&self) -> JobKeys {
-        JobKeys {
-            job_name: self.job_name.clone(),
-            mode: self.mode.clone(),
-            nodes: self.nodes.map(i64::from),
-            gpus: self.gpus.map(i64::from),
-            gpus_per_node: self.gpus_per_node.map(i64::from),
-            gpu_type: self.gpu_type.clone(),
-            gpu_bind: self.gpu_bind.clone(),
-            ntasks_per_node: self.ntasks_per_node.map(i64::from),
-            cpus_per_task: self.cpus_per_task.map(i64::from),
-            mem: self.mem.clone().map(TextOrNumber::Text),
-            time: self.time.clone().map(TextOrNumber::Text),
-            partition: self.partition.clone(),
-            constraint: self.constraint.clone(),
-            after: self.after.clone(),
-            requeue: self.requeue,
-            signal: self.signal.clone(),
-            command: self.command.clone(),
-            params: None,
-            sbatch_args: (!self.sbatch_args.is_empty()).then(|| self.sbatch_args.clone()),
-            exp_root: self.exp_root.clone(),
-            exclude: (!self.exclude.is_empty()).then(|| self.exclude.clone()),
-            max_restarts: self.max_restarts.map(i64::from),
         }
     }
 }
@@ -381,13 +301,12 @@ impl<'a> Layers<'a> {
 /// reports a remainder); without `gpus_per_node`, it is `gpus ÷ nodes`.
 pub fn resolve(
     job: Option<&JobFile>,
-    flags: &Overrides,
+    flags: &JobKeys,
     profiles: &[Profile],
     host: &str,
 ) -> Result<Plan, ResolveError> {
-    let flag_keys = flags.as_keys();
     let profile = select_profile(profiles, host);
-    let mut list: Vec<(&JobKeys, Source)> = vec![(&flag_keys, Source::Flag)];
+    let mut list: Vec<(&JobKeys, Source)> = vec![(flags, Source::Flag)];
     if let Some(job) = job {
         list.push((
             &job.keys,
@@ -521,7 +440,12 @@ pub fn resolve(
         |k| k.signal.as_deref(),
         |s: &str| s.parse::<Signal>(),
     );
-    let requeue = l.take(Key::Requeue, |k| k.requeue.as_ref(), |b: &bool| Ok(*b));
+    // `--no-requeue` is the flags' spelling of `requeue = false`.
+    let requeue = l.take(
+        Key::Requeue,
+        |k| k.requeue.as_ref().or(k.no_requeue.then_some(&false)),
+        |b: &bool| Ok(*b),
+    );
     let after = l
         .take(
             Key::After,
@@ -677,17 +601,19 @@ pub fn resolve(
 fn resolve_command(
     l: &mut Layers<'_>,
     job: Option<&JobFile>,
-    flags: &Overrides,
+    flags: &JobKeys,
 ) -> (Vec<String>, BTreeMap<String, String>) {
+    // The flags give params' values (`--param NAME=VALUE`), the job file their names.
     let mut given: BTreeMap<String, String> = BTreeMap::new();
-    for (name, value) in &flags.params {
-        if !valid_param_name(name) {
-            l.problem(
-                Key::Params,
-                Some(Source::Flag),
-                format!("`{name}` is not a param name: use letters, digits and `_`"),
-            );
-        } else if given.insert(name.clone(), value.clone()).is_some() {
+    for arg in flags.params.iter().flatten() {
+        let (name, value) = match parse_param(arg) {
+            Ok(p) => p,
+            Err(e) => {
+                l.problem(Key::Params, Some(Source::Flag), e.message);
+                continue;
+            }
+        };
+        if given.insert(name.clone(), value).is_some() {
             l.problem(
                 Key::Params,
                 Some(Source::Flag),
@@ -988,11 +914,11 @@ mod tests {
         Profile::parse(text, Path::new("profiles/login.toml")).unwrap_or_else(|e| panic!("{e}"))
     }
 
-    fn ok(job: Option<&JobFile>, flags: &Overrides, profiles: &[Profile], host: &str) -> Plan {
+    fn ok(job: Option<&JobFile>, flags: &JobKeys, profiles: &[Profile], host: &str) -> Plan {
         resolve(job, flags, profiles, host).unwrap_or_else(|e| panic!("{e}"))
     }
 
-    fn err(job: Option<&JobFile>, flags: &Overrides) -> ResolveError {
+    fn err(job: Option<&JobFile>, flags: &JobKeys) -> ResolveError {
         resolve(job, flags, &[], "login1").expect_err("should not resolve")
     }
 
@@ -1000,15 +926,15 @@ mod tests {
 
     #[test]
     fn gpu_bind_defaults_to_all_and_a_flag_overrides_the_file() {
-        let plan = ok(Some(&file(BASIC)), &Overrides::default(), &[], "login1");
+        let plan = ok(Some(&file(BASIC)), &JobKeys::default(), &[], "login1");
         assert_eq!(plan.gpu_bind, GpuBind::All);
         assert_eq!(plan.source(Key::GpuBind), Some(&Source::Default));
         let job = file(&format!("gpu_bind = \"per-rank\"\n{BASIC}"));
-        let plan = ok(Some(&job), &Overrides::default(), &[], "login1");
+        let plan = ok(Some(&job), &JobKeys::default(), &[], "login1");
         assert_eq!(plan.gpu_bind, GpuBind::PerRank);
-        let flags = Overrides {
+        let flags = JobKeys {
             gpu_bind: Some("all".into()),
-            ..Overrides::default()
+            ..JobKeys::default()
         };
         let plan = ok(Some(&job), &flags, &[], "login1");
         assert_eq!(plan.gpu_bind, GpuBind::All);
@@ -1020,9 +946,28 @@ mod tests {
         assert_eq!(back.gpu_bind, GpuBind::All);
     }
 
+    /// A job file with every key resolves, and the plan says where each came from.
+    #[test]
+    fn every_key_resolves_with_its_source() {
+        let job = file(&crate::keys::every_key_job_file());
+        let flags = JobKeys {
+            params: Some(vec!["DATA=/datasets/imagenet".into()]),
+            ..JobKeys::default()
+        };
+        let plan = ok(Some(&job), &flags, &[], "login1");
+        for key in Key::ALL {
+            assert!(plan.source(key).is_some(), "`{key}` has no source");
+        }
+        assert_eq!(plan.source(Key::Params), Some(&Source::Flag));
+        assert_eq!(
+            plan.command.last().map(String::as_str),
+            Some("/datasets/imagenet")
+        );
+    }
+
     #[test]
     fn defaults() {
-        let plan = ok(Some(&file(BASIC)), &Overrides::default(), &[], "login1");
+        let plan = ok(Some(&file(BASIC)), &JobKeys::default(), &[], "login1");
         assert_eq!(plan.mode, Mode::Agent);
         assert_eq!(plan.job_name, "train");
         assert_eq!(plan.nodes, 2);
@@ -1046,11 +991,11 @@ mod tests {
         let profiles = [profile(
             "match = \"login*\"\npartition = \"gpu\"\nmem = \"240GB\"\ncpus_per_task = 64\ntime = \"2-00:00:00\"\nsbatch_args = [\"--account=lab\"]\nexclude = [\"data/**\"]\n",
         )];
-        let flags = Overrides {
+        let flags = JobKeys {
             nodes: Some(4),
-            sbatch_args: vec!["--qos=high".into()],
-            exclude: vec!["*.ckpt".into()],
-            ..Overrides::default()
+            sbatch_args: Some(vec!["--qos=high".into()]),
+            exclude: Some(vec!["*.ckpt".into()]),
+            ..JobKeys::default()
         };
         let plan = ok(Some(&job), &flags, &profiles, "login3.cluster.org");
         assert_eq!(plan.nodes, 4);
@@ -1078,7 +1023,7 @@ mod tests {
     #[test]
     fn gpus_total_derives_nodes() {
         let job = file("gpus = 16\ngpus_per_node = 8\ncommand = [\"python\", \"t.py\"]\n");
-        let plan = ok(Some(&job), &Overrides::default(), &[], "h");
+        let plan = ok(Some(&job), &JobKeys::default(), &[], "h");
         assert_eq!(
             (plan.nodes, plan.gpus, plan.gpus_per_node),
             (2, Some(16), Some(8))
@@ -1090,26 +1035,26 @@ mod tests {
             })
         );
         let job = file("gpus = 16\nnodes = 4\ncommand = [\"python\", \"t.py\"]\n");
-        let plan = ok(Some(&job), &Overrides::default(), &[], "h");
+        let plan = ok(Some(&job), &JobKeys::default(), &[], "h");
         assert_eq!(plan.gpus_per_node, Some(4));
         let job = file("gpus = 4\ncommand = [\"python\", \"t.py\"]\n");
-        let plan = ok(Some(&job), &Overrides::default(), &[], "h");
+        let plan = ok(Some(&job), &JobKeys::default(), &[], "h");
         assert_eq!((plan.nodes, plan.gpus_per_node), (1, Some(4)));
         // A remainder resolves (rounded up); check() reports it.
         let job = file("gpus = 12\ngpus_per_node = 8\ncommand = [\"python\", \"t.py\"]\n");
-        assert_eq!(ok(Some(&job), &Overrides::default(), &[], "h").nodes, 2);
+        assert_eq!(ok(Some(&job), &JobKeys::default(), &[], "h").nodes, 2);
     }
 
     #[test]
     fn srun_mode_counts() {
         let job = file("mode = \"srun\"\nnodes = 2\ngpus_per_node = 8\ncpus_per_task = 5\ncommand = [\"python\", \"t.py\"]\n");
-        let plan = ok(Some(&job), &Overrides::default(), &[], "h");
+        let plan = ok(Some(&job), &JobKeys::default(), &[], "h");
         assert_eq!(plan.tasks_per_node(), 8);
         assert_eq!(plan.workers_per_node(), 8);
         assert_eq!(plan.cpus_per_node(), 40);
-        let flags = Overrides {
+        let flags = JobKeys {
             mode: Some("agent".into()),
-            ..Overrides::default()
+            ..JobKeys::default()
         };
         let plan = ok(Some(&job), &flags, &[], "h");
         assert_eq!((plan.tasks_per_node(), plan.cpus_per_node()), (1, 5));
@@ -1137,7 +1082,7 @@ exclude = ["a[b", "!keep.out"]
 command = ["python", "train.py"]
 "#,
         );
-        let e = err(Some(&job), &Overrides::default());
+        let e = err(Some(&job), &JobKeys::default());
         let keys: Vec<Key> = e.problems.iter().map(|p| p.key).collect();
         for k in [
             Key::Nodes,
@@ -1192,11 +1137,11 @@ command = ["python", "train.py"]
 
     #[test]
     fn bad_flag_values_name_the_flag() {
-        let flags = Overrides {
+        let flags = JobKeys {
             nodes: Some(0),
-            time: Some("forever".into()),
-            mem: Some("lots".into()),
-            ..Overrides::default()
+            time: Some(TextOrNumber::Text("forever".into())),
+            mem: Some(TextOrNumber::Text("lots".into())),
+            ..JobKeys::default()
         };
         let text = err(Some(&file(BASIC)), &flags).to_string();
         assert!(
@@ -1215,15 +1160,15 @@ command = ["python", "train.py"]
 
     #[test]
     fn command_rules() {
-        let e = err(Some(&file("nodes = 1\n")), &Overrides::default());
+        let e = err(Some(&file("nodes = 1\n")), &JobKeys::default());
         assert!(e.to_string().contains("no command"), "{e}");
-        let e = err(Some(&file("command = []\n")), &Overrides::default());
+        let e = err(Some(&file("command = []\n")), &JobKeys::default());
         assert!(e.to_string().contains("the command is empty"), "{e}");
-        let e = err(Some(&file("command = [\"--x\"]\n")), &Overrides::default());
+        let e = err(Some(&file("command = [\"--x\"]\n")), &JobKeys::default());
         assert!(e.to_string().contains("starts with `-`"), "{e}");
-        let flags = Overrides {
+        let flags = JobKeys {
             command: Some(vec!["python".into(), "a\0b".into()]),
-            ..Overrides::default()
+            ..JobKeys::default()
         };
         let e = err(None, &flags);
         assert!(
@@ -1232,9 +1177,9 @@ command = ["python", "train.py"]
             "{e}"
         );
         // The flags' command replaces the file's, and names the job when no file does.
-        let flags = Overrides {
+        let flags = JobKeys {
             command: Some(vec!["/opt/bin/my train".into(), "x".into()]),
-            ..Overrides::default()
+            ..JobKeys::default()
         };
         let plan = ok(Some(&file(BASIC)), &flags, &[], "h");
         assert_eq!(plan.command, vec!["/opt/bin/my train", "x"]);
@@ -1247,9 +1192,9 @@ command = ["python", "train.py"]
         let job = file(
             "params = [\"CHECKPOINT\"]\ncommand = [\"python\", \"test.py\", \"{CHECKPOINT}\", \"--out={CHECKPOINT}.pkl\", \"{OTHER}\"]\n",
         );
-        let flags = Overrides {
-            params: vec![("CHECKPOINT".into(), "work dirs/epoch_5.pth".into())],
-            ..Overrides::default()
+        let flags = JobKeys {
+            params: Some(vec!["CHECKPOINT=work dirs/epoch_5.pth".into()]),
+            ..JobKeys::default()
         };
         let plan = ok(Some(&job), &flags, &[], "h");
         assert_eq!(
@@ -1267,18 +1212,15 @@ command = ["python", "train.py"]
             Some("work dirs/epoch_5.pth")
         );
 
-        let e = err(Some(&job), &Overrides::default());
+        let e = err(Some(&job), &JobKeys::default());
         assert!(
             e.to_string()
                 .contains("needs a value for `CHECKPOINT`: give --param CHECKPOINT=VALUE"),
             "{e}"
         );
-        let flags2 = Overrides {
-            params: vec![
-                ("CHECKPOINT".into(), "a".into()),
-                ("CKPT".into(), "b".into()),
-            ],
-            ..Overrides::default()
+        let flags2 = JobKeys {
+            params: Some(vec!["CHECKPOINT=a".into(), "CKPT=b".into()]),
+            ..JobKeys::default()
         };
         let e = err(Some(&job), &flags2);
         assert!(
@@ -1288,9 +1230,9 @@ command = ["python", "train.py"]
             "{e}"
         );
         let unused = file("params = [\"X\"]\ncommand = [\"python\"]\n");
-        let flags3 = Overrides {
-            params: vec![("X".into(), "1".into())],
-            ..Overrides::default()
+        let flags3 = JobKeys {
+            params: Some(vec!["X=1".into()]),
+            ..JobKeys::default()
         };
         let e = err(Some(&unused), &flags3);
         assert!(e.to_string().contains("`{X}` appears nowhere"), "{e}");
@@ -1303,7 +1245,7 @@ command = ["python", "train.py"]
     #[test]
     fn plan_serializes_for_the_manifest() {
         let job = file("nodes = 2\ngpus_per_node = 4\nmem = \"240GB\"\ntime = \"50:00:00\"\nsignal = \"USR1\"\ncommand = [\"python\", \"train.py\"]\n");
-        let plan = ok(Some(&job), &Overrides::default(), &[], "h");
+        let plan = ok(Some(&job), &JobKeys::default(), &[], "h");
         let json = serde_json::to_value(&plan).unwrap_or_default();
         assert_eq!(json["mem"], "240G");
         assert_eq!(json["time"], "2-02:00:00");

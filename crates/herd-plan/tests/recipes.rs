@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use herd_plan::{
-    check, has_errors, rank_table, render_script, resolve, CheckContext, JobFile, Memory, Mode,
-    Overrides, ScriptParams, TimeLimit,
+    check, has_errors, rank_table, render_script, resolve, CheckContext, JobFile, JobKeys, Memory,
+    Mode, ScriptParams, TimeLimit,
 };
 
 /// What a seed asks for, as the seed writes it.
@@ -151,13 +151,14 @@ fn recipes_render_the_seeds_resources() {
     for seed in SEEDS {
         let path = recipes_dir().join(seed.file);
         let job = JobFile::load(&path).unwrap_or_else(|e| panic!("{e}"));
-        let flags = Overrides {
-            params: seed
-                .params
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-            ..Overrides::default()
+        let flags = JobKeys {
+            params: Some(
+                seed.params
+                    .iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect(),
+            ),
+            ..JobKeys::default()
         };
         let plan = resolve(Some(&job), &flags, &[], "login1")
             .unwrap_or_else(|e| panic!("{}: {e}", seed.file));
@@ -255,7 +256,7 @@ fn recipes_render_the_seeds_resources() {
 fn the_test_recipe_needs_its_checkpoint() {
     let job = JobFile::load(&recipes_dir().join("mmaction2_slurm_test.toml"))
         .unwrap_or_else(|e| panic!("{e}"));
-    let e = resolve(Some(&job), &Overrides::default(), &[], "login1").expect_err("no CHECKPOINT");
+    let e = resolve(Some(&job), &JobKeys::default(), &[], "login1").expect_err("no CHECKPOINT");
     assert!(
         e.to_string()
             .contains("needs a value for `CHECKPOINT`: give --param CHECKPOINT=VALUE"),
@@ -268,17 +269,17 @@ fn flags_scale_a_recipe() {
     // `herd submit mmaction2_slurm_train.toml --gpus 16`: 2 nodes of 8.
     let job = JobFile::load(&recipes_dir().join("mmaction2_slurm_train.toml"))
         .unwrap_or_else(|e| panic!("{e}"));
-    let flags = Overrides {
+    let flags = JobKeys {
         gpus: Some(16),
-        ..Overrides::default()
+        ..JobKeys::default()
     };
     let plan = resolve(Some(&job), &flags, &[], "login1").unwrap_or_else(|e| panic!("{e}"));
     assert_eq!((plan.nodes, plan.world_size()), (2, 16));
     assert!(check(&plan, &CheckContext::default()).is_empty());
     // The seeds' pitfall: GPUS not a multiple of GPUS_PER_NODE.
-    let flags = Overrides {
+    let flags = JobKeys {
         gpus: Some(12),
-        ..Overrides::default()
+        ..JobKeys::default()
     };
     let plan = resolve(Some(&job), &flags, &[], "login1").unwrap_or_else(|e| panic!("{e}"));
     let findings = check(&plan, &CheckContext::default());

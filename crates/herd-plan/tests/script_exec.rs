@@ -7,7 +7,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use herd_plan::{render_script, resolve, Overrides, Plan, ScriptParams};
+use herd_plan::{render_script, resolve, JobKeys, Plan, ScriptParams};
 use proptest::prelude::*;
 
 /// A folder with a fake `srun` (records its arguments and environment) and a fake herd
@@ -105,7 +105,7 @@ fn run(bed: &Bed, plan: &Plan) -> Ran {
 }
 
 fn plan(mode: &str, command: Vec<String>) -> Plan {
-    let flags = Overrides {
+    let flags = JobKeys {
         mode: Some(mode.to_owned()),
         nodes: Some(2),
         gpus_per_node: Some(4),
@@ -113,7 +113,7 @@ fn plan(mode: &str, command: Vec<String>) -> Plan {
         max_restarts: (mode != "srun").then_some(1),
         job_name: Some("t".into()),
         command: Some(command),
-        ..Overrides::default()
+        ..JobKeys::default()
     };
     resolve(None, &flags, &[], "login1").unwrap_or_else(|e| panic!("{e}"))
 }

@@ -670,3 +670,57 @@ fn submit_with_bad_input_exits_2_writing_nothing() {
         "sbatch was called"
     );
 }
+
+/// `herd submit --help` and `herd check --help` list every key's flag (the command as
+/// `-- <CMD>...`), and every flag they list is a key's, a `--no-KEY`, or one of the
+/// command's own.
+#[test]
+fn submit_and_check_help_list_every_key() {
+    use herd_plan::Key;
+    for (command, own) in [
+        (
+            "submit",
+            &["--dry-run", "--resume", "--then", "--help", "--version"][..],
+        ),
+        ("check", &["--help", "--version"][..]),
+    ] {
+        let out = herd(&[command, "--help"]);
+        assert!(out.status.success(), "herd {command} --help: {out:?}");
+        let help = String::from_utf8_lossy(&out.stdout);
+        // Option lines: `  -N, --nodes <N>  Nodes` or `      --requeue  …`.
+        let listed: Vec<&str> = help
+            .lines()
+            .skip_while(|l| !l.starts_with("Options:"))
+            .filter(|l| l.trim_start().starts_with('-'))
+            .filter_map(|l| {
+                l.trim_start()
+                    .split([' ', ','])
+                    .find(|w| w.starts_with("--"))
+            })
+            .collect();
+        for key in Key::ALL {
+            if key == Key::Command {
+                assert!(
+                    help.contains("[-- <CMD>...]"),
+                    "herd {command} --help:\n{help}"
+                );
+            } else {
+                assert!(
+                    listed.contains(&key.flag()),
+                    "herd {command} --help does not list {}:\n{help}",
+                    key.flag()
+                );
+            }
+        }
+        for flag in &listed {
+            let is_key = Key::ALL.iter().any(|k| k.flag() == *flag);
+            let negates_key = flag
+                .strip_prefix("--no-")
+                .is_some_and(|f| Key::ALL.iter().any(|k| k.flag() == format!("--{f}")));
+            assert!(
+                is_key || negates_key || own.contains(flag),
+                "herd {command} --help lists {flag}, which is no key:\n{help}"
+            );
+        }
+    }
+}
