@@ -7,7 +7,8 @@ MASTER_ADDR, MASTER_PORT); with none of them it trains in one process.
 
 Every rank logs `step`, `loss` and `samples_per_s` as key=value lines. Rank 0 writes a
 checkpoint every --ckpt-every steps into --ckpt-dir (temp file, fsync, rename), and a start
-resumes from the newest complete checkpoint there. SIGUSR1 (the scheduler's "time is almost
+resumes from $HERD_RESUME_FROM when herd set it (the newest complete checkpoint of earlier
+attempts), else from the newest complete checkpoint there. SIGUSR1 (the scheduler's "time is almost
 up") makes every rank agree on a step, checkpoint it and exit 0. At the end every rank prints
 `checksum=` of the parameters: equal on all ranks, and equal between an uninterrupted run and
 one resumed from a checkpoint, because each step's data depends only on (seed, step, rank).
@@ -126,6 +127,27 @@ def checksum(model: nn.Module) -> str:
     return h.hexdigest()
 
 
+def ordered_mean_hook(world_size, bucket):  # unannotated: DDP checks the annotations
+    """DDP's gradient averaging, summed in rank order: bit for bit the same whatever the
+    bucket layout. DDP lays its buckets out again after the first step of every run, and a
+    ring all-reduce over more than two ranks rounds each element by where it falls in the
+    ring's chunks; so with the default hook a run resumed from step k (its first step there)
+    would drift from an uninterrupted one in the last bits, and checksums would differ."""
+    grad = bucket.buffer()
+    parts = [torch.empty_like(grad) for _ in range(world_size)]
+    fut = dist.all_gather(parts, grad, async_op=True).get_future()
+
+    def mean(done: torch.futures.Future) -> torch.Tensor:
+        value = done.value()
+        gathered = value[0] if isinstance(value[0], list) else value
+        total = gathered[0].clone()
+        for g in gathered[1:]:
+            total += g
+        return total.div_(world_size)
+
+    return fut.then(mean)
+
+
 def ckpt_path(folder: Path, step: int) -> Path:
     return folder / f"{CKPT_PREFIX}{step:09d}{CKPT_SUFFIX}"
 
@@ -179,7 +201,9 @@ def main(argv: list[str]) -> int:
     model = make_model(args.hidden, args.seed).to(rt.device)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     start_step = 0
-    resume = latest_checkpoint(ckpt_dir)
+    # herd names the newest complete checkpoint of earlier attempts; without herd, look.
+    resume_from = os.environ.get("HERD_RESUME_FROM")
+    resume = Path(resume_from) if resume_from else latest_checkpoint(ckpt_dir)
     if resume is not None:
         state = torch.load(resume, map_location=rt.device, weights_only=True)
         model.load_state_dict(state["model"])
@@ -191,6 +215,7 @@ def main(argv: list[str]) -> int:
         ddp = nn.parallel.DistributedDataParallel(
             model, device_ids=[rt.device.index] if rt.device.type == "cuda" else None
         )
+        ddp.register_comm_hook(rt.world_size, ordered_mean_hook)
     else:
         ddp = model
     loss_fn = nn.MSELoss()

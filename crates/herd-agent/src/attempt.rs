@@ -37,6 +37,7 @@ impl Attempt {
         number: u32,
         layout: &Layout,
         master: (&str, u16),
+        resume_from: Option<String>,
         tx: &mpsc::UnboundedSender<Event>,
     ) -> Result<Attempt, FailureReport> {
         let host = cfg.host();
@@ -52,6 +53,7 @@ impl Attempt {
             master_addr: master.0.to_owned(),
             master_port: Some(master.1),
             restart_count: number,
+            resume_from: resume_from.map(PathBuf::from),
             ..cfg.launch.clone()
         };
         let first = layout.first_rank(cfg.node_rank as usize);

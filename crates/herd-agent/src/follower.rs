@@ -62,6 +62,7 @@ pub(crate) async fn follow(
                         master_addr,
                         master_port,
                         tasks_per_node,
+                        resume_from,
                     }),
                 ..
             } => {
@@ -78,7 +79,16 @@ pub(crate) async fn follow(
                     ));
                 }
                 stopped = false;
-                match Attempt::start(&cfg, n, &layout, (&master_addr, master_port), &tx).await {
+                match Attempt::start(
+                    &cfg,
+                    n,
+                    &layout,
+                    (&master_addr, master_port),
+                    resume_from,
+                    &tx,
+                )
+                .await
+                {
                     Ok(a) => attempt = Some(a),
                     Err(report) => {
                         stopped = true;

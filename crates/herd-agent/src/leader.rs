@@ -150,6 +150,7 @@ pub(crate) async fn lead(
     loop {
         let port = claim_port()
             .map_err(|e| AgentError::Layout(format!("cannot claim a MASTER_PORT: {e}")))?;
+        let resume = resume_from(&cfg, number);
         broadcast(
             &mut followers,
             &Msg::Start {
@@ -157,13 +158,14 @@ pub(crate) async fn lead(
                 master_addr: master_addr.clone(),
                 master_port: port,
                 tasks_per_node: layout.tasks_per_node.clone(),
+                resume_from: resume.clone(),
             },
         )
         .await;
         // The first failure, and whether a restart may retry it.
         let mut failure: Option<(FailureReport, bool)> = None;
         let mut attempt =
-            match Attempt::start(&cfg, number, &layout, (&master_addr, port), &tx).await {
+            match Attempt::start(&cfg, number, &layout, (&master_addr, port), resume, &tx).await {
                 Ok(a) => Some(a),
                 Err(report) => {
                     failure = Some((report, false));
@@ -319,5 +321,35 @@ async fn wait_torn_down(
             "node {} ({}) did not confirm its teardown in time",
             f.node_rank, f.host
         ));
+    }
+}
+
+/// The checkpoint every worker of attempt `number` resumes from (`HERD_RESUME_FROM`): the
+/// newest complete one in the checkpoint folder now, decided here once for all nodes (their
+/// views of a shared file system may lag) and said in the log.
+fn resume_from(cfg: &Config, number: u32) -> Option<String> {
+    let dir = cfg.launch.checkpoint_dir.as_ref()?;
+    match cfg.launch.newest_checkpoint() {
+        Ok(Some(path)) => match path.to_str() {
+            Some(p) => {
+                say(format!("attempt {number} resumes from {p}"));
+                Some(p.to_owned())
+            }
+            None => {
+                say(format!(
+                    "attempt {number}: the newest checkpoint {} is not a UTF-8 path; HERD_RESUME_FROM is not set",
+                    path.display()
+                ));
+                None
+            }
+        },
+        Ok(None) => None,
+        Err(e) => {
+            say(format!(
+                "attempt {number}: cannot read the checkpoint folder {}: {e}; HERD_RESUME_FROM is not set",
+                dir.display()
+            ));
+            None
+        }
     }
 }

@@ -23,6 +23,9 @@ pub(crate) enum Msg {
         master_addr: String,
         master_port: u16,
         tasks_per_node: Vec<u32>,
+        /// `HERD_RESUME_FROM` for every worker of this attempt, decided once by the leader.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        resume_from: Option<String>,
     },
     /// A follower's worker failed (the follower has already torn its node down).
     Failed { report: FailureReport },
@@ -106,6 +109,7 @@ mod tests {
             master_addr: "10.0.0.1".into(),
             master_port: 29500,
             tasks_per_node: vec![2, 2],
+            resume_from: None,
         };
         assert_eq!(
             serde_json::to_string(&start).expect("encodes"),

@@ -65,10 +65,18 @@ pub fn run(args: ExecArgs) -> Result<ExitStatus, CliError> {
     } else {
         addr::reachable_addr(master)?.to_string()
     };
-    let info = LaunchInfo {
+    let mut info = LaunchInfo {
         gpu_bind: args.gpu_bind,
         ..LaunchInfo::for_task(&alloc, &vars, master_addr, Some(port))
     };
+    // Each task looks for itself: nothing writes checkpoints before its job has started.
+    match info.newest_checkpoint() {
+        Ok(found) => info.resume_from = found,
+        Err(e) => eprintln!(
+            "herd: rank {}: cannot read the checkpoint folder: {e}; HERD_RESUME_FROM is not set",
+            task.rank
+        ),
+    }
     let env = worker_env(
         &alloc.layout,
         Position {

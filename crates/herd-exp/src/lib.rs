@@ -35,6 +35,7 @@
 //! | `code/` | the code snapshot: what the job runs, so edits after submit change nothing |
 //! | `manifest.json` | [`Manifest`]: resolved plan, git commit and dirty diff, argv, herd version, attempts and their job ids |
 //! | `logs/` | empty; the job's logs go here |
+//! | `checkpoints/` | empty; the job's checkpoints go here (`HERD_CHECKPOINT_DIR`) |
 //! | any [`ExtraFile`] | e.g. the rendered batch script |
 //! | `.lock` | taken while the manifest is updated (created on the first update) |
 //!
@@ -90,13 +91,21 @@ pub use text::{BadEscape, LosslessText};
 pub const CODE_DIR: &str = "code";
 /// The logs folder inside an experiment.
 pub const LOGS_DIR: &str = "logs";
+/// The checkpoints folder inside an experiment (`HERD_CHECKPOINT_DIR` of its jobs).
+pub const CHECKPOINTS_DIR: &str = "checkpoints";
 /// The manifest inside an experiment.
 pub const MANIFEST_FILE: &str = "manifest.json";
 /// The lock file taken while the manifest is updated.
 pub const LOCK_FILE: &str = ".lock";
 
 /// Names herd uses inside an experiment folder; an [`ExtraFile`] may not take them.
-const TAKEN: [&str; 4] = [CODE_DIR, LOGS_DIR, MANIFEST_FILE, LOCK_FILE];
+const TAKEN: [&str; 5] = [
+    CODE_DIR,
+    LOGS_DIR,
+    CHECKPOINTS_DIR,
+    MANIFEST_FILE,
+    LOCK_FILE,
+];
 
 /// Longest job id [`Experiment::record_job_id`] accepts, in bytes.
 pub const MAX_JOB_ID_BYTES: usize = 64;
@@ -279,7 +288,7 @@ impl Invocation {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExtraFile {
     /// Its name: one file name, the rules of [`validate_name`], and none of the names herd
-    /// uses itself (`code`, `logs`, `manifest.json`, `.lock`).
+    /// uses itself (`code`, `logs`, `checkpoints`, `manifest.json`, `.lock`).
     pub name: String,
     /// Its contents.
     pub contents: Vec<u8>,
@@ -403,7 +412,7 @@ impl NewExperiment {
             .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o777))
             .tempdir_in(&exp_root)
             .map_err(|e| io_error("cannot create a temporary folder in", &exp_root, e))?;
-        for dir in [LOGS_DIR, CODE_DIR] {
+        for dir in [LOGS_DIR, CHECKPOINTS_DIR, CODE_DIR] {
             let path = tmp.path().join(dir);
             fs::create_dir(&path).map_err(|e| io_error("cannot create folder", &path, e))?;
         }
@@ -561,6 +570,11 @@ impl Experiment {
     /// The code snapshot, `<dir>/code`.
     pub fn code_dir(&self) -> PathBuf {
         self.dir.join(CODE_DIR)
+    }
+
+    /// The checkpoints folder, `<dir>/checkpoints`.
+    pub fn checkpoints_dir(&self) -> PathBuf {
+        self.dir.join(CHECKPOINTS_DIR)
     }
 
     /// The logs folder, `<dir>/logs`.

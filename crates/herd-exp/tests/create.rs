@@ -28,7 +28,8 @@ fn creates_the_folder_with_code_logs_manifest() {
         .expect("create");
     let dir = created.experiment.dir();
     assert_eq!(dir, fs::canonicalize(&root).expect("exists").join("run1"));
-    assert_eq!(names(dir), ["code", "logs", "manifest.json"]);
+    assert_eq!(names(dir), ["checkpoints", "code", "logs", "manifest.json"]);
+    assert!(names(&dir.join("checkpoints")).is_empty());
     assert!(names(&dir.join("logs")).is_empty());
     assert_eq!(
         fs::read_to_string(dir.join("code/models/net.py")).expect("snapshot file"),

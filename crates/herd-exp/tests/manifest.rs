@@ -263,7 +263,7 @@ fn job_ids_are_recorded_once_and_resume_adds_attempts() {
     // No temporary files left; the lock file exists after updates.
     assert_eq!(
         common::names(e.dir()),
-        [".lock", "code", "logs", "manifest.json"]
+        [".lock", "checkpoints", "code", "logs", "manifest.json"]
     );
 
     let err = Experiment::open(exp.path(), "nope").expect_err("missing");
@@ -352,7 +352,15 @@ fn extra_files_are_written_with_the_folder_and_never_overwritten() {
         })
         .expect_err("exists");
     assert!(matches!(err, Error::FileExists { .. }), "{err:?}");
-    for name in ["manifest.json", "code", "logs", ".lock", "a/b", ""] {
+    for name in [
+        "manifest.json",
+        "code",
+        "logs",
+        "checkpoints",
+        ".lock",
+        "a/b",
+        "",
+    ] {
         let err = e
             .add_file(&ExtraFile {
                 name: name.into(),

@@ -16,7 +16,7 @@
 
 use std::path::Path;
 
-use herd_slurm::vars::{HERD_EXP_DIR, HERD_JOB_SECRET};
+use herd_slurm::vars::{HERD_CHECKPOINT_DIR, HERD_EXP_DIR, HERD_JOB_SECRET, HERD_RESUME_FROM};
 use herd_slurm::GpuBind;
 
 use crate::quote::{quote, quote_words};
@@ -239,6 +239,9 @@ pub fn render_script(plan: &Plan, params: &ScriptParams<'_>) -> Result<String, R
          # Every user value below is one single-quoted word: no shell expands it.\n\
          set -euo pipefail\n\
          export {HERD_EXP_DIR}={}\n\
+         # Checkpoints go into the experiment folder; every attempt (a restart, a requeue,\n\
+         # herd submit --resume) gets the newest complete one as {HERD_RESUME_FROM}.\n\
+         export {HERD_CHECKPOINT_DIR}=\"${HERD_EXP_DIR}/checkpoints\"\n\
          # Run the code snapshot, so edits to the source after submitting change nothing.\n\
          cd -- {}\n",
         plan.mode,
@@ -386,6 +389,10 @@ mod tests {
         assert!(s.contains("cd -- '/scratch/exp/train/code'\n"), "{s}");
         assert!(
             s.contains("export HERD_EXP_DIR='/scratch/exp/train'\n"),
+            "{s}"
+        );
+        assert!(
+            s.contains("export HERD_CHECKPOINT_DIR=\"$HERD_EXP_DIR/checkpoints\"\n"),
             "{s}"
         );
         assert!(s.contains("HERD_JOB_SECRET=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \\n')\nexport HERD_JOB_SECRET\n"), "{s}");

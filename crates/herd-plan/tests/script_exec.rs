@@ -42,6 +42,7 @@ fn bed() -> Bed {
         &bin.join("srun"),
         "#!/bin/bash\nprintf '%s\\0' \"$@\" > \"$HERD_TEST_OUT/argv\"\n\
          { printf 'PWD=%s\\n' \"$PWD\"; printf 'HERD_EXP_DIR=%s\\n' \"${HERD_EXP_DIR-}\";\n\
+           printf 'HERD_CHECKPOINT_DIR=%s\\n' \"${HERD_CHECKPOINT_DIR-}\";\n\
            printf 'HERD_JOB_SECRET=%s\\n' \"${HERD_JOB_SECRET-}\";\n\
            printf 'MASTER_ADDR=%s\\n' \"${MASTER_ADDR-}\"; printf 'MASTER_PORT=%s\\n' \"${MASTER_PORT-}\"; } > \"$HERD_TEST_OUT/env\"\n",
     );
@@ -176,6 +177,11 @@ fn agent_mode_runs_the_snapshot_with_a_fresh_secret() {
     assert_eq!(ran.argv, want);
     assert_eq!(ran.env["PWD"], bed.snapshot.display().to_string());
     assert_eq!(ran.env["HERD_EXP_DIR"], bed.exp.display().to_string());
+    // The experiment's checkpoint folder, its path (with a `%`, a space and a `~`) intact.
+    assert_eq!(
+        ran.env["HERD_CHECKPOINT_DIR"],
+        bed.exp.join("checkpoints").display().to_string()
+    );
     let secret = &ran.env["HERD_JOB_SECRET"];
     assert_eq!(secret.len(), 32, "{secret:?}");
     assert!(secret.bytes().all(|b| b.is_ascii_hexdigit()), "{secret:?}");

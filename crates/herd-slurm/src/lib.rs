@@ -5,12 +5,14 @@
 //! - [`allocation`]: [`Allocation`] read from job and step variables.
 //! - [`worker`]: [`worker_env`], the variables of docs/design.md §3.
 //! - [`addr`]: a node's address that other nodes reach (never loopback).
+//! - [`checkpoint`]: the newest complete checkpoint, which a new attempt resumes from.
 //! - [`commands`]: `sbatch`, `squeue`, `scontrol`, `sinfo`, `scancel`, with timeouts and
 //!   typed errors.
 //! - [`vars`]: the names of herd's own variables (`HERD_*`).
 
 pub mod addr;
 pub mod allocation;
+pub mod checkpoint;
 pub mod commands;
 pub mod counts;
 pub mod vars;

@@ -110,6 +110,11 @@ pub struct LaunchInfo {
     pub user_omp_threads: Option<String>,
     /// SLURM job id (`HERD_JOB_ID`).
     pub job_id: Option<u64>,
+    /// `HERD_CHECKPOINT_DIR`, where the job writes its checkpoints, when set.
+    pub checkpoint_dir: Option<std::path::PathBuf>,
+    /// `HERD_RESUME_FROM`: the newest complete checkpoint there when the attempt started
+    /// ([`crate::checkpoint::newest`]); `None` leaves a value the user set alone.
+    pub resume_from: Option<std::path::PathBuf>,
 }
 
 impl LaunchInfo {
@@ -139,6 +144,15 @@ impl LaunchInfo {
         }
     }
 
+    /// The checkpoint a new attempt resumes from: the newest complete one in
+    /// [`LaunchInfo::checkpoint_dir`] now (`None` without a folder or a checkpoint).
+    pub fn newest_checkpoint(&self) -> std::io::Result<Option<std::path::PathBuf>> {
+        match &self.checkpoint_dir {
+            Some(dir) => crate::checkpoint::newest(dir),
+            None => Ok(None),
+        }
+    }
+
     /// What a node knows before any worker starts: its `gpus` (those visible) and
     /// `node_cpus`, as [`crate::Allocation`] has them or, for a node that is no SLURM
     /// task, as [`crate::Gpus::from_vars`] and [`crate::allocation::cpus_on_node`] read
@@ -162,6 +176,11 @@ impl LaunchInfo {
             node_cpus,
             user_omp_threads: vars.get("OMP_NUM_THREADS").map(str::to_owned),
             job_id,
+            checkpoint_dir: vars
+                .get(vars::HERD_CHECKPOINT_DIR)
+                .filter(|d| !d.is_empty())
+                .map(std::path::PathBuf::from),
+            resume_from: None,
         }
     }
 }
@@ -247,6 +266,12 @@ pub fn worker_env(layout: &Layout, pos: Position, info: &LaunchInfo) -> BTreeMap
     if let Some(job) = info.job_id {
         set(vars::HERD_JOB_ID, job.to_string());
     }
+    if let Some(dir) = &info.checkpoint_dir {
+        set(vars::HERD_CHECKPOINT_DIR, dir.display().to_string());
+    }
+    if let Some(from) = &info.resume_from {
+        set(vars::HERD_RESUME_FROM, from.display().to_string());
+    }
     env
 }
 
@@ -269,6 +294,44 @@ mod tests {
         // 4 GPUs do not divide among 3 workers: they share all of them.
         assert_eq!(GpuBind::PerRank.visible(&node, 2, 3), node);
         assert!(GpuBind::PerRank.visible(&[], 0, 2).is_empty());
+    }
+
+    #[test]
+    fn workers_get_the_checkpoint_folder_and_the_newest_checkpoint_in_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let vars = crate::Vars::parse(&format!("HERD_CHECKPOINT_DIR={}", dir.path().display()));
+        let gpus = crate::Gpus::from_vars(&vars).expect("no gpus");
+        let mut info = LaunchInfo::for_node(&gpus, Some(4), &vars, "run".into(), None);
+        assert_eq!(info.checkpoint_dir.as_deref(), Some(dir.path()));
+        assert_eq!(info.newest_checkpoint().expect("reads"), None);
+        std::fs::write(dir.path().join("ckpt-10.pt"), "x").expect("write");
+        info.resume_from = info.newest_checkpoint().expect("reads");
+        let layout = Layout {
+            nodes: vec!["n1".into()],
+            tasks_per_node: vec![1],
+        };
+        let pos = Position {
+            rank: 0,
+            local_rank: 0,
+            node_rank: 0,
+        };
+        let env = worker_env(&layout, pos, &info);
+        assert_eq!(
+            env[vars::HERD_CHECKPOINT_DIR],
+            dir.path().display().to_string()
+        );
+        assert_eq!(
+            env[vars::HERD_RESUME_FROM],
+            dir.path().join("ckpt-10.pt").display().to_string()
+        );
+        // Without a folder, neither is set (a HERD_RESUME_FROM of the user's stays theirs).
+        let bare =
+            LaunchInfo::for_node(&gpus, Some(4), &crate::Vars::parse(""), "run".into(), None);
+        let env = worker_env(&layout, pos, &bare);
+        assert!(
+            !env.contains_key(vars::HERD_CHECKPOINT_DIR)
+                && !env.contains_key(vars::HERD_RESUME_FROM)
+        );
     }
 
     #[test]

@@ -17,10 +17,17 @@ fn port() -> u16 {
 }
 
 /// `srun -N3 --ntasks-per-node=2 --gres=gpu:G herd exec EXTRA… -- probe.py`: every task's
-/// probe, by rank, after checking its rank, local rank, world size, port and node, and that
-/// every task got one reachable master address.
+/// probe, by rank, after checking its rank, local rank, world size, port and node, that
+/// every task got one reachable master address, and that each found the newest complete
+/// checkpoint of `HERD_CHECKPOINT_DIR` (not the newer one still being written) as
+/// `HERD_RESUME_FROM`.
 fn probe_tasks(bed: &Bed, name: &str, gpus: u32, extra: &[&str]) -> Vec<Value> {
     let dir = bed.scratch(name).expect("scratch");
+    let ckpts = dir.join("checkpoints");
+    std::fs::create_dir(&ckpts).expect("checkpoints");
+    std::fs::write(ckpts.join("step-2.pt"), "2").expect("checkpoint");
+    std::thread::sleep(Duration::from_millis(20));
+    std::fs::write(ckpts.join(".step-3.pt.tmp-1"), "3").expect("unfinished checkpoint");
     let probe = repo_root().join("crates/herd/tests/e2e/workers/probe.py");
     run_cmd(
         Command::new("srun")
@@ -37,6 +44,7 @@ fn probe_tasks(bed: &Bed, name: &str, gpus: u32, extra: &[&str]) -> Vec<Value> {
             .arg(&probe)
             .arg(&dir)
             .env("MASTER_PORT", port().to_string())
+            .env("HERD_CHECKPOINT_DIR", &ckpts)
             .current_dir(&dir),
         Duration::from_secs(120),
     )
@@ -54,6 +62,12 @@ fn probe_tasks(bed: &Bed, name: &str, gpus: u32, extra: &[&str]) -> Vec<Value> {
         assert_eq!(env["WORLD_SIZE"], "6", "{v:#}");
         assert_eq!(env["LOCAL_WORLD_SIZE"], "2", "{v:#}");
         assert_eq!(env["MASTER_PORT"], port().to_string());
+        assert_eq!(env["HERD_CHECKPOINT_DIR"], ckpts.display().to_string());
+        assert_eq!(
+            env["HERD_RESUME_FROM"],
+            ckpts.join("step-2.pt").display().to_string(),
+            "{v:#}"
+        );
         assert_eq!(v["host"], bed.nodes()[(rank / 2) as usize].as_str());
         addrs.insert(env["MASTER_ADDR"].as_str().unwrap_or_default().to_owned());
         probes.push(v);

@@ -165,6 +165,129 @@ fn existing_names_and_unknown_dependencies_are_refused_writing_nothing() {
     );
 }
 
+/// A submitted job checkpoints into its experiment's `checkpoints/` (HERD_CHECKPOINT_DIR);
+/// stopped by SIGUSR1 and queued again with `--resume`, its workers get the newest complete
+/// checkpoint as HERD_RESUME_FROM (chosen by the leader and said in the log) and the run
+/// ends with the checksum of an uninterrupted one.
+#[test]
+fn a_resumed_experiment_starts_from_its_newest_checkpoint() {
+    let bed = Bed::require();
+    let (project, exps) = project(&bed, "submit_resume_checkpoint");
+    let exp_root = exps.display().to_string();
+    let args = |name: &'static str, slow: bool| -> Vec<String> {
+        let mut a: Vec<String> = [
+            "-J",
+            name,
+            "--nodes",
+            "2",
+            "--gpus-per-node",
+            "2",
+            "--time",
+            "10",
+            "--exp-root",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        a.push(exp_root.clone());
+        a.extend(
+            [
+                "--",
+                "python",
+                "train_ddp.py",
+                "--steps",
+                "60",
+                "--log-every",
+                "5",
+                "--ckpt-every",
+                "20",
+            ]
+            .iter()
+            .map(|s| s.to_string()),
+        );
+        if slow {
+            a.extend(["--step-time".to_owned(), "0.2".to_owned()]);
+        }
+        a
+    };
+    let exp = exps.join("ckpt");
+    let first = job_id(&submit(&bed, &project, &strs(&args("ckpt", true))));
+    let rank0 = exp.join("logs/attempt-0/rank-0.out");
+    let deadline = std::time::Instant::now() + Duration::from_secs(180);
+    while !read_lossy(&rank0).contains("rank=0 step=25 ") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no step 25 in {}:\n{}",
+            rank0.display(),
+            read_lossy(&rank0)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    bed.signal(first, "USR1").expect("scancel --signal=USR1");
+    let out = wait_ok(&bed, first, &exp);
+    let stops = rank_lines(&out, "stopping");
+    assert_eq!(stops.len(), 4, "every rank stops on SIGUSR1:\n{out}");
+    let stop: u32 = stops[&0]["step"].parse().expect("step");
+    let mut ckpts: Vec<String> = std::fs::read_dir(exp.join("checkpoints"))
+        .expect("checkpoints/ of the experiment")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    ckpts.sort();
+    assert_eq!(
+        ckpts.last(),
+        Some(&format!("ckpt-{stop:09}.pt")),
+        "the stop checkpoint is the newest: {ckpts:?}"
+    );
+    assert!(ckpts.contains(&"ckpt-000000020.pt".to_owned()), "{ckpts:?}");
+
+    let again = submit(
+        &bed,
+        &project,
+        &["--resume", "ckpt", "--exp-root", &exp_root],
+    );
+    let second = job_id(&again);
+    let straight = job_id(&submit(&bed, &project, &strs(&args("straight", false))));
+    let resumed = wait_ok(&bed, second, &exp);
+    let newest = exp.join(format!("checkpoints/ckpt-{stop:09}.pt"));
+    let said = read_lossy(exp.join(format!("logs/{second}.err")));
+    assert!(
+        said.contains(&format!("attempt 0 resumes from {}", newest.display())),
+        "the leader names the checkpoint it gives the workers:\n{said}"
+    );
+    let resumes = rank_lines(&resumed, "resumed");
+    assert_eq!(resumes.len(), 4, "every rank resumes:\n{resumed}");
+    assert!(
+        resumes
+            .values()
+            .all(|f| f["from"] == newest.display().to_string() && f["step"] == stop.to_string()),
+        "{resumed}"
+    );
+    let reference = wait_ok(&bed, straight, &exps.join("straight"));
+    assert!(
+        rank_lines(&reference, "resumed").is_empty(),
+        "a new experiment starts fresh: {reference}"
+    );
+    assert_eq!(
+        checksum(&resumed, 4),
+        checksum(&reference, 4),
+        "the resumed run diverged from the uninterrupted one"
+    );
+    // The first attempt's rank logs are kept, the second's appended after them.
+    let log = read_lossy(&rank0);
+    let (before, after) = log
+        .split_once("resumed from=")
+        .expect("the resumed attempt's lines in the same rank log");
+    assert!(
+        before.contains(&format!("stopping on SIGUSR1 step={stop}")),
+        "{log}"
+    );
+    assert!(after.contains("done steps=60"), "{log}");
+}
+
+fn strs(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
 /// `herd check ARGS` from `project` on the bed.
 fn check(project: &Path, args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_herd"))
