@@ -57,6 +57,9 @@ pub struct Config {
     pub heartbeat_timeout: Duration,
     /// Candidate rendezvous ports to try.
     pub port_candidates: usize,
+    /// The experiment folder (a submitted job's `HERD_EXP_DIR`): the leader appends the
+    /// job's events to its `timeline.jsonl`.
+    pub exp_dir: Option<PathBuf>,
     /// What this node's workers are told beyond their place in the layout: the run id,
     /// `max_restarts` (also the restarts the leader allows), this node's GPUs and how they
     /// are bound, its CPUs, the user's `OMP_NUM_THREADS`, the job id. Each attempt sets
@@ -68,6 +71,24 @@ impl Config {
     /// This node's name.
     pub(crate) fn host(&self) -> &str {
         &self.node_names[self.node_rank as usize]
+    }
+
+    /// The leader's record of `event` in the experiment's timeline, when there is an
+    /// experiment; a timeline that cannot be written is said once and never stops the job.
+    pub(crate) fn record(&self, event: &str, fields: serde_json::Value) {
+        static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+        let Some(dir) = &self.exp_dir else { return };
+        if self.node_rank != 0 {
+            return;
+        }
+        if let Err(e) = herd_exp::timeline::append(dir, event, fields) {
+            if !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                say(format!(
+                    "cannot write the timeline in {}: {e}; the job goes on",
+                    dir.display()
+                ));
+            }
+        }
     }
 }
 

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use herd_rendezvous::{Leader, RendezvousError};
 use herd_slurm::Layout;
+use serde_json::json;
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::sync::mpsc;
 
@@ -138,7 +139,22 @@ pub(crate) async fn lead(
     mut rx: mpsc::UnboundedReceiver<Event>,
 ) -> Result<Outcome, AgentError> {
     let host = cfg.host().to_owned();
-    let (mut followers, layout, master_addr) = gather(&cfg, &tx).await?;
+    cfg.record(
+        "started",
+        json!({"job_id": cfg.launch.job_id, "host": host, "nodes": cfg.node_names}),
+    );
+    let (mut followers, layout, master_addr) = match gather(&cfg, &tx).await {
+        Ok(g) => g,
+        Err(e) => {
+            cfg.record("failed", json!({"attempt": 0, "cause": e.to_string()}));
+            cfg.record("finished", json!({"attempt": 0, "ok": false}));
+            return Err(e);
+        }
+    };
+    cfg.record(
+        "rendezvous",
+        json!({"world_size": layout.world_size(), "master_addr": master_addr}),
+    );
     say(format!(
         "{} workers on {} nodes, master {master_addr}",
         layout.world_size(),
@@ -162,6 +178,10 @@ pub(crate) async fn lead(
             },
         )
         .await;
+        cfg.record(
+            "attempt_started",
+            json!({"attempt": number, "master_port": port, "resume_from": resume}),
+        );
         // The first failure, and whether a restart may retry it.
         let mut failure: Option<(FailureReport, bool)> = None;
         let mut attempt =
@@ -231,6 +251,10 @@ pub(crate) async fn lead(
                 }
                 Event::Signal(sig) => match signals::action(sig) {
                     Some(Action::Terminate) => {
+                        cfg.record(
+                            "signal",
+                            json!({"attempt": number, "signal": sig.as_str(), "action": "terminate"}),
+                        );
                         a.forward(sig);
                         failure = Some((
                             FailureReport::other(number, 0, &host, cancelled(&host, sig)),
@@ -239,6 +263,10 @@ pub(crate) async fn lead(
                     }
                     Some(Action::Forward) | None => {
                         say(format!("forwarding {} to the workers", sig.as_str()));
+                        cfg.record(
+                            "signal",
+                            json!({"attempt": number, "signal": sig.as_str(), "action": "forward"}),
+                        );
                         a.forward(sig);
                     }
                 },
@@ -250,8 +278,10 @@ pub(crate) async fn lead(
             }
             broadcast(&mut followers, &Msg::Finish { ok: true }).await;
             say(format!("all {} workers finished", layout.world_size()));
+            cfg.record("finished", json!({"attempt": number, "ok": true}));
             return Ok(Outcome::Success);
         };
+        cfg.record("failed", json!({"attempt": number, "cause": report.cause}));
         // Teardown everywhere: followers first (they work in parallel), then this node.
         broadcast(&mut followers, &Msg::Teardown { attempt: number }).await;
         if let Some(a) = attempt.as_mut() {
@@ -264,6 +294,7 @@ pub(crate) async fn lead(
             cfg.kill_grace + Duration::from_secs(5),
         )
         .await;
+        cfg.record("teardown", json!({"attempt": number}));
         eprint!("{}", report.human());
         write_report(&cfg, &report);
         if retryable && number < max_restarts && followers.iter().all(|f| f.alive) {
@@ -271,9 +302,11 @@ pub(crate) async fn lead(
             say(format!(
                 "restarting all workers: attempt {number} of at most {max_restarts}"
             ));
+            cfg.record("restart", json!({"attempt": number}));
             continue;
         }
         broadcast(&mut followers, &Msg::Finish { ok: false }).await;
+        cfg.record("finished", json!({"attempt": number, "ok": false}));
         return Ok(Outcome::Failed(Some(report)));
     }
 }

@@ -1,7 +1,5 @@
 //! What went wrong, said once, precisely: the failure report.
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use serde::{Deserialize, Serialize};
 
 use crate::error_file::WorkerError;
@@ -162,50 +160,11 @@ impl FailureReport {
     }
 }
 
-/// Now as (RFC 3339 UTC with milliseconds, milliseconds since the epoch).
-pub fn now() -> (String, u64) {
-    let since = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default();
-    let ms = u64::try_from(since.as_millis()).unwrap_or(u64::MAX);
-    (rfc3339(ms), ms)
-}
-
-/// Milliseconds since the epoch as `2026-11-30T17:40:12.123Z`.
-pub fn rfc3339(unix_ms: u64) -> String {
-    let secs = (unix_ms / 1000) as i64;
-    let ms = unix_ms % 1000;
-    let days = secs.div_euclid(86_400);
-    let rem = secs.rem_euclid(86_400);
-    // Howard Hinnant's civil_from_days.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = if m <= 2 { y + 1 } else { y };
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{ms:03}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
-}
+pub use herd_exp::timeline::{now, rfc3339};
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn formats_utc_times() {
-        assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000Z");
-        assert_eq!(rfc3339(1_796_060_412_123), "2026-11-30T17:40:12.123Z");
-        assert_eq!(rfc3339(951_782_400_000), "2000-02-29T00:00:00.000Z");
-    }
 
     #[test]
     fn the_error_file_leads_the_report() {

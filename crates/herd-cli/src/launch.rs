@@ -131,6 +131,10 @@ fn base_config(
         heartbeat_timeout: seconds("heartbeat-timeout", opts.heartbeat_timeout)?
             .max(Duration::from_millis(400)),
         port_candidates: 32,
+        exp_dir: vars
+            .get(HERD_EXP_DIR)
+            .filter(|d| !d.is_empty())
+            .map(PathBuf::from),
         launch: LaunchInfo {
             max_restarts: opts.max_restarts,
             gpu_bind: opts.gpu_bind,

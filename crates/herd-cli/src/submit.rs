@@ -345,6 +345,7 @@ fn create_and_submit(checked: &Checked) -> Result<String, CliError> {
                     job_id: id.clone(),
                     source,
                 })?;
+            record_queued(exp, 1, &id);
             eprintln!(
                 "herd: submitted job {id} ({}): experiment {}",
                 plan.job_name,
@@ -360,6 +361,19 @@ fn create_and_submit(checked: &Checked) -> Result<String, CliError> {
                 source: why,
             })
         }
+    }
+}
+
+/// The `queued` event of submission `submission` in the experiment's timeline; the job is
+/// queued either way, so a timeline that cannot be written is only said.
+fn record_queued(exp: &herd_exp::Experiment, submission: u32, job_id: &str) {
+    let fields = serde_json::json!({"submission": submission, "job_id": job_id});
+    if let Err(e) = herd_exp::timeline::append(exp.dir(), "queued", fields) {
+        eprintln!(
+            "herd: warning: cannot write {}/{}: {e}",
+            exp.dir().display(),
+            herd_exp::timeline::TIMELINE_FILE
+        );
     }
 }
 
@@ -390,6 +404,7 @@ fn resume(args: &SubmitArgs, name: &str, out: &mut dyn Write) -> Result<ExitStat
             job_id: id.clone(),
             source,
         })?;
+    record_queued(&exp, attempt, &id);
     writeln!(out, "{id}")?;
     eprintln!(
         "herd: submitted job {id}: attempt {attempt} of experiment {}",

@@ -35,6 +35,7 @@
 //! | `code/` | the code snapshot: what the job runs, so edits after submit change nothing |
 //! | `manifest.json` | [`Manifest`]: resolved plan, git commit and dirty diff, argv, herd version, attempts and their job ids |
 //! | `logs/` | empty; the job's logs go here |
+//! | `timeline.jsonl` | the job's events, one JSON line each, appended as they happen ([`timeline`]) |
 //! | `checkpoints/` | empty; the job's checkpoints go here (`HERD_CHECKPOINT_DIR`) |
 //! | any [`ExtraFile`] | e.g. the rendered batch script |
 //! | `.lock` | taken while the manifest is updated (created on the first update) |
@@ -75,6 +76,7 @@ mod manifest;
 mod name;
 mod snapshot;
 mod text;
+pub mod timeline;
 
 use std::ffi::OsString;
 use std::fs;

@@ -272,6 +272,57 @@ fn a_resumed_experiment_starts_from_its_newest_checkpoint() {
         checksum(&reference, 4),
         "the resumed run diverged from the uninterrupted one"
     );
+    // The timeline tells both jobs' story, in order, from herd submit and the leader.
+    let events = herd_exp::timeline::read(&exp).expect("timeline.jsonl");
+    let names: Vec<&str> = events
+        .iter()
+        .map(|e| e["event"].as_str().unwrap_or("?"))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "queued",
+            "started",
+            "rendezvous",
+            "attempt_started",
+            "signal",
+            "finished",
+            "queued",
+            "started",
+            "rendezvous",
+            "attempt_started",
+            "finished"
+        ],
+        "{events:#?}"
+    );
+    let job = |e: &serde_json::Map<String, Value>| e["job_id"].to_string().replace('"', "");
+    assert_eq!(
+        (job(&events[0]), &events[0]["submission"]),
+        (first.to_string(), &Value::from(1))
+    );
+    assert_eq!(job(&events[1]), first.to_string());
+    assert_eq!(events[2]["world_size"], 4);
+    assert_eq!(events[3]["resume_from"], Value::Null, "{:?}", events[3]);
+    assert_eq!(
+        (&events[4]["signal"], &events[4]["action"]),
+        (&Value::from("SIGUSR1"), &Value::from("forward"))
+    );
+    assert_eq!(events[5]["ok"], true);
+    assert_eq!(
+        (job(&events[6]), &events[6]["submission"]),
+        (second.to_string(), &Value::from(2))
+    );
+    assert_eq!(job(&events[7]), second.to_string());
+    assert_eq!(
+        events[9]["resume_from"],
+        Value::from(newest.display().to_string())
+    );
+    assert_eq!(events[10]["ok"], true);
+    let times: Vec<u64> = events
+        .iter()
+        .map(|e| e["unix_ms"].as_u64().expect("unix_ms"))
+        .collect();
+    assert!(times.windows(2).all(|w| w[0] <= w[1]), "{times:?}");
     // The first attempt's rank logs are kept, the second's appended after them.
     let log = read_lossy(&rank0);
     let (before, after) = log

@@ -1,0 +1,158 @@
+//! The experiment's event timeline, `timeline.jsonl`: one JSON object a line, appended by
+//! whoever knows the moment — `herd submit` when it queues a job, the leader agent as the
+//! job runs — and never rewritten. Each line has `time` (RFC 3339, UTC, milliseconds),
+//! `unix_ms` and `event`, and the event's own fields.
+//!
+//! | event | written by | fields |
+//! |---|---|---|
+//! | `queued` | `herd submit` | `submission` (the manifest's attempt number), `job_id` |
+//! | `started` | leader | `job_id`, `host`, `nodes` |
+//! | `rendezvous` | leader | `world_size`, `master_addr` |
+//! | `attempt_started` | leader | `attempt` (restart count, from 0), `master_port`, `resume_from` |
+//! | `signal` | leader | `attempt`, `signal`, `action` (`forward` or `terminate`) |
+//! | `failed` | leader | `attempt`, `cause` (the failure report's cause line) |
+//! | `teardown` | leader | `attempt` |
+//! | `restart` | leader | `attempt` (the new one) |
+//! | `finished` | leader | `attempt`, `ok` |
+//!
+//! Each line is one `write` to a file opened with `O_APPEND`, so lines of two writers never
+//! interleave on a local file system (on NFS, appends of two clients may; here the writers
+//! of one moment are one process).
+
+use std::io::{self, Write as _};
+use std::path::Path;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde_json::{Map, Value};
+
+/// The timeline inside an experiment.
+pub const TIMELINE_FILE: &str = "timeline.jsonl";
+
+/// Appends one event with `fields` (an object; other values are left out) to
+/// `<exp_dir>/timeline.jsonl`, creating it.
+pub fn append(exp_dir: &Path, event: &str, fields: Value) -> io::Result<()> {
+    let (time, unix_ms) = now();
+    let mut line = Map::new();
+    line.insert("time".into(), time.into());
+    line.insert("unix_ms".into(), unix_ms.into());
+    line.insert("event".into(), event.into());
+    if let Value::Object(fields) = fields {
+        line.extend(fields);
+    }
+    let mut text = serde_json::to_string(&Value::Object(line)).map_err(io::Error::other)?;
+    text.push('\n');
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(exp_dir.join(TIMELINE_FILE))?
+        .write_all(text.as_bytes())
+}
+
+/// Every event of `<exp_dir>/timeline.jsonl` (none when it does not exist); a line that is
+/// not a JSON object is an error naming it.
+pub fn read(exp_dir: &Path) -> io::Result<Vec<Map<String, Value>>> {
+    let text = match std::fs::read_to_string(exp_dir.join(TIMELINE_FILE)) {
+        Ok(t) => t,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .map(|(i, l)| {
+            serde_json::from_str(l).map_err(|e| {
+                io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("{TIMELINE_FILE} line {}: {e}", i + 1),
+                )
+            })
+        })
+        .collect()
+}
+
+/// Now as (RFC 3339 UTC with milliseconds, milliseconds since the epoch).
+pub fn now() -> (String, u64) {
+    let since = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    let ms = u64::try_from(since.as_millis()).unwrap_or(u64::MAX);
+    (rfc3339(ms), ms)
+}
+
+/// Milliseconds since the epoch as `2026-11-30T17:40:12.123Z`.
+pub fn rfc3339(unix_ms: u64) -> String {
+    let secs = (unix_ms / 1000) as i64;
+    let ms = unix_ms % 1000;
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = if m <= 2 { y + 1 } else { y };
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{ms:03}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_utc_times() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(rfc3339(1_796_060_412_123), "2026-11-30T17:40:12.123Z");
+        assert_eq!(rfc3339(951_782_400_000), "2000-02-29T00:00:00.000Z");
+    }
+
+    #[test]
+    fn events_are_appended_whole_and_read_back_in_order() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        assert!(read(dir.path()).expect("no file yet").is_empty());
+        std::thread::scope(|s| {
+            for t in 0..4 {
+                let dir = dir.path();
+                s.spawn(move || {
+                    for i in 0..50 {
+                        append(
+                            dir,
+                            "tick",
+                            serde_json::json!({"thread": t, "i": i, "pad": "x".repeat(300)}),
+                        )
+                        .expect("append");
+                    }
+                });
+            }
+        });
+        let events = read(dir.path()).expect("reads");
+        assert_eq!(events.len(), 200, "every line whole");
+        for t in 0..4 {
+            let mine: Vec<u64> = events
+                .iter()
+                .filter(|e| e["thread"] == t)
+                .map(|e| e["i"].as_u64().expect("i"))
+                .collect();
+            assert_eq!(mine, (0..50).collect::<Vec<_>>(), "thread {t} in order");
+        }
+        assert!(events
+            .iter()
+            .all(|e| e["event"] == "tick" && e["time"].as_str().is_some_and(|t| t.ends_with('Z'))));
+        std::fs::write(
+            dir.path().join(TIMELINE_FILE),
+            "{\"event\":\"a\"}\nnot json\n",
+        )
+        .expect("write");
+        let err = read(dir.path()).expect_err("line 2");
+        assert!(err.to_string().contains("line 2"), "{err}");
+    }
+}
