@@ -83,7 +83,10 @@ class Runtime:
             assert dist.get_rank() == self.rank and dist.get_world_size() == self.world_size
 
     def log(self, msg: str) -> None:
-        print(f"rank={self.rank} {msg}", flush=True)
+        # One write(2) per line: ranks that share a stdout file (torchrun mode, srun without
+        # --label) never glue their lines together, as print's two writes could.
+        sys.stdout.flush()
+        os.write(sys.stdout.fileno(), f"rank={self.rank} {msg}\n".encode())
 
     def all_max(self, value: int) -> int:
         if not self.distributed:
