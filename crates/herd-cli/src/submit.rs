@@ -85,6 +85,14 @@ fn partitions() -> Option<Vec<herd_plan::Partition>> {
     Some(parts)
 }
 
+/// An `after` entry `NAME|ID[:ok|any|notok]` as (target, kind); the kind defaults to `ok`.
+fn split_after(entry: &str) -> (&str, &str) {
+    match entry.rsplit_once(':') {
+        Some((t, k @ ("ok" | "any" | "notok"))) => (t, k),
+        _ => (entry, "ok"),
+    }
+}
+
 /// Resolve `after` entries (`NAME|ID[:ok|any|notok]`) into sbatch's `--dependency`, with one
 /// squeue query. A name that matches no job or several is a finding listing the candidates.
 pub fn dependency(after: &[String]) -> Result<Option<String>, Vec<String>> {
@@ -92,12 +100,9 @@ pub fn dependency(after: &[String]) -> Result<Option<String>, Vec<String>> {
         return Ok(None);
     }
     let is_id = |t: &str| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit());
-    let target_of = |entry: &str| match entry.rsplit_once(':') {
-        Some((t, "ok" | "any" | "notok")) => t.to_owned(),
-        _ => entry.to_owned(),
-    };
+    let entries: Vec<(&str, &str)> = after.iter().map(|e| split_after(e)).collect();
     // One squeue query, and only when a job is named rather than given by id.
-    let jobs = if after.iter().all(|e| is_id(&target_of(e))) {
+    let jobs = if entries.iter().all(|(t, _)| is_id(t)) {
         Vec::new()
     } else {
         match herd_slurm::commands::my_jobs() {
@@ -112,11 +117,7 @@ pub fn dependency(after: &[String]) -> Result<Option<String>, Vec<String>> {
     };
     let mut problems = Vec::new();
     let mut by_kind: Vec<(&str, Vec<String>)> = Vec::new();
-    for entry in after {
-        let (target, kind) = match entry.rsplit_once(':') {
-            Some((t, k @ ("ok" | "any" | "notok"))) => (t, k),
-            _ => (entry.as_str(), "ok"),
-        };
+    for (entry, &(target, kind)) in after.iter().zip(&entries) {
         let ids: Vec<String> = if is_id(target) {
             vec![target.to_owned()]
         } else {
