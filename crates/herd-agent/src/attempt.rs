@@ -6,7 +6,7 @@ use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use herd_slurm::vars::HERD_LOG_DIR;
+use herd_slurm::vars::{HERD_HEARTBEAT_FILE, HERD_LOG_DIR};
 use herd_slurm::{worker_env, LaunchInfo, Layout, Position};
 use nix::sys::signal::Signal;
 use tokio::sync::mpsc;
@@ -14,8 +14,9 @@ use tokio::sync::mpsc;
 use crate::agent::{Config, Event};
 use crate::error_file::{error_file_path, WorkerError};
 use crate::procs;
+use crate::protocol::{RankProgress, RankStack};
 use crate::report::{Exit, FailureReport};
-use crate::workers::{spawn, OutputConfig, OutputSink, Running, WorkerSpec};
+use crate::workers::{spawn, unix_ms, OutputConfig, OutputSink, Running, WorkerSpec};
 
 /// This node's running attempt.
 pub(crate) struct Attempt {
@@ -34,7 +35,7 @@ impl Attempt {
     /// [`Event::WorkerExited`]. A worker that cannot start fails the attempt.
     pub(crate) async fn start(
         cfg: &Config,
-        number: u32,
+        (number, restarts): (u32, u32),
         layout: &Layout,
         master: (&str, u16),
         resume_from: Option<String>,
@@ -52,7 +53,8 @@ impl Attempt {
         let info = LaunchInfo {
             master_addr: master.0.to_owned(),
             master_port: Some(master.1),
-            restart_count: number,
+            restart_count: restarts,
+            attempt: number,
             resume_from: resume_from.map(PathBuf::from),
             ..cfg.launch.clone()
         };
@@ -73,6 +75,10 @@ impl Attempt {
             };
             let mut env = worker_env(layout, pos, &info);
             env.insert(HERD_LOG_DIR.into(), dir.display().to_string());
+            env.insert(
+                HERD_HEARTBEAT_FILE.into(),
+                heartbeat_path(&dir, pos.rank).display().to_string(),
+            );
             // torch's @record writes the exception here, as under torchrun; a file left by
             // an earlier run with the same log folder must not be taken for this one's.
             let error_file = error_file_path(&dir, pos.rank);
@@ -166,6 +172,76 @@ impl Attempt {
         ))
     }
 
+    /// How long each running rank has made no progress: no output line and no touch of
+    /// its heartbeat file.
+    pub(crate) fn progress(&self) -> Vec<RankProgress> {
+        let now = unix_ms();
+        let mut out: Vec<RankProgress> = self
+            .running
+            .values()
+            .map(|w| {
+                let output = w.last_output_ms.load(std::sync::atomic::Ordering::Relaxed);
+                let beat = std::fs::metadata(heartbeat_path(&self.dir, w.rank))
+                    .and_then(|m| m.modified())
+                    .ok()
+                    .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                    .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(0));
+                RankProgress {
+                    rank: w.rank,
+                    pid: w.pid,
+                    silent_ms: now.saturating_sub(output.max(beat).max(w.started_ms)),
+                }
+            })
+            .collect();
+        out.sort_by_key(|p| p.rank);
+        out
+    }
+
+    /// Whether any of this node's workers has written a line yet.
+    pub(crate) fn has_output(&self) -> bool {
+        self.running
+            .values()
+            .any(|w| w.last_output_ms.load(std::sync::atomic::Ordering::Relaxed) > 0)
+    }
+
+    /// Every running rank's Python stack, by `py-spy dump` when it is installed (on PATH
+    /// or beside the worker command), each within 10 s.
+    pub(crate) async fn stacks(&self, cfg: &Config) -> Vec<RankStack> {
+        let py_spy = find_py_spy(cfg.argv.first().map(PathBuf::from));
+        let mut ranks: Vec<(u32, i32)> = self.running.values().map(|w| (w.rank, w.pid)).collect();
+        ranks.sort_unstable();
+        // One task per rank, so the dumps run at the same time; collected in rank order.
+        let dumps: Vec<_> = ranks
+            .iter()
+            .map(|&(rank, pid)| {
+                let py_spy = py_spy.clone();
+                let host = cfg.host().to_owned();
+                tokio::spawn(async move {
+                    let stack = match py_spy {
+                        None => "no stack: py-spy is not installed (pip install py-spy)".to_owned(),
+                        Some(tool) => dump_stack(&tool, pid).await,
+                    };
+                    RankStack {
+                        rank,
+                        host,
+                        pid,
+                        stack,
+                    }
+                })
+            })
+            .collect();
+        let mut out = Vec::with_capacity(dumps.len());
+        for (d, &(rank, pid)) in dumps.into_iter().zip(&ranks) {
+            out.push(d.await.unwrap_or_else(|e| RankStack {
+                rank,
+                host: cfg.host().to_owned(),
+                pid,
+                stack: format!("no stack: {e}"),
+            }));
+        }
+        out
+    }
+
     /// Pass `sig` on to the workers' process groups.
     pub(crate) fn forward(&self, sig: Signal) {
         procs::forward(&self.groups, sig);
@@ -188,5 +264,50 @@ impl Attempt {
         if let Some(sink) = self.sink.take() {
             let _ = tokio::time::timeout(Duration::from_secs(5), sink.finish()).await;
         }
+    }
+}
+
+/// `DIR/rank-R.heartbeat`: the file rank R may touch to show progress.
+pub(crate) fn heartbeat_path(dir: &std::path::Path, rank: u32) -> PathBuf {
+    dir.join(format!("rank-{rank}.heartbeat"))
+}
+
+/// `py-spy` on PATH, else beside the worker command (a venv's `bin/`).
+fn find_py_spy(command: Option<PathBuf>) -> Option<PathBuf> {
+    let on_path = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|d| d.join("py-spy"))
+            .find(|p| p.is_file())
+    });
+    on_path.or_else(|| {
+        let cmd = command?;
+        let resolved = if cmd.components().count() > 1 {
+            cmd
+        } else {
+            std::env::split_paths(&std::env::var_os("PATH")?)
+                .map(|d| d.join(&cmd))
+                .find(|p| p.is_file())?
+        };
+        let beside = resolved.parent()?.join("py-spy");
+        beside.is_file().then_some(beside)
+    })
+}
+
+/// `py-spy dump --pid PID` (non-blocking: the process is not paused), within 10 s.
+async fn dump_stack(tool: &std::path::Path, pid: i32) -> String {
+    let run = tokio::process::Command::new(tool)
+        .args(["dump", "--nonblocking", "--pid", &pid.to_string()])
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    match tokio::time::timeout(Duration::from_secs(10), run).await {
+        Ok(Ok(out)) if out.status.success() => String::from_utf8_lossy(&out.stdout).into_owned(),
+        Ok(Ok(out)) => format!(
+            "no stack: py-spy dump failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ),
+        Ok(Err(e)) => format!("no stack: cannot run {}: {e}", tool.display()),
+        Err(_) => "no stack: py-spy dump did not answer within 10 s".to_owned(),
     }
 }

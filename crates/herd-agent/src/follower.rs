@@ -2,8 +2,11 @@
 //! reports its workers' failures and completion, tears down when told (or when the leader
 //! is lost) and ends when the leader says the job is over.
 
+use std::time::Duration;
+
 use herd_rendezvous::NodeInfo;
 use herd_slurm::Layout;
+use nix::sys::signal::Signal;
 use tokio::sync::mpsc;
 
 use crate::agent::{cancelled, say, AgentError, Config, Event, Outcome};
@@ -36,12 +39,36 @@ pub(crate) async fn follow(
     let (r, mut w) = link.into_split();
     read_peer(r, 0, cfg.heartbeat_timeout, true, tx.clone());
     let mut heartbeat = tokio::time::interval(cfg.heartbeat_timeout / 4);
+    let mut watchdog = tokio::time::interval(Duration::from_secs(1));
     let mut attempt: Option<Attempt> = None;
     // Once this node has failed or been told to stop, only the leader's word moves on.
     let mut stopped = false;
+    // The leader asked the workers to checkpoint and stop: their exits are expected.
+    let mut stopping = false;
+    // This agent got SIGTERM/SIGINT/SIGHUP and told the leader; if the leader says nothing
+    // by then, this node ends its workers by itself.
+    let mut on_my_own: Option<tokio::time::Instant> = None;
     loop {
+        let far = tokio::time::Instant::now() + Duration::from_secs(86_400 * 365);
         let event = tokio::select! {
             e = rx.recv() => e,
+            _ = tokio::time::sleep_until(on_my_own.unwrap_or(far)) => {
+                let n = attempt.as_ref().map_or(0, |a| a.number);
+                if let Some(a) = attempt.as_mut() { a.teardown(cfg.kill_grace).await; }
+                say(format!("node {} ({host}): no word from the leader after the signal: tore down this node's workers", cfg.node_rank));
+                let report = FailureReport::other(n, cfg.node_rank, &host, format!("the agent on {host} was signalled and the leader did not answer"));
+                let _ = send(&mut w, &Msg::Failed { report }).await;
+                return Ok(Outcome::Failed(None));
+            }
+            _ = watchdog.tick(), if cfg.keep.hang_timeout.is_some() => {
+                if let Some(a) = attempt.as_ref().filter(|_| !stopped) {
+                    let ranks = a.progress();
+                    if send(&mut w, &Msg::Progress { attempt: a.number, ranks }).await.is_err() {
+                        continue;
+                    }
+                }
+                continue;
+            }
             _ = heartbeat.tick() => {
                 if send(&mut w, &Msg::Heartbeat).await.is_err() {
                     if let Some(a) = attempt.as_mut() { a.teardown(cfg.kill_grace).await; }
@@ -62,6 +89,7 @@ pub(crate) async fn follow(
                         master_addr,
                         master_port,
                         tasks_per_node,
+                        restarts,
                         resume_from,
                     }),
                 ..
@@ -79,9 +107,10 @@ pub(crate) async fn follow(
                     ));
                 }
                 stopped = false;
+                stopping = false;
                 match Attempt::start(
                     &cfg,
-                    n,
+                    (n, restarts),
                     &layout,
                     (&master_addr, master_port),
                     resume_from,
@@ -98,9 +127,35 @@ pub(crate) async fn follow(
                 }
             }
             Event::Peer {
+                msg: Some(Msg::Stop { attempt: n, signal }),
+                ..
+            } => {
+                let Some(a) = attempt.as_ref().filter(|a| a.number == n) else {
+                    continue;
+                };
+                stopping = true;
+                if let Ok(sig) = signal.parse::<Signal>() {
+                    a.forward(sig);
+                }
+                if a.running.is_empty() && !stopped {
+                    stopped = true;
+                    let _ = send(&mut w, &Msg::NodeDone { attempt: n }).await;
+                }
+            }
+            Event::Peer {
+                msg: Some(Msg::Dump { attempt: n }),
+                ..
+            } => {
+                if let Some(a) = attempt.as_ref().filter(|a| a.number == n) {
+                    let stacks = a.stacks(&cfg).await;
+                    let _ = send(&mut w, &Msg::Stacks { attempt: n, stacks }).await;
+                }
+            }
+            Event::Peer {
                 msg: Some(Msg::Teardown { attempt: n }),
                 ..
             } => {
+                on_my_own = None;
                 if let Some(a) = attempt.as_mut() {
                     a.teardown(cfg.kill_grace).await;
                 }
@@ -143,6 +198,16 @@ pub(crate) async fn follow(
                 let Some(a) = attempt.as_mut().filter(|a| a.number == n && !stopped) else {
                     continue;
                 };
+                if stopping {
+                    // Stopped as asked (whatever the status): done once all are gone.
+                    let _ = a.exited(&cfg, rank, status).await;
+                    if a.running.is_empty() {
+                        stopped = true;
+                        a.finish_output().await;
+                        let _ = send(&mut w, &Msg::NodeDone { attempt: n }).await;
+                    }
+                    continue;
+                }
                 if let Some(report) = a.exited(&cfg, rank, status).await {
                     stopped = true;
                     // Tell the leader first (it starts every other node's teardown), then
@@ -157,19 +222,39 @@ pub(crate) async fn follow(
             }
             Event::Signal(sig) => match signals::action(sig) {
                 Some(Action::Terminate) => {
-                    let n = attempt.as_ref().map_or(0, |a| a.number);
+                    // The leader decides (a cancel, a preemption, the time limit: the same
+                    // signal reaches every agent of the job); alone after the stop's grace.
+                    let told = send(
+                        &mut w,
+                        &Msg::Signalled {
+                            signal: sig.as_str().to_owned(),
+                        },
+                    )
+                    .await;
+                    if told.is_ok() {
+                        if on_my_own.is_none() {
+                            on_my_own = Some(
+                                tokio::time::Instant::now()
+                                    + cfg.keep.stop_grace
+                                    + cfg.kill_grace
+                                    + Duration::from_secs(10),
+                            );
+                        }
+                        continue;
+                    }
                     if let Some(a) = attempt.as_mut() {
                         a.forward(sig);
                         a.teardown(cfg.kill_grace).await;
                     }
-                    if !stopped {
-                        stopped = true;
-                        let report =
-                            FailureReport::other(n, cfg.node_rank, &host, cancelled(&host, sig));
-                        let _ = send(&mut w, &Msg::Failed { report }).await;
-                        let _ = send(&mut w, &Msg::TornDown { attempt: n }).await;
-                    }
+                    say(format!(
+                        "node {} ({host}): {}; the leader cannot be told: tore down this node's workers",
+                        cfg.node_rank,
+                        cancelled(&host, sig)
+                    ));
+                    return Ok(Outcome::Failed(None));
                 }
+                // The leader gets the same SIGCONT from SLURM and asks the scheduler.
+                Some(Action::Notice) => {}
                 Some(Action::Forward) | None => {
                     if let Some(a) = attempt.as_ref() {
                         a.forward(sig);

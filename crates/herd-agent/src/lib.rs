@@ -26,6 +26,8 @@ pub mod report;
 pub mod signals;
 pub mod workers;
 
-pub use agent::{run, AgentError, Config, Outcome};
+pub use agent::{run, AgentError, Config, KeepAlive, OnHang, Outcome};
 pub use error_file::WorkerError;
+/// Signals as the agent names them (`--stop-signal`).
+pub use nix::sys::signal::Signal;
 pub use report::{Exit, FailureReport};

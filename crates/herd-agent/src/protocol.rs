@@ -23,6 +23,9 @@ pub(crate) enum Msg {
         master_addr: String,
         master_port: u16,
         tasks_per_node: Vec<u32>,
+        /// Restarts inside this allocation before this attempt (`TORCHELASTIC_RESTART_COUNT`).
+        #[serde(default)]
+        restarts: u32,
         /// `HERD_RESUME_FROM` for every worker of this attempt, decided once by the leader.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         resume_from: Option<String>,
@@ -37,9 +40,42 @@ pub(crate) enum Msg {
     TornDown { attempt: u32 },
     /// Leader → followers: the job is over.
     Finish { ok: bool },
+    /// Leader → followers: ask every worker of attempt `attempt` to checkpoint and stop,
+    /// with `signal` (`SIGUSR1`); from now on their exits, whatever the status, are the
+    /// stop, not a failure.
+    Stop { attempt: u32, signal: String },
+    /// Follower → leader: this agent received `signal` (SIGTERM, SIGINT or SIGHUP); the
+    /// leader decides what it means for the job (a cancel, a preemption, the time limit).
+    Signalled { signal: String },
+    /// Follower → leader, every second while the hang watchdog is on: how long each of
+    /// its ranks has made no progress.
+    Progress {
+        attempt: u32,
+        ranks: Vec<RankProgress>,
+    },
+    /// Leader → followers: collect every rank's Python stack (the job hangs).
+    Dump { attempt: u32 },
+    /// Follower → leader: its ranks' stacks.
+    Stacks {
+        attempt: u32,
+        stacks: Vec<RankStack>,
+    },
     /// Either way, so silence means a lost peer.
     Heartbeat,
 }
+
+/// How long one rank has made no progress (no output line, no heartbeat).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RankProgress {
+    /// Global rank.
+    pub rank: u32,
+    /// Its pid on its node.
+    pub pid: i32,
+    /// Milliseconds since its last progress, on its node's clock.
+    pub silent_ms: u64,
+}
+
+pub use crate::report::RankStack;
 
 /// Send one message.
 pub(crate) async fn send<W: AsyncWriteExt + Unpin>(
@@ -109,11 +145,12 @@ mod tests {
             master_addr: "10.0.0.1".into(),
             master_port: 29500,
             tasks_per_node: vec![2, 2],
+            restarts: 1,
             resume_from: None,
         };
         assert_eq!(
             serde_json::to_string(&start).expect("encodes"),
-            r#"{"type":"start","attempt":1,"master_addr":"10.0.0.1","master_port":29500,"tasks_per_node":[2,2]}"#
+            r#"{"type":"start","attempt":1,"master_addr":"10.0.0.1","master_port":29500,"tasks_per_node":[2,2],"restarts":1}"#
         );
         assert_eq!(
             serde_json::to_string(&Msg::TornDown { attempt: 3 }).expect("encodes"),

@@ -57,6 +57,19 @@ pub fn signal_name(sig: i32) -> String {
         .unwrap_or_else(|_| format!("signal {sig}"))
 }
 
+/// One rank's Python stack, as `py-spy dump` printed it (or why there is none).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RankStack {
+    /// Global rank.
+    pub rank: u32,
+    /// Its node's host name.
+    pub host: String,
+    /// Its pid there.
+    pub pid: i32,
+    /// `py-spy dump`'s output, or the reason it could not run.
+    pub stack: String,
+}
+
 /// The first failure of an attempt.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FailureReport {
@@ -79,6 +92,9 @@ pub struct FailureReport {
     pub error: Option<Box<WorkerError>>,
     /// The last lines of its stderr.
     pub stderr_tail: Vec<String>,
+    /// Every rank's Python stack when the job hung (`py-spy dump`), in rank order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stacks: Vec<RankStack>,
     /// When (UTC, RFC 3339 with milliseconds).
     pub time: String,
     /// When, as milliseconds since the Unix epoch.
@@ -111,6 +127,7 @@ impl FailureReport {
             exit: Some(exit),
             error: error.map(Box::new),
             stderr_tail,
+            stacks: Vec::new(),
             time,
             unix_ms,
         }
@@ -129,6 +146,7 @@ impl FailureReport {
             exit: None,
             error: None,
             stderr_tail: Vec::new(),
+            stacks: Vec::new(),
             time,
             unix_ms,
         }
@@ -154,6 +172,17 @@ impl FailureReport {
                     s.push_str(line);
                     s.push('\n');
                 }
+            }
+        }
+        for st in &self.stacks {
+            s.push_str(&format!(
+                "herd: stack of rank {} (pid {} on {}):\n",
+                st.rank, st.pid, st.host
+            ));
+            for line in st.stack.lines() {
+                s.push_str("  | ");
+                s.push_str(line);
+                s.push('\n');
             }
         }
         s

@@ -12,6 +12,14 @@
 //!   herd leaves SIGHUP ignored when it was ignored at start (`nohup herd run …`), so the
 //!   job outlives the session as it did before herd handled SIGHUP.
 //!
+//! - SIGCONT (which SLURM sends before every signal it sends a job, and which herd's batch
+//!   script asks for as the job's `--signal`, so that a preemption or a time limit is
+//!   announced by a signal no process can die of): [`Action::Notice`], the leader asks the
+//!   scheduler what is happening; the workers are not signalled.
+//!
+//! What a signal means for the job (the user's own, a preemption, the time limit) is the
+//! leader's decision, from the scheduler's facts (`herd_slurm::lifecycle`).
+//!
 //! Every other signal keeps its default action.
 
 use nix::sys::signal::{kill, Signal};
@@ -26,15 +34,18 @@ pub enum Action {
     Forward,
     /// End the job: pass it on to the workers, tear everything down, exit 1.
     Terminate,
+    /// Something may be happening to the job: ask the scheduler; signal no worker.
+    Notice,
 }
 
 /// Every signal herd handles, in the order they are listed in the docs.
-pub const HANDLED: [Signal; 5] = [
+pub const HANDLED: [Signal; 6] = [
     Signal::SIGTERM,
     Signal::SIGINT,
     Signal::SIGHUP,
     Signal::SIGUSR1,
     Signal::SIGUSR2,
+    Signal::SIGCONT,
 ];
 
 /// What `sig` asks of an agent; `None` for a signal herd leaves to its default action.
@@ -42,6 +53,7 @@ pub fn action(sig: Signal) -> Option<Action> {
     match sig {
         Signal::SIGTERM | Signal::SIGINT | Signal::SIGHUP => Some(Action::Terminate),
         Signal::SIGUSR1 | Signal::SIGUSR2 => Some(Action::Forward),
+        Signal::SIGCONT => Some(Action::Notice),
         _ => None,
     }
 }
@@ -150,6 +162,7 @@ mod tests {
     fn usr_signals_are_forwarded_and_others_left_alone() {
         assert_eq!(action(Signal::SIGUSR1), Some(Action::Forward));
         assert_eq!(action(Signal::SIGUSR2), Some(Action::Forward));
+        assert_eq!(action(Signal::SIGCONT), Some(Action::Notice));
         assert_eq!(action(Signal::SIGQUIT), None);
         assert_eq!(action(Signal::SIGCHLD), None);
         for sig in HANDLED {

@@ -10,6 +10,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::ffi::OsString;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
@@ -54,6 +55,18 @@ pub struct Running {
     pub stderr_tail: Arc<Mutex<VecDeque<String>>>,
     /// Resolves when its stderr has reached end of file.
     pub stderr_closed: Option<oneshot::Receiver<()>>,
+    /// When it last wrote a line (stdout or stderr), milliseconds since the Unix epoch; 0
+    /// until its first. The hang watchdog's measure of progress.
+    pub last_output_ms: Arc<AtomicU64>,
+    /// When it started, milliseconds since the Unix epoch.
+    pub started_ms: u64,
+}
+
+/// Milliseconds since the Unix epoch, now.
+pub fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// Where output goes.
@@ -144,6 +157,7 @@ async fn carry(
     stream: Stream,
     tx: mpsc::Sender<OutLine>,
     tail: Option<Arc<Mutex<VecDeque<String>>>>,
+    last_output_ms: Arc<AtomicU64>,
 ) {
     let mut reader = BufReader::with_capacity(1 << 16, pipe);
     loop {
@@ -160,6 +174,7 @@ async fn carry(
         if n == 0 {
             break;
         }
+        last_output_ms.store(unix_ms(), Ordering::Relaxed);
         if !buf.ends_with(b"\n") {
             buf.push(b'\n');
         }
@@ -235,15 +250,25 @@ pub fn spawn(
     let pid = child.id().map(|p| p as i32).unwrap_or(-1);
     let tail = Arc::new(Mutex::new(VecDeque::with_capacity(TAIL_LINES)));
     let (closed_tx, closed_rx) = oneshot::channel();
+    let last_output_ms = Arc::new(AtomicU64::new(0));
+    let started_ms = unix_ms();
     if let Some(out) = child.stdout.take() {
-        tokio::spawn(carry(out, spec.rank, Stream::Out, sink.sender(), None));
+        tokio::spawn(carry(
+            out,
+            spec.rank,
+            Stream::Out,
+            sink.sender(),
+            None,
+            last_output_ms.clone(),
+        ));
     }
     if let Some(err) = child.stderr.take() {
         let tx = sink.sender();
         let t = tail.clone();
         let rank = spec.rank;
+        let last = last_output_ms.clone();
         tokio::spawn(async move {
-            carry(err, rank, Stream::Err, tx, Some(t)).await;
+            carry(err, rank, Stream::Err, tx, Some(t), last).await;
             let _ = closed_tx.send(());
         });
     }
@@ -254,6 +279,8 @@ pub fn spawn(
             pid,
             stderr_tail: tail,
             stderr_closed: Some(closed_rx),
+            last_output_ms,
+            started_ms,
         },
         child,
     ))

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use clap::Args;
 use herd_agent::signals::Forwarder;
-use herd_agent::{Config, Outcome};
+use herd_agent::Signal;
+use herd_agent::{Config, KeepAlive, OnHang, Outcome};
 use herd_rendezvous::JobKey;
 use herd_slurm::vars::{HERD_EXP_DIR, HERD_JOB_SECRET};
 use herd_slurm::{addr, Allocation, AllocationError, GpuBind, Gpus, LaunchInfo, Vars};
@@ -40,9 +41,32 @@ pub struct LaunchOptions {
     /// Seconds the nodes may take to find each other.
     #[arg(long, default_value_t = 300.0, value_name = "SECONDS")]
     pub rendezvous_timeout: f64,
-    /// Seconds of silence after which another node's agent counts as lost.
-    #[arg(long, default_value_t = 30.0, value_name = "SECONDS")]
+    /// Seconds of silence after which another node's agent counts as lost (a crashed or
+    /// frozen node ends the attempt this long after it stopped answering).
+    #[arg(long, default_value_t = 10.0, value_name = "SECONDS")]
     pub heartbeat_timeout: f64,
+    /// In a SLURM job with a time limit: stop the workers this many seconds before it (ask
+    /// them to checkpoint, then requeue within --max-requeues); 0: no warning of herd's own.
+    #[arg(long, default_value_t = 0.0, value_name = "SECONDS")]
+    pub warn_before: f64,
+    /// The signal that asks every worker to checkpoint and exit (time limit, preemption).
+    #[arg(long, default_value = "USR1", value_name = "SIGNAL", value_parser = stop_signal)]
+    pub stop_signal: Signal,
+    /// Seconds the workers have after the stop signal before they are torn down.
+    #[arg(long, default_value_t = 60.0, value_name = "SECONDS")]
+    pub stop_grace: f64,
+    /// Requeues of the job allowed for each cause: time limits, preemptions and node
+    /// failures are counted apart (needs a requeueable job: `sbatch --requeue`).
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub max_requeues: u32,
+    /// Seconds without progress of any rank (no output line, no touch of
+    /// $HERD_HEARTBEAT_FILE) that make a hang: herd names the rank that went silent first
+    /// and dumps every rank's stack with py-spy; 0: no watchdog.
+    #[arg(long, default_value_t = 0.0, value_name = "SECONDS")]
+    pub hang_timeout: f64,
+    /// What a hang does: `fail` the job or `restart` its workers (within --max-restarts).
+    #[arg(long, default_value = "fail", value_name = "fail|restart")]
+    pub on_hang: OnHang,
     /// The worker command and its arguments (after `--`), passed as they are, never
     /// through a shell.
     #[arg(required = true, last = true, value_name = "CMD")]
@@ -84,6 +108,28 @@ fn seconds(name: &str, v: f64) -> Result<Duration, CliError> {
             "--{name} must be a number of seconds ≥ 0, not {v}"
         )))
     }
+}
+
+/// `USR1`, `SIGUSR1` or a number: a signal the workers can be stopped with.
+fn stop_signal(s: &str) -> Result<Signal, String> {
+    let named = if s.starts_with("SIG") {
+        s.to_owned()
+    } else {
+        format!("SIG{s}")
+    };
+    let sig = match s.parse::<i32>() {
+        Ok(n) => Signal::try_from(n).map_err(|_| format!("{n} is not a signal number"))?,
+        Err(_) => named
+            .parse::<Signal>()
+            .map_err(|_| format!("`{s}` is not a signal name (USR1, USR2, TERM, INT, …)"))?,
+    };
+    if matches!(sig, Signal::SIGKILL | Signal::SIGSTOP) {
+        return Err(format!(
+            "{} cannot be handled, so no worker can checkpoint on it",
+            sig.as_str()
+        ));
+    }
+    Ok(sig)
 }
 
 fn secret(vars: &Vars) -> Option<Vec<u8>> {
@@ -131,6 +177,15 @@ fn base_config(
         heartbeat_timeout: seconds("heartbeat-timeout", opts.heartbeat_timeout)?
             .max(Duration::from_millis(400)),
         port_candidates: 32,
+        keep: KeepAlive {
+            warn_before: seconds("warn-before", opts.warn_before)?,
+            stop_signal: opts.stop_signal,
+            stop_grace: seconds("stop-grace", opts.stop_grace)?,
+            max_requeues: opts.max_requeues,
+            hang_timeout: Some(seconds("hang-timeout", opts.hang_timeout)?)
+                .filter(|t| !t.is_zero()),
+            on_hang: opts.on_hang,
+        },
         exp_dir: vars
             .get(HERD_EXP_DIR)
             .filter(|d| !d.is_empty())
@@ -152,6 +207,8 @@ fn run_agent(cfg: Config) -> Result<ExitStatus, CliError> {
         Outcome::Success => Ok(ExitStatus::Success),
         // The agent has reported the failure.
         Outcome::Failed(_) => Ok(ExitStatus::Failure),
+        // Requeued: the job runs again; this run ended as it should.
+        Outcome::Requeued(_) => Ok(ExitStatus::Success),
     }
 }
 
@@ -249,6 +306,18 @@ pub fn run(args: RunArgs) -> Result<ExitStatus, CliError> {
         o.rendezvous_timeout.to_string().into(),
         "--heartbeat-timeout".into(),
         o.heartbeat_timeout.to_string().into(),
+        "--warn-before".into(),
+        o.warn_before.to_string().into(),
+        "--stop-signal".into(),
+        o.stop_signal.as_str().into(),
+        "--stop-grace".into(),
+        o.stop_grace.to_string().into(),
+        "--max-requeues".into(),
+        o.max_requeues.to_string().into(),
+        "--hang-timeout".into(),
+        o.hang_timeout.to_string().into(),
+        "--on-hang".into(),
+        o.on_hang.to_string().into(),
     ]);
     if o.label {
         forwarded.push("--label".into());

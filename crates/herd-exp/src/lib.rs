@@ -84,7 +84,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 
-pub use manifest::{Attempt, GitState, Manifest, Project, SnapshotSummary, MANIFEST_FORMAT};
+pub use manifest::{Attempt, GitState, Manifest, Project, Run, SnapshotSummary, MANIFEST_FORMAT};
 pub use name::{validate_name, NameError, NameProblem, MAX_NAME_BYTES};
 pub use snapshot::{SnapshotOptions, SnapshotReport, ALWAYS_EXCLUDED, RACY_SECS};
 pub use text::{BadEscape, LosslessText};
@@ -634,6 +634,29 @@ impl Experiment {
                     Ok(())
                 }
             }
+        })
+    }
+
+    /// Appends `run` to the runs of the submission whose job id is `job_id` (the newest
+    /// submission when none has it, e.g. a `herd launch` started by hand).
+    pub fn record_run(&self, job_id: Option<&str>, run: Run) -> Result<(), Error> {
+        let path = self.dir.clone();
+        self.update(|m| {
+            let count = m.attempts.len();
+            let pos = m
+                .attempts
+                .iter()
+                .rposition(|a| job_id.is_some() && a.job_id.as_deref() == job_id)
+                .or(count.checked_sub(1));
+            let Some(a) = pos.and_then(|i| m.attempts.get_mut(i)) else {
+                return Err(Error::NoSuchAttempt {
+                    path,
+                    attempt: 1,
+                    count,
+                });
+            };
+            a.runs.push(run);
+            Ok(())
         })
     }
 

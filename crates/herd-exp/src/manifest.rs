@@ -99,6 +99,11 @@ pub struct Attempt {
     pub argv: Vec<LosslessText>,
     /// The scheduler's job id, once known; set once, never replaced.
     pub job_id: Option<String>,
+    /// Every run of its workers, in order: one per start inside an allocation (the first,
+    /// each restart) and so one more per requeue; appended by the leader agent as each
+    /// ends.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub runs: Vec<Run>,
     /// Fields this version does not know (written by a newer herd), kept as they are.
     #[serde(flatten)]
     pub other: Map<String, Value>,
@@ -115,9 +120,35 @@ impl Attempt {
                 .map(|a| LosslessText::from(a.as_os_str()))
                 .collect(),
             job_id: None,
+            runs: Vec::new(),
             other: Map::new(),
         }
     }
+}
+
+/// One run of a job's workers (a `logs/attempt-K` folder), as the leader agent saw it end.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Run {
+    /// K of `logs/attempt-K`: counted over the whole experiment, from 0.
+    pub attempt: u32,
+    /// SLURM's requeue count of the job when it ran (`SLURM_RESTART_COUNT`).
+    pub requeue: u32,
+    /// The nodes it ran on.
+    pub nodes: Vec<String>,
+    /// When its workers started and when they were gone, seconds since the Unix epoch.
+    pub started_unix: u64,
+    /// See `started_unix`.
+    pub ended_unix: u64,
+    /// `None` when every worker exited 0; else why it ended: `time_limit`, `preemption`,
+    /// `node_failure`, `worker_failure`, `hang` or `cancelled`.
+    pub cause: Option<String>,
+    /// What happened next: `restart`, `requeue` or `end`.
+    pub then: String,
+    /// The checkpoint it resumed from.
+    pub resume_from: Option<String>,
+    /// Fields this version does not know (written by a newer herd), kept as they are.
+    #[serde(flatten)]
+    pub other: Map<String, Value>,
 }
 
 pub(crate) fn unix_now() -> u64 {

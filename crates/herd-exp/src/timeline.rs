@@ -6,14 +6,22 @@
 //! | event | written by | fields |
 //! |---|---|---|
 //! | `queued` | `herd submit` | `submission` (the manifest's attempt number), `job_id` |
-//! | `started` | leader | `job_id`, `host`, `nodes` |
+//! | `started` | leader | `job_id`, `host`, `nodes`, `requeue` (SLURM's requeue count) |
 //! | `rendezvous` | leader | `world_size`, `master_addr` |
-//! | `attempt_started` | leader | `attempt` (restart count, from 0), `master_port`, `resume_from` |
-//! | `signal` | leader | `attempt`, `signal`, `action` (`forward` or `terminate`) |
-//! | `failed` | leader | `attempt`, `cause` (the failure report's cause line) |
+//! | `attempt_started` | leader | `attempt` (K of `logs/attempt-K`), `master_port`, `resume_from`, `restarts` (in this allocation), `requeue` |
+//! | `first_output` | leader | `attempt` (node 0's first worker line) |
+//! | `signal` | leader | `attempt`, `signal`, `action` (`forward`, `terminate`, `stop`, `ignored (stopping)`), `cause`, `node` (the follower that got it; `null`: the leader) |
+//! | `warning` | leader | `attempt`, `cause` (`time_limit`, `preemption`), `stop_signal`, `grace_s`: the stop begins |
+//! | `worker_exit` | leader | `attempt`, `rank`, `how`, `during` (`stop` when asked to) |
+//! | `hang` | leader | `attempt`, `rank`, `host`, `pid`, `silent_s`: the rank that went silent first |
+//! | `failed` | leader | `attempt`, `cause` (the failure report's cause line), `kind` (the cause's name) |
 //! | `teardown` | leader | `attempt` |
+//! | `checkpoint` | leader | `attempt`, `path`: the newest checkpoint after the attempt, when it wrote one |
 //! | `restart` | leader | `attempt` (the new one) |
-//! | `finished` | leader | `attempt`, `ok` |
+//! | `requeue` | leader | `attempt`, `cause`, `count` (for this cause), `budget`, `exclude` (nodes left out) |
+//! | `requeue_refused` | leader | `attempt`, `cause`, `used`, `budget`: no budget left |
+//! | `requeue_failed` | leader | `attempt`, `error` |
+//! | `finished` | leader | `attempt`, `ok`, `cause` (when not ok) |
 //!
 //! Each line is one `write` to a file opened with `O_APPEND`, so lines of two writers never
 //! interleave on a local file system (on NFS, appends of two clients may; here the writers

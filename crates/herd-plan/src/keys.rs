@@ -85,7 +85,7 @@ plan_keys! {
     #[arg(long, short = 'J', value_name = "NAME")]
     pub job_name: Option<String>,
     /// Launch mode: agent (default), srun (one task per GPU) or torchrun.
-    #[key(Mode, example = r#""srun""#)]
+    #[key(Mode, example = r#""agent""#)]
     #[arg(long, value_name = "MODE")]
     pub mode: Option<String>,
     /// Nodes.
@@ -179,6 +179,31 @@ plan_keys! {
     #[key(MaxRestarts, example = "2")]
     #[arg(long, value_name = "N", value_parser = count())]
     pub max_restarts: Option<i64>,
+    /// Requeues of the job per cause (time limit, preemption, node failure), each resuming
+    /// from the newest checkpoint (default 3; 0: never requeue).
+    #[key(MaxRequeues, example = "10")]
+    #[arg(long, value_name = "N", value_parser = count())]
+    pub max_requeues: Option<i64>,
+    /// Seconds before the time limit at which herd stops the workers (default 120).
+    #[key(WarnBefore, example = "300")]
+    #[arg(long, value_name = "SECONDS", value_parser = count())]
+    pub warn_before: Option<i64>,
+    /// The signal asking every worker to checkpoint and exit (default USR1).
+    #[key(StopSignal, example = r#""USR2""#)]
+    #[arg(long, value_name = "SIGNAL")]
+    pub stop_signal: Option<String>,
+    /// Seconds the workers have, after the stop signal, to checkpoint and exit (default 60).
+    #[key(StopGrace, example = "120")]
+    #[arg(long, value_name = "SECONDS", value_parser = count())]
+    pub stop_grace: Option<i64>,
+    /// Seconds without progress of any rank that make a hang (default 0: no watchdog).
+    #[key(HangTimeout, example = "600")]
+    #[arg(long, value_name = "SECONDS", value_parser = count())]
+    pub hang_timeout: Option<i64>,
+    /// What a hang does: `fail` the job (default) or `restart` its workers.
+    #[key(OnHang, example = r#""restart""#)]
+    #[arg(long, value_name = "fail|restart")]
+    pub on_hang: Option<String>,
 }
 
 /// A count flag (`--nodes 8`): parsed as the `u32` it must be, so clap names the flag when

@@ -209,10 +209,24 @@ pub fn render_script(plan: &Plan, params: &ScriptParams<'_>) -> Result<String, R
     match plan.requeue {
         Some(true) => sbatch("--requeue".to_owned()),
         Some(false) => sbatch("--no-requeue".to_owned()),
+        // herd requeues the job itself (time limit, preemption, node failure): SLURM must
+        // allow it, whatever the cluster's default.
+        None if plan.mode == Mode::Agent && plan.keep.max_requeues > 0 => {
+            sbatch("--requeue".to_owned())
+        }
         None => {}
     }
-    if let Some(sig) = &plan.signal {
-        sbatch(format!("--signal={sig}"));
+    match &plan.signal {
+        Some(sig) => sbatch(format!("--signal={sig}")),
+        // herd's agents stop the workers before the time limit with their own timer. SLURM
+        // is asked for a SIGCONT then (up to a minute early) and, where the site sends the
+        // job's signal at preemption, at preemption instead of SIGTERM: SLURM signals every
+        // process of the job, and SIGCONT is the one signal none of them can die of (a
+        // DataLoader worker would die of SIGUSR1). The agents ask SLURM what it means.
+        None if plan.mode == Mode::Agent && plan.keep.warn_before > 0 => {
+            sbatch(format!("--signal=CONT@{}", plan.keep.warn_before));
+        }
+        None => {}
     }
     for a in &plan.sbatch_args {
         sbatch_arg(a).map_err(|e| bad("sbatch_args", e.message))?;
@@ -263,8 +277,39 @@ pub fn render_script(plan: &Plan, params: &ScriptParams<'_>) -> Result<String, R
             } else {
                 String::new()
             };
+            let k = &plan.keep;
+            let mut keep = format!(
+                " \\\n  --max-requeues {} --warn-before {} --stop-grace {}",
+                k.max_requeues, k.warn_before, k.stop_grace
+            );
+            if k.stop_signal != "USR1" {
+                if !k.stop_signal.bytes().all(|b| b.is_ascii_alphanumeric()) {
+                    return Err(bad(
+                        "stop_signal",
+                        format!("`{}` is not a signal name", k.stop_signal.escape_debug()),
+                    ));
+                }
+                keep.push_str(&format!(" --stop-signal {}", k.stop_signal));
+            }
+            if k.hang_timeout > 0 {
+                let on_hang = if k.on_hang == "restart" {
+                    "restart"
+                } else {
+                    "fail"
+                };
+                keep.push_str(&format!(
+                    " --hang-timeout {} --on-hang {on_hang}",
+                    k.hang_timeout
+                ));
+            }
             s.push_str(&format!(
-                "exec srun --nodes={nodes} --ntasks={nodes} --ntasks-per-node=1{cpus} --kill-on-bad-exit=1 \\\n  {herd_q} launch --nproc-per-node {workers}{bind}{restarts} --log-dir {} \\\n  -- {cmd}\n",
+                "# herd stops the workers {} s before the time limit (and on preemption) with\n\
+                 # SIG{}, gives them {} s to checkpoint, and requeues the job (at most {} times\n\
+                 # per cause); the next attempt resumes from the newest checkpoint.\n",
+                k.warn_before, k.stop_signal, k.stop_grace, k.max_requeues
+            ));
+            s.push_str(&format!(
+                "exec srun --nodes={nodes} --ntasks={nodes} --ntasks-per-node=1{cpus} --kill-on-bad-exit=1 \\\n  {herd_q} launch --nproc-per-node {workers}{bind}{restarts}{keep} --log-dir {} \\\n  -- {cmd}\n",
                 q(&logs, "experiment folder")?,
             ));
         }
@@ -397,7 +442,7 @@ mod tests {
         );
         assert!(s.contains("HERD_JOB_SECRET=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \\n')\nexport HERD_JOB_SECRET\n"), "{s}");
         assert!(s.contains(
-            "exec srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --cpus-per-task=32 --kill-on-bad-exit=1 \\\n  '/opt/herd/bin/herd' launch --nproc-per-node 4 --max-restarts 2 --log-dir '/scratch/exp/train/logs' \\\n  -- 'python' '-u' 'train.py' '--lr' '0.1'\n"
+            "exec srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --cpus-per-task=32 --kill-on-bad-exit=1 \\\n  '/opt/herd/bin/herd' launch --nproc-per-node 4 --max-restarts 2 \\\n  --max-requeues 3 --warn-before 120 --stop-grace 60 --log-dir '/scratch/exp/train/logs' \\\n  -- 'python' '-u' 'train.py' '--lr' '0.1'\n"
         ), "{s}");
         assert!(!s.contains("MASTER_PORT"), "{s}");
         // Every #SBATCH line comes before the first command (sbatch stops reading there).
@@ -432,7 +477,7 @@ mod tests {
             "nodes = 2\ngpus_per_node = 4\ngpu_bind = \"per-rank\"\ncommand = [\"python\", \"train.py\"]\n",
         ));
         assert!(
-            agent.contains("launch --nproc-per-node 4 --gpu-bind per-rank --log-dir"),
+            agent.contains("launch --nproc-per-node 4 --gpu-bind per-rank \\\n  --max-requeues 3"),
             "{agent}"
         );
         let srun = render(&plan(
@@ -479,8 +524,15 @@ mod tests {
                 "--output=\"/scratch/exp/train/logs/%j.out\"",
                 "--error=\"/scratch/exp/train/logs/%j.err\"",
                 "--open-mode=append",
+                // herd requeues by default (max_requeues 3), so SLURM must allow it, and
+                // asks for its stop signal before the time limit.
+                "--requeue",
+                "--signal=CONT@120",
             ]
         );
+        let mut none = p.clone();
+        none.keep.max_requeues = 0;
+        assert!(!sbatch_lines(&render(&none)).contains(&"--requeue"));
         p.requeue = Some(false);
         p.gpus_per_node = Some(2);
         p.gpu_type = Some("a100".into());

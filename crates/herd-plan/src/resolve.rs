@@ -154,12 +154,57 @@ pub struct Plan {
     pub exclude: Vec<String>,
     /// Restarts of all workers inside the allocation.
     pub max_restarts: u32,
+    /// How herd keeps the job alive: requeues, the time-limit warning, the stop, the hang
+    /// watchdog (older manifests have none: herd's defaults).
+    #[serde(default)]
+    pub keep: Keep,
     /// The cluster profile that filled defaults, if one matched the host.
     pub profile: Option<PathBuf>,
     /// Where each set key came from; lists that add up have one source per layer that
     /// contributed.
     pub sources: BTreeMap<Key, Vec<Source>>,
 }
+
+/// Requeue budget, warning, stop and hang watchdog of a plan.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Keep {
+    /// Requeues per cause (time limit, preemption, node failure).
+    pub max_requeues: u32,
+    /// Seconds before the time limit at which the workers are stopped.
+    pub warn_before: u32,
+    /// The stop signal, without `SIG` (`USR1`).
+    pub stop_signal: String,
+    /// Seconds the workers have after the stop signal.
+    pub stop_grace: u32,
+    /// Seconds without progress that make a hang; 0: no watchdog.
+    pub hang_timeout: u32,
+    /// `fail` or `restart`.
+    pub on_hang: String,
+}
+
+impl Default for Keep {
+    fn default() -> Keep {
+        Keep {
+            max_requeues: DEFAULT_MAX_REQUEUES,
+            warn_before: DEFAULT_WARN_BEFORE,
+            stop_signal: "USR1".into(),
+            stop_grace: DEFAULT_STOP_GRACE,
+            hang_timeout: 0,
+            on_hang: "fail".into(),
+        }
+    }
+}
+
+/// Requeues per cause unless the plan says otherwise.
+pub const DEFAULT_MAX_REQUEUES: u32 = 3;
+/// Seconds before the time limit the workers are stopped, unless the plan says otherwise.
+pub const DEFAULT_WARN_BEFORE: u32 = 120;
+/// Seconds the workers have to checkpoint after the stop signal, unless the plan says
+/// otherwise.
+pub const DEFAULT_STOP_GRACE: u32 = 60;
+
+/// Signals a worker can be asked to stop with (names without `SIG`).
+const STOP_SIGNALS: [&str; 6] = ["USR1", "USR2", "TERM", "INT", "HUP", "CONT"];
 
 impl Plan {
     /// Workers on each node: one per GPU (one when no GPUs are asked for); in srun mode the
@@ -295,6 +340,137 @@ impl<'a> Layers<'a> {
 /// Merge `flags`, the `job` file and the first of `profiles` whose `match` fits `host`
 /// (the login host's name) into a checked [`Plan`].
 ///
+/// The keep-alive keys, checked against each other, the time limit and the mode.
+fn resolve_keep<'a>(
+    l: &mut Layers<'a>,
+    mode: Mode,
+    time: Option<&TimeLimit>,
+    requeue: Option<bool>,
+) -> Keep {
+    let d = Keep::default();
+    let secs = |v: &i64| non_negative(*v);
+    let given = |l: &mut Layers<'a>, key: Key, v: Option<u32>, default: u32| match v {
+        Some(v) => v,
+        None => {
+            if !l.sources.contains_key(&key) && !l.problems.iter().any(|p| p.key == key) {
+                l.set_source(key, Source::Default);
+            }
+            default
+        }
+    };
+    let max_requeues_set = l.first(|k| k.max_requeues.as_ref()).is_some();
+    let v = l.take(Key::MaxRequeues, |k| k.max_requeues.as_ref(), secs);
+    // `requeue = false` without a budget means none; with one, it is a contradiction.
+    let default_requeues = if requeue == Some(false) {
+        0
+    } else {
+        d.max_requeues
+    };
+    let max_requeues = given(l, Key::MaxRequeues, v, default_requeues);
+    if requeue == Some(false) && max_requeues > 0 && max_requeues_set {
+        let origin = l
+            .sources
+            .get(&Key::MaxRequeues)
+            .and_then(|s| s.last())
+            .cloned();
+        l.problem(
+            Key::MaxRequeues,
+            origin,
+            format!("{max_requeues} requeues asked for, but `requeue = false` forbids them: set max_requeues = 0 or drop --no-requeue"),
+        );
+    }
+    let v = l.take(Key::WarnBefore, |k| k.warn_before.as_ref(), secs);
+    let warn_before = given(l, Key::WarnBefore, v, d.warn_before);
+    let v = l.take(Key::StopGrace, |k| k.stop_grace.as_ref(), secs);
+    let stop_grace = given(l, Key::StopGrace, v, d.stop_grace);
+    let v = l.take(Key::HangTimeout, |k| k.hang_timeout.as_ref(), secs);
+    let hang_timeout = given(l, Key::HangTimeout, v, d.hang_timeout);
+    let v = l.take(
+        Key::StopSignal,
+        |k| k.stop_signal.as_deref(),
+        |s: &str| {
+            let name = s.strip_prefix("SIG").unwrap_or(s).to_ascii_uppercase();
+            if STOP_SIGNALS.contains(&name.as_str()) {
+                Ok(name)
+            } else {
+                Err(ValueError::new(format!(
+                    "`{s}` is not a signal a worker can checkpoint on: use one of {}",
+                    STOP_SIGNALS.join(", ")
+                )))
+            }
+        },
+    );
+    let stop_signal = match v {
+        Some(v) => v,
+        None => {
+            if !l.sources.contains_key(&Key::StopSignal) {
+                l.set_source(Key::StopSignal, Source::Default);
+            }
+            d.stop_signal.clone()
+        }
+    };
+    let v = l.take(
+        Key::OnHang,
+        |k| k.on_hang.as_deref(),
+        |s: &str| match s {
+            "fail" | "restart" => Ok(s.to_owned()),
+            _ => Err(ValueError::new(format!("`{s}` is not `fail` or `restart`"))),
+        },
+    );
+    let on_hang = match v {
+        Some(v) => v,
+        None => {
+            if !l.sources.contains_key(&Key::OnHang) {
+                l.set_source(Key::OnHang, Source::Default);
+            }
+            d.on_hang.clone()
+        }
+    };
+    let origin = |l: &Layers<'a>, key: Key| l.sources.get(&key).and_then(|s| s.last()).cloned();
+    if stop_grace >= warn_before && warn_before > 0 {
+        let o = origin(l, Key::StopGrace);
+        l.problem(
+            Key::StopGrace,
+            o,
+            format!("the workers' {stop_grace} s to checkpoint do not fit in the {warn_before} s warning before the time limit: lower stop_grace or raise warn_before"),
+        );
+    }
+    if let Some(t) = time {
+        if u64::from(warn_before) >= t.seconds() {
+            let o = origin(l, Key::WarnBefore);
+            l.problem(
+                Key::WarnBefore,
+                o,
+                format!("the warning {warn_before} s before the time limit comes before the job starts (time limit {} s): lower warn_before or raise time", t.seconds()),
+            );
+        }
+    }
+    if mode != Mode::Agent {
+        for (key, set) in [
+            (Key::MaxRequeues, max_requeues_set && max_requeues > 0),
+            (Key::HangTimeout, hang_timeout > 0),
+        ] {
+            if set {
+                let o = origin(l, key);
+                l.problem(
+                    key,
+                    o,
+                    format!("`{key}` needs mode = \"agent\" (herd's agents do it; in {mode} mode nothing would)"),
+                );
+            }
+        }
+    }
+    Keep {
+        // In srun and torchrun mode no agent requeues: the budget is the user's own.
+        max_requeues: if mode == Mode::Agent { max_requeues } else { 0 },
+        warn_before,
+        stop_signal,
+        stop_grace,
+        hang_timeout,
+        on_hang,
+    }
+}
+
 /// Defaults: mode `agent`, 1 node, no GPUs, `max_restarts` 0, `exp_root` `herd-exp`,
 /// `exclude` `*.out`, job name the job file's name (else the program's). When `gpus` (total)
 /// is given without `nodes`, nodes are `gpus ÷ gpus_per_node` (rounded up; [`crate::check()`]
@@ -446,6 +622,7 @@ pub fn resolve(
         |k| k.requeue.as_ref().or(k.no_requeue.then_some(&false)),
         |b: &bool| Ok(*b),
     );
+    let keep = resolve_keep(&mut l, mode, time.as_ref(), requeue);
     let after = l
         .take(
             Key::After,
@@ -593,6 +770,7 @@ pub fn resolve(
         exp_root,
         exclude,
         max_restarts,
+        keep,
         profile: profile.map(|p| p.path.clone()),
         sources: l.sources,
     })
@@ -923,6 +1101,82 @@ mod tests {
     }
 
     const BASIC: &str = "nodes = 2\ngpus_per_node = 4\ncommand = [\"python\", \"train.py\"]\n";
+
+    #[test]
+    fn staying_alive_has_defaults_and_checks_its_keys_against_each_other() {
+        let plan = ok(Some(&file(BASIC)), &JobKeys::default(), &[], "login1");
+        assert_eq!(plan.keep, Keep::default());
+        assert_eq!(plan.keep.max_requeues, 3);
+        assert_eq!(plan.source(Key::MaxRequeues), Some(&Source::Default));
+        let job = file(&format!(
+            "max_requeues = 10\nwarn_before = 300\nstop_signal = \"SIGUSR2\"\nstop_grace = 120\nhang_timeout = 600\non_hang = \"restart\"\ntime = \"24:00:00\"\n{BASIC}"
+        ));
+        let keep = ok(Some(&job), &JobKeys::default(), &[], "login1").keep;
+        assert_eq!(
+            keep,
+            Keep {
+                max_requeues: 10,
+                warn_before: 300,
+                stop_signal: "USR2".into(),
+                stop_grace: 120,
+                hang_timeout: 600,
+                on_hang: "restart".into(),
+            }
+        );
+        // `requeue = false` turns the default budget off and refuses an explicit one.
+        let job = file(&format!("requeue = false\n{BASIC}"));
+        assert_eq!(
+            ok(Some(&job), &JobKeys::default(), &[], "login1")
+                .keep
+                .max_requeues,
+            0
+        );
+        let job = file(&format!("requeue = false\nmax_requeues = 2\n{BASIC}"));
+        let e = err(Some(&job), &JobKeys::default()).to_string();
+        assert!(
+            e.contains("`requeue = false` forbids them: set max_requeues = 0"),
+            "{e}"
+        );
+        // The grace must fit in the warning, the warning in the time limit.
+        let job = file(&format!("warn_before = 60\nstop_grace = 60\n{BASIC}"));
+        let e = err(Some(&job), &JobKeys::default()).to_string();
+        assert!(e.contains("lower stop_grace or raise warn_before"), "{e}");
+        let job = file(&format!("time = 2\n{BASIC}"));
+        let e = err(Some(&job), &JobKeys::default()).to_string();
+        assert!(
+            e.contains("`warn_before` (herd's default)")
+                && e.contains("lower warn_before or raise time"),
+            "{e}"
+        );
+        let flags = JobKeys {
+            warn_before: Some(30),
+            stop_grace: Some(10),
+            ..JobKeys::default()
+        };
+        assert_eq!(ok(Some(&job), &flags, &[], "login1").keep.warn_before, 30);
+        // Signals no worker can checkpoint on, unknown hang actions, and agent-only keys
+        // in another mode are refused, each naming its key.
+        for (bad, key) in [
+            ("stop_signal = \"KILL\"", "stop_signal"),
+            ("on_hang = \"ignore\"", "on_hang"),
+            ("mode = \"srun\"\nhang_timeout = 60", "hang_timeout"),
+            ("mode = \"torchrun\"\nmax_requeues = 2", "max_requeues"),
+        ] {
+            let e = err(Some(&file(&format!("{bad}\n{BASIC}"))), &JobKeys::default()).to_string();
+            assert!(
+                e.contains(&format!("`{key}` in jobs/train.toml")),
+                "{bad}: {e}"
+            );
+        }
+        // In srun mode nobody requeues: the default budget is not used.
+        let job = file(&format!("mode = \"srun\"\n{BASIC}"));
+        assert_eq!(
+            ok(Some(&job), &JobKeys::default(), &[], "login1")
+                .keep
+                .max_requeues,
+            0
+        );
+    }
 
     #[test]
     fn gpu_bind_defaults_to_all_and_a_flag_overrides_the_file() {

@@ -18,7 +18,7 @@ pub struct ValueError {
 }
 
 impl ValueError {
-    fn new(message: impl Into<String>) -> ValueError {
+    pub(crate) fn new(message: impl Into<String>) -> ValueError {
         ValueError {
             message: message.into(),
         }

@@ -8,6 +8,8 @@
 //! - [`checkpoint`]: the newest complete checkpoint, which a new attempt resumes from.
 //! - [`commands`]: `sbatch`, `squeue`, `scontrol`, `sinfo`, `scancel`, with timeouts and
 //!   typed errors.
+//! - [`lifecycle`]: why a job's attempt ends ([`lifecycle::Cause`]), decided from what
+//!   `scontrol show job` says, and the requeue that brings it back.
 //! - [`vars`]: the names of herd's own variables (`HERD_*`).
 
 pub mod addr;
@@ -15,6 +17,7 @@ pub mod allocation;
 pub mod checkpoint;
 pub mod commands;
 pub mod counts;
+pub mod lifecycle;
 pub mod vars;
 pub mod worker;
 

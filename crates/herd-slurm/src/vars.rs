@@ -21,6 +21,9 @@ pub const HERD_EXP_DIR: &str = "HERD_EXP_DIR";
 pub const HERD_CHECKPOINT_DIR: &str = "HERD_CHECKPOINT_DIR";
 /// The checkpoint a resumed job starts from, passed through to the workers when set.
 pub const HERD_RESUME_FROM: &str = "HERD_RESUME_FROM";
+/// A file a worker may touch to say it is making progress without printing a line
+/// (`pathlib.Path(os.environ["HERD_HEARTBEAT_FILE"]).touch()`), read by the hang watchdog.
+pub const HERD_HEARTBEAT_FILE: &str = "HERD_HEARTBEAT_FILE";
 /// The job's secret, with which its agents prove to each other that they belong to it
 /// (set by `herd run` and by the batch script of `herd submit`).
 pub const HERD_JOB_SECRET: &str = "HERD_JOB_SECRET";

@@ -95,8 +95,11 @@ pub struct LaunchInfo {
     pub master_port: Option<u16>,
     /// `TORCHELASTIC_RUN_ID` (herd uses the SLURM job id).
     pub run_id: String,
-    /// Restarts so far (`TORCHELASTIC_RESTART_COUNT`, `HERD_ATTEMPT`).
+    /// Restarts so far in this allocation (`TORCHELASTIC_RESTART_COUNT`).
     pub restart_count: u32,
+    /// `HERD_ATTEMPT`: the attempt's number over the whole experiment, the K of its
+    /// `logs/attempt-K` (restarts and requeues both count).
+    pub attempt: u32,
     /// `TORCHELASTIC_MAX_RESTARTS`.
     pub max_restarts: u32,
     /// GPUs of this node (device ids as in `CUDA_VISIBLE_DEVICES`); empty when no GPU is
@@ -127,13 +130,15 @@ impl LaunchInfo {
         master_addr: String,
         master_port: Option<u16>,
     ) -> LaunchInfo {
+        let restarts = vars
+            .get("SLURM_RESTART_COUNT")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
         LaunchInfo {
             master_addr,
             master_port,
-            restart_count: vars
-                .get("SLURM_RESTART_COUNT")
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0),
+            restart_count: restarts,
+            attempt: restarts,
             ..LaunchInfo::for_node(
                 &alloc.gpus,
                 alloc.cpus_on_node,
@@ -170,6 +175,7 @@ impl LaunchInfo {
             master_port: None,
             run_id,
             restart_count: 0,
+            attempt: 0,
             max_restarts: 0,
             node_gpus: gpus.visible.clone().unwrap_or_default(),
             gpu_bind: GpuBind::default(),
@@ -259,7 +265,7 @@ pub fn worker_env(layout: &Layout, pos: Position, info: &LaunchInfo) -> BTreeMap
     set("OMP_NUM_THREADS", omp);
 
     // herd's own.
-    set(vars::HERD_ATTEMPT, info.restart_count.to_string());
+    set(vars::HERD_ATTEMPT, info.attempt.to_string());
     set(vars::HERD_NODE_RANK, pos.node_rank.to_string());
     set(vars::HERD_NUM_NODES, nnodes.to_string());
     set(vars::HERD_MASTER_NODE, layout.nodes[0].clone());

@@ -251,7 +251,7 @@ fn a_resumed_experiment_starts_from_its_newest_checkpoint() {
     let newest = exp.join(format!("checkpoints/ckpt-{stop:09}.pt"));
     let said = read_lossy(exp.join(format!("logs/{second}.err")));
     assert!(
-        said.contains(&format!("attempt 0 resumes from {}", newest.display())),
+        said.contains(&format!("attempt 1 resumes from {}", newest.display())),
         "the leader names the checkpoint it gives the workers:\n{said}"
     );
     let resumes = rank_lines(&resumed, "resumed");
@@ -285,12 +285,14 @@ fn a_resumed_experiment_starts_from_its_newest_checkpoint() {
             "started",
             "rendezvous",
             "attempt_started",
+            "first_output",
             "signal",
             "finished",
             "queued",
             "started",
             "rendezvous",
             "attempt_started",
+            "first_output",
             "finished"
         ],
         "{events:#?}"
@@ -304,35 +306,40 @@ fn a_resumed_experiment_starts_from_its_newest_checkpoint() {
     assert_eq!(events[2]["world_size"], 4);
     assert_eq!(events[3]["resume_from"], Value::Null, "{:?}", events[3]);
     assert_eq!(
-        (&events[4]["signal"], &events[4]["action"]),
-        (&Value::from("SIGUSR1"), &Value::from("forward"))
+        (&events[5]["signal"], &events[5]["action"]),
+        (&Value::from("SIGUSR1"), &Value::from("forward")),
+        "a user's USR1 long before the time limit is passed on: {:?}",
+        events[5]
     );
-    assert_eq!(events[5]["ok"], true);
+    assert_eq!(events[6]["ok"], true);
     assert_eq!(
-        (job(&events[6]), &events[6]["submission"]),
+        (job(&events[7]), &events[7]["submission"]),
         (second.to_string(), &Value::from(2))
     );
-    assert_eq!(job(&events[7]), second.to_string());
+    assert_eq!(job(&events[8]), second.to_string());
     assert_eq!(
-        events[9]["resume_from"],
-        Value::from(newest.display().to_string())
+        (&events[10]["attempt"], &events[10]["resume_from"]),
+        (&Value::from(1), &Value::from(newest.display().to_string())),
+        "the second job's attempt is the experiment's second: {:?}",
+        events[10]
     );
-    assert_eq!(events[10]["ok"], true);
+    assert_eq!(events[12]["ok"], true);
     let times: Vec<u64> = events
         .iter()
         .map(|e| e["unix_ms"].as_u64().expect("unix_ms"))
         .collect();
     assert!(times.windows(2).all(|w| w[0] <= w[1]), "{times:?}");
-    // The first attempt's rank logs are kept, the second's appended after them.
+    // Each attempt has its own log folder: the first one's is kept as it was.
     let log = read_lossy(&rank0);
-    let (before, after) = log
-        .split_once("resumed from=")
-        .expect("the resumed attempt's lines in the same rank log");
     assert!(
-        before.contains(&format!("stopping on SIGUSR1 step={stop}")),
+        log.contains(&format!("stopping on SIGUSR1 step={stop}")) && !log.contains("resumed"),
         "{log}"
     );
-    assert!(after.contains("done steps=60"), "{log}");
+    let log = read_lossy(exp.join("logs/attempt-1/rank-0.out"));
+    assert!(
+        log.contains("resumed from=") && log.contains("done steps=60"),
+        "{log}"
+    );
 }
 
 fn strs(v: &[String]) -> Vec<&str> {

@@ -1,0 +1,336 @@
+//! A running job's end, as the scheduler tells it: why an attempt stops ([`Cause`]), the
+//! facts that decide it ([`JobFacts`], from `scontrol show job`), and the requeue that
+//! brings the job back ([`requeue`]).
+//!
+//! A cause is decided from facts, never from timing guesses alone: slurmctld marks a job it
+//! preempts (`PreemptTime`), cancels (`JobState=CANCELLED`) or requeues (`PENDING`,
+//! `REQUEUED`) before it signals the job's tasks, and its time left is its `TimeLimit` less
+//! its `RunTime`.
+
+use std::ffi::OsStr;
+use std::fmt;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::commands::{run, show_job, SlurmError, QUERY_TIMEOUT};
+
+/// Why an attempt ended (or is ending): written into the timeline, the manifest and the
+/// failure report; the requeue budget is counted per cause.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Cause {
+    /// The job's time limit is near (herd's warning) or reached.
+    TimeLimit,
+    /// slurmctld preempts the job for a higher-priority one.
+    Preemption,
+    /// A node of the job stopped answering (crashed, frozen, cut off).
+    NodeFailure,
+    /// A worker exited non-zero or was killed by a signal.
+    WorkerFailure,
+    /// No rank made progress for the hang timeout.
+    Hang,
+    /// The user (or an admin) cancelled the job, or sent SIGTERM/SIGINT/SIGHUP.
+    Cancelled,
+}
+
+impl Cause {
+    /// The causes a requeue budget is counted for, in the order the docs list them.
+    pub const REQUEUED: [Cause; 3] = [Cause::TimeLimit, Cause::Preemption, Cause::NodeFailure];
+
+    /// Its name in files and messages (`time_limit`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Cause::TimeLimit => "time_limit",
+            Cause::Preemption => "preemption",
+            Cause::NodeFailure => "node_failure",
+            Cause::WorkerFailure => "worker_failure",
+            Cause::Hang => "hang",
+            Cause::Cancelled => "cancelled",
+        }
+    }
+
+    /// The cause named `name` ([`Cause::name`]).
+    pub fn from_name(name: &str) -> Option<Cause> {
+        [
+            Cause::TimeLimit,
+            Cause::Preemption,
+            Cause::NodeFailure,
+            Cause::WorkerFailure,
+            Cause::Hang,
+            Cause::Cancelled,
+        ]
+        .into_iter()
+        .find(|c| c.name() == name)
+    }
+
+    /// In words, for messages ("time limit").
+    pub fn words(self) -> &'static str {
+        match self {
+            Cause::TimeLimit => "time limit",
+            Cause::Preemption => "preemption",
+            Cause::NodeFailure => "node failure",
+            Cause::WorkerFailure => "worker failure",
+            Cause::Hang => "hang",
+            Cause::Cancelled => "cancelled",
+        }
+    }
+}
+
+impl fmt::Display for Cause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What `scontrol show job` says about a job, as far as its end is concerned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobFacts {
+    /// `JobState` (`RUNNING`, `CANCELLED`, `PENDING`, …).
+    pub state: String,
+    /// `TimeLimit` less `RunTime`; `None` without a limit (`UNLIMITED`) or when either is
+    /// missing.
+    pub time_left: Option<Duration>,
+    /// `PreemptTime` is set: slurmctld has chosen the job for preemption.
+    pub preempted: bool,
+    /// `Restarts`: how often the job was requeued.
+    pub restarts: Option<u32>,
+}
+
+impl JobFacts {
+    /// Parse the one line of `scontrol show job -o ID`.
+    pub fn parse(text: &str) -> Option<JobFacts> {
+        let field = |key: &str| {
+            text.split_whitespace()
+                .find_map(|w| w.strip_prefix(key).and_then(|v| v.strip_prefix('=')))
+        };
+        let state = field("JobState")?.to_owned();
+        let limit = field("TimeLimit").and_then(parse_duration);
+        let run = field("RunTime").and_then(parse_duration);
+        let time_left = match (limit, run) {
+            (Some(l), Some(r)) => Some(l.saturating_sub(r)),
+            _ => None,
+        };
+        let preempted = field("PreemptTime").is_some_and(|v| !matches!(v, "None" | "Unknown" | ""));
+        let restarts = field("Restarts").and_then(|v| v.parse().ok());
+        Some(JobFacts {
+            state,
+            time_left,
+            preempted,
+            restarts,
+        })
+    }
+
+    /// Ask slurmctld about job `id`.
+    pub fn query(id: &str) -> Result<JobFacts, SlurmError> {
+        let text = show_job(id)?;
+        JobFacts::parse(&text).ok_or_else(|| SlurmError::Output {
+            command: "scontrol",
+            output: text.trim().chars().take(300).collect(),
+        })
+    }
+
+    /// Why the job's tasks were just signalled, from these facts: preempted (slurmctld
+    /// marked it), cancelled (its state says so), at its time limit (at most `near` left),
+    /// or `None`: none of these, a signal the user sent.
+    pub fn cause(&self, near: Duration) -> Option<Cause> {
+        if self.preempted || self.state.starts_with("PREEMPT") {
+            return Some(Cause::Preemption);
+        }
+        if self.state.starts_with("CANCEL") {
+            return Some(Cause::Cancelled);
+        }
+        if self.state.starts_with("TIMEOUT") || self.time_left.is_some_and(|t| t <= near) {
+            return Some(Cause::TimeLimit);
+        }
+        None
+    }
+}
+
+/// A SLURM duration (`TimeLimit`, `RunTime`): `[D-]HH:MM:SS`, `MM:SS`, or minutes alone;
+/// `None` for `UNLIMITED`, `INVALID` and anything else.
+pub fn parse_duration(text: &str) -> Option<Duration> {
+    let (days, rest) = match text.split_once('-') {
+        Some((d, r)) => (d.parse::<u64>().ok()?, r),
+        None => (0, text),
+    };
+    let parts: Vec<u64> = rest
+        .split(':')
+        .map(|p| p.parse::<u64>().ok())
+        .collect::<Option<_>>()?;
+    let secs = match parts[..] {
+        [h, m, s] => h * 3600 + m * 60 + s,
+        [m, s] => m * 60 + s,
+        [m] => m * 60,
+        _ => return None,
+    };
+    Some(Duration::from_secs(days * 86_400 + secs))
+}
+
+/// Requeue job `id` (its own id: an array task's, never the whole array's), so that it
+/// runs again: leaving out `exclude` (nodes that failed), eligible `start_in` from now.
+///
+/// slurmctld holds a requeued job back for its credential lifetime (120 s on most
+/// clusters) once it has left its nodes, unless the job's begin time is already in the
+/// future then; so the begin time is set right after the requeue, while the job is still
+/// completing. Changing the excluded nodes or the begin time is the job owner's right.
+pub fn requeue(id: &str, exclude: &[String], start_in: Duration) -> Result<(), SlurmError> {
+    let facts = || {
+        let text = scontrol_surviving(&["show", "job", "-o", id])?;
+        JobFacts::parse(&text).ok_or_else(|| SlurmError::Output {
+            command: "scontrol",
+            output: text.trim().chars().take(300).collect(),
+        })
+    };
+    match run(
+        "scontrol",
+        &["requeue".as_ref(), id.as_ref()],
+        None,
+        QUERY_TIMEOUT,
+    ) {
+        Ok(_) => {}
+        // The requeue ends the job's steps at once: `scontrol requeue` itself, a process
+        // of the job, may be killed before it prints its answer. The job's state says:
+        // a requeued job completes (or already waits) instead of running.
+        Err(e @ SlurmError::Failed { .. }) if killed(&e) => {
+            let requeued = |state: &str| {
+                ["COMPLETING", "PENDING", "REQUEUE"]
+                    .iter()
+                    .any(|s| state.starts_with(s))
+            };
+            let deadline = std::time::Instant::now() + Duration::from_secs(5);
+            loop {
+                let state = facts()?.state;
+                if requeued(&state) {
+                    break;
+                }
+                if std::time::Instant::now() >= deadline {
+                    return Err(SlurmError::Output {
+                        command: "scontrol",
+                        output: format!(
+                            "`scontrol requeue {id}` was killed ({e}) and the job is still {state}"
+                        ),
+                    });
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+        Err(e) => return Err(e),
+    }
+    let job = format!("JobId={id}");
+    if !exclude.is_empty() {
+        let nodes = format!("ExcNodeList={}", exclude.join(","));
+        scontrol_surviving(&["update", &job, &nodes])?;
+    }
+    let start = format!("StartTime=now+{}", start_in.as_secs().max(1));
+    scontrol_surviving(&["update", &job, &start]).map(drop)
+}
+
+/// Whether a command was killed by a signal.
+fn killed(e: &SlurmError) -> bool {
+    matches!(e, SlurmError::Failed { status, .. }
+        if std::os::unix::process::ExitStatusExt::signal(status).is_some())
+}
+
+/// `scontrol ARGS` from inside a job that is being requeued: every process of the job, a
+/// `scontrol` started a moment later too, gets SIGTERM once as its steps end (SIGKILL only
+/// after KillWait); the caller handles it, and a `scontrol` it kills is run again.
+fn scontrol_surviving(args: &[&str]) -> Result<String, SlurmError> {
+    let args: Vec<&OsStr> = args.iter().map(OsStr::new).collect();
+    let mut tries = 0;
+    loop {
+        match run("scontrol", &args, None, QUERY_TIMEOUT) {
+            Err(e) if killed(&e) && tries < 25 => {
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            other => return other,
+        }
+    }
+}
+
+/// The nodes job `id` already excludes (`ExcNodeList`), so a requeue adds to them.
+pub fn excluded_nodes(id: &str) -> Result<Vec<String>, SlurmError> {
+    let text = show_job(id)?;
+    Ok(text
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("ExcNodeList="))
+        .filter(|v| !v.is_empty() && *v != "(null)")
+        .map(|v| vec![v.to_owned()])
+        .unwrap_or_default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const RUNNING: &str = "JobId=7 JobName=train UserId=root(0) JobState=RUNNING Reason=None Restarts=0 RunTime=00:00:40 TimeLimit=00:02:00 TimeMin=N/A SubmitTime=2026-12-01T11:42:28 PreemptEligibleTime=2026-12-01T11:42:28 PreemptTime=None SuspendTime=None ExcNodeList=(null)";
+
+    #[test]
+    fn durations_are_read_in_every_form_slurm_prints() {
+        assert_eq!(parse_duration("00:02:00"), Some(Duration::from_secs(120)));
+        assert_eq!(
+            parse_duration("1-02:03:04"),
+            Some(Duration::from_secs(86_400 + 7384))
+        );
+        assert_eq!(parse_duration("05:30"), Some(Duration::from_secs(330)));
+        assert_eq!(parse_duration("5"), Some(Duration::from_secs(300)));
+        assert_eq!(parse_duration("UNLIMITED"), None);
+        assert_eq!(parse_duration("Partition_Limit"), None);
+        assert_eq!(parse_duration("1:2:3:4"), None);
+    }
+
+    #[test]
+    fn a_running_job_has_its_time_left_and_no_cause() {
+        let f = JobFacts::parse(RUNNING).expect("parses");
+        assert_eq!(f.state, "RUNNING");
+        assert_eq!(f.time_left, Some(Duration::from_secs(80)));
+        assert!(!f.preempted);
+        assert_eq!(f.restarts, Some(0));
+        assert_eq!(f.cause(Duration::from_secs(30)), None, "a user's signal");
+        assert_eq!(f.cause(Duration::from_secs(80)), Some(Cause::TimeLimit));
+    }
+
+    #[test]
+    fn preemption_and_cancellation_are_read_from_the_job() {
+        let pre = RUNNING.replace("PreemptTime=None", "PreemptTime=2026-12-01T11:43:00");
+        assert_eq!(
+            JobFacts::parse(&pre).expect("parses").cause(Duration::ZERO),
+            Some(Cause::Preemption)
+        );
+        let cancelled = RUNNING.replace("JobState=RUNNING", "JobState=CANCELLED");
+        assert_eq!(
+            JobFacts::parse(&cancelled)
+                .expect("parses")
+                .cause(Duration::from_secs(3600)),
+            Some(Cause::Cancelled),
+            "cancelled wins over a near time limit"
+        );
+        let unlimited = RUNNING.replace("TimeLimit=00:02:00", "TimeLimit=UNLIMITED");
+        let f = JobFacts::parse(&unlimited).expect("parses");
+        assert_eq!(f.time_left, None);
+        assert_eq!(f.cause(Duration::from_secs(3600)), None);
+        assert_eq!(
+            JobFacts::parse("slurm_load_jobs error: Invalid job id"),
+            None
+        );
+    }
+
+    #[test]
+    fn causes_have_stable_names() {
+        for c in [
+            Cause::TimeLimit,
+            Cause::Preemption,
+            Cause::NodeFailure,
+            Cause::WorkerFailure,
+            Cause::Hang,
+            Cause::Cancelled,
+        ] {
+            assert_eq!(Cause::from_name(c.name()), Some(c));
+            assert_eq!(
+                serde_json::to_value(c).expect("serializes"),
+                serde_json::Value::from(c.name())
+            );
+        }
+    }
+}
