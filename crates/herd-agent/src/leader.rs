@@ -1067,3 +1067,20 @@ fn resume_from(cfg: &Config, number: u32) -> Option<String> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn attempts_continue_after_the_highest_log_folder() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        assert_eq!(next_attempt(&dir.path().join("missing")), 0);
+        assert_eq!(next_attempt(dir.path()), 0);
+        for name in ["attempt-0", "attempt-3", "attempt-x", "other-7", "attempt-"] {
+            std::fs::create_dir(dir.path().join(name)).expect("mkdir");
+        }
+        std::fs::write(dir.path().join("attempt-9.txt"), "").expect("file");
+        assert_eq!(next_attempt(dir.path()), 4, "after attempt-3, gaps and strays aside");
+    }
+}
