@@ -1081,6 +1081,10 @@ mod tests {
             std::fs::create_dir(dir.path().join(name)).expect("mkdir");
         }
         std::fs::write(dir.path().join("attempt-9.txt"), "").expect("file");
-        assert_eq!(next_attempt(dir.path()), 4, "after attempt-3, gaps and strays aside");
+        assert_eq!(
+            next_attempt(dir.path()),
+            4,
+            "after attempt-3, gaps and strays aside"
+        );
     }
 }
