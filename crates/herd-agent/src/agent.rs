@@ -78,11 +78,16 @@ impl Config {
     /// The leader's record of `event` in the experiment's timeline, when there is an
     /// experiment; a timeline that cannot be written is said once and never stops the job.
     pub(crate) fn record(&self, event: &str, fields: serde_json::Value) {
+        if self.node_rank == 0 {
+            self.record_here(event, fields);
+        }
+    }
+
+    /// This agent's record of `event`, whichever node it runs on: a follower that acts for
+    /// a lost leader.
+    pub(crate) fn record_here(&self, event: &str, fields: serde_json::Value) {
         static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
         let Some(dir) = &self.exp_dir else { return };
-        if self.node_rank != 0 {
-            return;
-        }
         if let Err(e) = herd_exp::timeline::append(dir, event, fields) {
             if !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
                 say(format!(

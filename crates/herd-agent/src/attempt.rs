@@ -21,6 +21,10 @@ use crate::workers::{spawn, unix_ms, OutputConfig, OutputSink, Running, WorkerSp
 /// This node's running attempt.
 pub(crate) struct Attempt {
     pub(crate) number: u32,
+    /// When it started, seconds since the Unix epoch.
+    pub(crate) started_unix: u64,
+    /// The checkpoint its workers resume from.
+    pub(crate) resume_from: Option<String>,
     /// `LOG_DIR/attempt-K`: its per-rank logs and error files.
     dir: PathBuf,
     /// Workers still running, by rank.
@@ -55,12 +59,14 @@ impl Attempt {
             master_port: Some(master.1),
             restart_count: restarts,
             attempt: number,
-            resume_from: resume_from.map(PathBuf::from),
+            resume_from: resume_from.clone().map(PathBuf::from),
             ..cfg.launch.clone()
         };
         let first = layout.first_rank(cfg.node_rank as usize);
         let mut attempt = Attempt {
             number,
+            started_unix: crate::keep::unix_now(),
+            resume_from,
             dir: dir.clone(),
             running: HashMap::new(),
             groups: Vec::new(),

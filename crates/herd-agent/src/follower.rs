@@ -11,9 +11,11 @@ use tokio::sync::mpsc;
 
 use crate::agent::{cancelled, say, AgentError, Config, Event, Outcome};
 use crate::attempt::Attempt;
+use crate::keep::{no_longer_running, record_run, requeue, write_report};
 use crate::protocol::{read_peer, send, Msg};
 use crate::report::FailureReport;
 use crate::signals::{self, Action};
+use herd_slurm::lifecycle::Cause;
 
 /// Follow the leader to the end of the job.
 pub(crate) async fn follow(
@@ -73,7 +75,7 @@ pub(crate) async fn follow(
                 if send(&mut w, &Msg::Heartbeat).await.is_err() {
                     if let Some(a) = attempt.as_mut() { a.teardown(cfg.kill_grace).await; }
                     say(format!("node {}: lost the leader (cannot write to it): tore down this node's workers", cfg.node_rank));
-                    return Ok(Outcome::Failed(None));
+                    return Ok(lost_leader(&cfg, attempt.as_ref(), "cannot write to it").await);
                 }
                 continue;
             }
@@ -188,7 +190,7 @@ pub(crate) async fn follow(
                     "node {} ({host}): lost the leader: {why}; tore down this node's workers",
                     cfg.node_rank
                 ));
-                return Ok(Outcome::Failed(None));
+                return Ok(lost_leader(&cfg, attempt.as_ref(), &why).await);
             }
             Event::WorkerExited {
                 attempt: n,
@@ -262,5 +264,74 @@ pub(crate) async fn follow(
                 }
             },
         }
+    }
+}
+
+/// The leader is lost (its node crashed or froze) during attempt `number`: node 1's agent
+/// acts for it, as the leader does for a lost follower. It writes the failure report naming
+/// node 0, records the attempt, and requeues the job without node 0 when the budget for node
+/// failures allows. Every other follower just ends.
+async fn lost_leader(cfg: &Config, attempt: Option<&Attempt>, why: &str) -> Outcome {
+    let Some(a) = attempt.filter(|_| cfg.node_rank == 1) else {
+        return Outcome::Failed(None);
+    };
+    let number = a.number;
+    let job = cfg.launch.job_id.map(|j| j.to_string());
+    // This node may have been the frozen one, woken by the leader's requeue.
+    if let Some(state) = no_longer_running(job.as_deref(), Duration::from_secs(2)).await {
+        say(format!(
+            "node 1: job {} is {state} already: the leader acted; ending here",
+            job.as_deref().unwrap_or("?")
+        ));
+        return Outcome::Requeued(Cause::NodeFailure);
+    }
+    let leader = cfg.node_names[0].clone();
+    let report = FailureReport::other(
+        number,
+        0,
+        &leader,
+        format!("lost node 0 ({leader}), the leader: {why}"),
+    );
+    eprint!("{}", report.human());
+    write_report(cfg, &report);
+    let record = |event: &str, fields: serde_json::Value| cfg.record_here(event, fields);
+    record(
+        "failed",
+        serde_json::json!({"attempt": number, "cause": report.cause, "kind": Cause::NodeFailure, "node": cfg.node_rank}),
+    );
+    let requeued = requeue(
+        cfg,
+        job.as_deref(),
+        number,
+        Cause::NodeFailure,
+        Some(&leader),
+        &record,
+    )
+    .await;
+    let layout = Layout {
+        nodes: cfg.node_names.clone(),
+        tasks_per_node: Vec::new(),
+    };
+    let requeue_count = std::env::var("SLURM_RESTART_COUNT")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    record_run(
+        cfg,
+        &layout,
+        (number, requeue_count),
+        a.started_unix,
+        Some(Cause::NodeFailure),
+        if requeued { "requeue" } else { "end" },
+        &a.resume_from,
+    );
+    if requeued {
+        Outcome::Requeued(Cause::NodeFailure)
+    } else {
+        record(
+            "finished",
+            serde_json::json!({"attempt": number, "ok": false, "cause": Cause::NodeFailure}),
+        );
+        Outcome::Failed(Some(report))
     }
 }

@@ -4,6 +4,10 @@
 //!   follows elsewhere.
 //! - `leader`, `follower`: node 0's agent (rendezvous, attempts, job-wide teardown,
 //!   restarts, the failure report) and every other node's.
+//!   `leader::decide` holds its decisions while an attempt runs: what a signal means, the
+//!   stop before a time limit or on preemption, the hang watchdog.
+//! - `keep`: staying alive across allocations: attempt numbers, the requeue budget and
+//!   the requeue, the manifest's record of each attempt.
 //! - `attempt`: one attempt on one node: start its workers, hear their exits, tear down.
 //! - `protocol`: the messages between agents and how they travel.
 //! - [`signals`]: the signals herd handles and what each means, for `herd launch` and
@@ -19,6 +23,7 @@ pub mod agent;
 mod attempt;
 pub mod error_file;
 mod follower;
+mod keep;
 mod leader;
 pub mod procs;
 mod protocol;

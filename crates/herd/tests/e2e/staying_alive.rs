@@ -600,15 +600,14 @@ fn a_stopped_rank_is_reported_with_every_stack_and_the_workers_restart() {
     );
 }
 
-/// Every process of one node's part of a 2-node job stopped (SIGSTOP of its agent and its
-/// workers): the leader ends the attempt within 15 s with a report naming the node, and
-/// with a requeue budget the job is requeued without that node, resumes from its newest
-/// checkpoint on the other two nodes of the bed and finishes with the uninterrupted
-/// checksum.
-#[test]
-fn a_frozen_node_ends_the_attempt_and_the_job_finishes_without_it() {
+/// Every process of node `node`'s part of a 2-node job stopped (SIGSTOP of its agent and
+/// its workers, and on node 0 the batch step's srun too): the attempt ends within 15 s with
+/// a report naming the node, and with a requeue budget the job is requeued without that
+/// node, resumes from its newest checkpoint on the other two nodes of the bed and finishes
+/// with the uninterrupted checksum.
+fn frozen_node(node: usize) {
     let bed = Bed::require();
-    let (project, exps) = project(&bed, "alive_frozen");
+    let (project, exps) = project(&bed, &format!("alive_frozen_{node}"));
     let exp_root = exps.display().to_string();
     let train = [
         "python",
@@ -647,7 +646,7 @@ fn a_frozen_node_ends_the_attempt_and_the_job_finishes_without_it() {
         Duration::from_secs(240),
     );
     let started = events(&timeline(&exp), "started")[0]["nodes"].clone();
-    let host = started[1].as_str().expect("node 1").to_owned();
+    let host = started[node].as_str().expect("the node").to_owned();
     let frozen: Vec<String> = bed
         .node_processes("")
         .into_iter()
@@ -681,11 +680,12 @@ fn a_frozen_node_ends_the_attempt_and_the_job_finishes_without_it() {
     );
     let report: Value =
         serde_json::from_str(&read_lossy(&report_path)).expect("failure.json parses");
+    // Node 0's loss is reported by node 1's agent, which acts for the lost leader.
     assert!(
         report["cause"]
             .as_str()
             .unwrap_or_default()
-            .starts_with(&format!("lost node 1 ({host})")),
+            .starts_with(&format!("lost node {node} ({host})")),
         "{report:#}"
     );
     let reference_dir = exps.join("reference");
@@ -706,6 +706,14 @@ fn a_frozen_node_ends_the_attempt_and_the_job_finishes_without_it() {
     assert_eq!(requeue.len(), 1, "{:?}", names(&all));
     assert_eq!(requeue[0]["cause"], "node_failure");
     assert_eq!(requeue[0]["exclude"], Value::from(vec![host.clone()]));
+    // One story: one failure, one requeue, no second word from a leader that woke up.
+    assert_eq!(events(&all, "failed").len(), 1, "{:?}", names(&all));
+    assert!(
+        events(&all, "requeue_refused").is_empty(),
+        "{:?}",
+        names(&all)
+    );
+    assert_eq!(events(&all, "finished").len(), 1, "{:?}", names(&all));
     let again = events(&all, "started");
     assert_eq!(again.len(), 2, "{:?}", names(&all));
     let nodes: Vec<&str> = again[1]["nodes"]
@@ -717,6 +725,21 @@ fn a_frozen_node_ends_the_attempt_and_the_job_finishes_without_it() {
     assert!(
         !nodes.contains(&host.as_str()),
         "the requeued job avoids {host}: {nodes:?}"
+    );
+    let manifest: Value =
+        serde_json::from_str(&read_lossy(exp.join("manifest.json"))).expect("manifest");
+    let runs = manifest["attempts"][0]["runs"].as_array().expect("runs");
+    let ends: Vec<(Value, Value)> = runs
+        .iter()
+        .map(|r| (r["cause"].clone(), r["then"].clone()))
+        .collect();
+    assert_eq!(
+        ends,
+        [
+            (Value::from("node_failure"), Value::from("requeue")),
+            (Value::Null, Value::from("end"))
+        ],
+        "{runs:#?}"
     );
     let out = read_lossy(exp.join(format!("logs/{job}.out")));
     let checksum = |text: &str| {
@@ -730,4 +753,16 @@ fn a_frozen_node_ends_the_attempt_and_the_job_finishes_without_it() {
         "nothing of the frozen attempt is left: {:?}",
         bed.node_processes("train_ddp.py")
     );
+}
+
+/// A follower's node freezes: the leader reports it and requeues without it.
+#[test]
+fn a_frozen_node_ends_the_attempt_and_the_job_finishes_without_it() {
+    frozen_node(1);
+}
+
+/// The leader's node freezes: node 1's agent reports it and requeues without it.
+#[test]
+fn a_frozen_leader_node_ends_the_attempt_and_the_job_finishes_without_it() {
+    frozen_node(0);
 }

@@ -1,0 +1,257 @@
+//! Keeping a job alive across allocations: attempt numbers over the whole experiment, the
+//! requeue budget per cause (counted from the timeline), the requeue itself, the manifest's
+//! record of each attempt, and the scheduler's facts about the job.
+
+use std::path::Path;
+use std::time::Duration;
+
+use herd_slurm::lifecycle::{self, Cause, JobFacts};
+use herd_slurm::Layout;
+use serde_json::json;
+
+use crate::agent::{say, Config};
+use crate::report::FailureReport;
+
+/// Ask slurmctld about job `id` without blocking the event loop; a failure is said and
+/// taken as "no facts".
+pub(crate) async fn job_facts(id: &str) -> Option<JobFacts> {
+    let id = id.to_owned();
+    match tokio::task::spawn_blocking(move || JobFacts::query(&id)).await {
+        Ok(Ok(f)) => Some(f),
+        Ok(Err(e)) => {
+            say(format!("cannot ask SLURM about the job: {e}"));
+            None
+        }
+        Err(_) => None,
+    }
+}
+
+/// The lowest attempt number not used yet in `log_dir` (`attempt-K` folders): attempts are
+/// counted over the whole experiment, so a requeue or a `herd submit --resume` never
+/// writes into an earlier attempt's logs.
+pub(crate) fn next_attempt(log_dir: &Path) -> u32 {
+    std::fs::read_dir(log_dir)
+        .map(|dir| {
+            dir.filter_map(|e| e.ok())
+                .filter_map(|e| {
+                    e.file_name()
+                        .to_str()?
+                        .strip_prefix("attempt-")?
+                        .parse::<u32>()
+                        .ok()
+                })
+                .map(|n| n + 1)
+                .max()
+                .unwrap_or(0)
+        })
+        .unwrap_or(0)
+}
+
+/// Requeues of this experiment so far, by cause (from its timeline); without an
+/// experiment, SLURM's requeue count stands for every cause.
+pub(crate) fn requeues_so_far(cfg: &Config, cause: Cause) -> u32 {
+    let slurm = std::env::var("SLURM_RESTART_COUNT")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let Some(dir) = &cfg.exp_dir else {
+        return slurm;
+    };
+    match herd_exp::timeline::read(dir) {
+        Ok(events) => events
+            .iter()
+            .filter(|e| e.get("event").and_then(|v| v.as_str()) == Some("requeue"))
+            .filter(|e| e.get("cause").and_then(|v| v.as_str()) == Some(cause.name()))
+            .count() as u32,
+        Err(_) => slurm,
+    }
+}
+
+/// The job's state once it is no longer running (someone requeued or ended it: another
+/// agent acting for this one, slurmctld, the user), asking for up to `within`; `None` while
+/// it runs or without facts. An agent that was frozen wakes up (SLURM's SIGCONT) to a job
+/// another agent has requeued for it, and must not act again: slurmctld signals the job a
+/// moment before its state says so, hence the wait.
+pub(crate) async fn no_longer_running(job_id: Option<&str>, within: Duration) -> Option<String> {
+    let id = job_id?;
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let facts = job_facts(id).await?;
+        if !facts.state.starts_with("RUNNING") {
+            return Some(facts.state);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Requeue job `job_id` after attempt `attempt` ended for `cause`, when the budget for that
+/// cause allows; `lost` (the host of a node failure) is left out of the next allocation,
+/// with the nodes the job already excluded. Says what it did and writes it in the timeline
+/// (`record`: the leader's, or a follower's that acts for a lost leader); false when the job
+/// ends here.
+pub(crate) async fn requeue(
+    cfg: &Config,
+    job_id: Option<&str>,
+    attempt: u32,
+    cause: Cause,
+    lost: Option<&str>,
+    record: &dyn Fn(&str, serde_json::Value),
+) -> bool {
+    let Some(id) = job_id.map(str::to_owned) else {
+        return false;
+    };
+    let budget = cfg.keep.max_requeues;
+    let used = requeues_so_far(cfg, cause);
+    if used >= budget {
+        say(format!(
+            "{}: no requeue left ({used} of {budget} for {} used, --max-requeues); the job ends here{}",
+            cause.words(),
+            cause.words(),
+            if cfg.exp_dir.is_some() {
+                "; `herd submit --resume` runs it again from its newest checkpoint"
+            } else {
+                ""
+            }
+        ));
+        record(
+            "requeue_refused",
+            json!({"attempt": attempt, "cause": cause, "used": used, "budget": budget}),
+        );
+        if cause == Cause::Preemption {
+            // slurmctld would requeue a preempted job by itself: end it for good.
+            let id2 = id.clone();
+            let _ = tokio::task::spawn_blocking(move || {
+                herd_slurm::commands::scancel(&[id2.as_str()], None)
+            })
+            .await;
+        }
+        return false;
+    }
+    let mut exclude: Vec<String> = lost.map(|h| vec![h.to_owned()]).unwrap_or_default();
+    if !exclude.is_empty() {
+        let id2 = id.clone();
+        if let Ok(Ok(before)) =
+            tokio::task::spawn_blocking(move || lifecycle::excluded_nodes(&id2)).await
+        {
+            exclude.extend(before);
+        }
+    }
+    record(
+        "requeue",
+        json!({"attempt": attempt, "cause": cause, "count": used + 1, "budget": budget,
+               "exclude": exclude}),
+    );
+    say(format!(
+        "{}: requeuing job {id} ({} of {budget} requeues for {}){}",
+        cause.words(),
+        used + 1,
+        cause.words(),
+        if exclude.is_empty() {
+            String::new()
+        } else {
+            format!(", without {}", exclude.join(","))
+        }
+    ));
+    let id2 = id.clone();
+    match tokio::task::spawn_blocking(move || {
+        lifecycle::requeue(&id2, &exclude, Duration::from_secs(5))
+    })
+    .await
+    {
+        Ok(Ok(())) => true,
+        Ok(Err(e)) => {
+            say(format!("cannot requeue job {id}: {e}"));
+            record(
+                "requeue_failed",
+                json!({"attempt": attempt, "error": e.to_string()}),
+            );
+            false
+        }
+        Err(_) => false,
+    }
+}
+
+pub(crate) fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// The attempt's entry in the manifest (when the job has an experiment).
+pub(crate) fn record_run(
+    cfg: &Config,
+    layout: &Layout,
+    (attempt, requeue): (u32, u32),
+    started_unix: u64,
+    cause: Option<Cause>,
+    then: &str,
+    resume: &Option<String>,
+) {
+    let Some(dir) = &cfg.exp_dir else { return };
+    let run = herd_exp::Run {
+        attempt,
+        requeue,
+        nodes: layout.nodes.clone(),
+        started_unix,
+        ended_unix: unix_now(),
+        cause: cause.map(|c| c.name().to_owned()),
+        then: then.to_owned(),
+        resume_from: resume.clone(),
+        other: Default::default(),
+    };
+    let job = cfg.launch.job_id.map(|j| j.to_string());
+    let written =
+        herd_exp::Experiment::open_dir(dir).and_then(|e| e.record_run(job.as_deref(), run));
+    if let Err(e) = written {
+        say(format!(
+            "cannot record attempt {attempt} in the manifest: {e}"
+        ));
+    }
+}
+
+/// `failure.json` in the attempt's log folder and in the log folder (the latest).
+pub(crate) fn write_report(cfg: &Config, report: &FailureReport) {
+    let text = match serde_json::to_string_pretty(report) {
+        Ok(t) => t + "\n",
+        Err(_) => return,
+    };
+    for path in [
+        cfg.log_dir
+            .join(format!("attempt-{}", report.attempt))
+            .join("failure.json"),
+        cfg.log_dir.join("failure.json"),
+    ] {
+        if let Some(parent) = path.parent() {
+            let _ = std::fs::create_dir_all(parent);
+        }
+        // Written to a temporary name and renamed: a reader never sees half a report.
+        let tmp = path.with_extension("json.tmp");
+        if std::fs::write(&tmp, &text).is_ok() {
+            let _ = std::fs::rename(&tmp, &path);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn attempts_continue_after_the_highest_log_folder() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        assert_eq!(next_attempt(&dir.path().join("missing")), 0);
+        assert_eq!(next_attempt(dir.path()), 0);
+        for name in ["attempt-0", "attempt-3", "attempt-x", "other-7", "attempt-"] {
+            std::fs::create_dir(dir.path().join(name)).expect("mkdir");
+        }
+        std::fs::write(dir.path().join("attempt-9.txt"), "").expect("file");
+        assert_eq!(
+            next_attempt(dir.path()),
+            4,
+            "after attempt-3, gaps and strays aside"
+        );
+    }
+}

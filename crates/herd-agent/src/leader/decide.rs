@@ -1,0 +1,307 @@
+//! The leader's decisions while an attempt runs: what a signal means for the job (from the
+//! scheduler's facts), the stop before a time limit or on preemption, and the hang
+//! watchdog's verdict and report.
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use herd_slurm::lifecycle::Cause;
+use nix::sys::signal::Signal;
+use serde_json::json;
+use tokio::sync::mpsc;
+
+use super::{broadcast, Follower};
+use crate::agent::{cancelled, say, Config, Event};
+use crate::attempt::Attempt;
+use crate::keep::job_facts;
+use crate::protocol::Msg;
+use crate::report::FailureReport;
+use crate::signals::{self, Action};
+
+/// How one attempt ended.
+pub(super) enum End {
+    /// Every worker exited 0.
+    Success,
+    /// The first failure, whether a restart may retry it, and its cause.
+    Failed {
+        report: FailureReport,
+        retryable: bool,
+        cause: Cause,
+    },
+    /// herd stopped the workers (they were asked to checkpoint) for `cause`.
+    Stopped { cause: Cause },
+}
+
+/// The attempt's stop in progress: why, and when what is left is torn down.
+pub(super) struct Stopping {
+    pub(super) cause: Cause,
+    pub(super) deadline: tokio::time::Instant,
+}
+
+/// The leader's view of the job while an attempt runs.
+pub(super) struct Lead<'a> {
+    pub(super) cfg: &'a Config,
+    pub(super) host: String,
+    pub(super) job_id: Option<String>,
+    pub(super) number: u32,
+    pub(super) stopping: Option<Stopping>,
+    /// When herd's own warning before the time limit is due.
+    pub(super) warn_at: Option<tokio::time::Instant>,
+    /// Each follower rank's last progress report: (node rank, pid, silent ms, when heard).
+    pub(super) progress: HashMap<u32, (u32, i32, u64, tokio::time::Instant)>,
+}
+
+impl Lead<'_> {
+    /// When herd's warning is due, from the job's time left now.
+    pub(super) async fn arm_warning(&mut self) {
+        self.warn_at = None;
+        let warn = self.cfg.keep.warn_before;
+        let Some(id) = self.job_id.as_deref().filter(|_| !warn.is_zero()) else {
+            return;
+        };
+        if let Some(left) = job_facts(id).await.and_then(|f| f.time_left) {
+            self.warn_at = Some(tokio::time::Instant::now() + left.saturating_sub(warn));
+        }
+    }
+
+    /// Ask every worker to checkpoint and stop, for `cause`.
+    pub(super) async fn begin_stop(
+        &mut self,
+        cause: Cause,
+        followers: &mut [Follower],
+        a: &Attempt,
+    ) {
+        if self.stopping.is_some() {
+            return;
+        }
+        let keep = &self.cfg.keep;
+        let sig = keep.stop_signal;
+        say(format!(
+            "{}: asking every worker to checkpoint and stop ({}); they have {:?}",
+            cause.words(),
+            sig.as_str(),
+            keep.stop_grace
+        ));
+        self.cfg.record(
+            "warning",
+            json!({"attempt": self.number, "cause": cause, "stop_signal": sig.as_str(),
+                   "grace_s": keep.stop_grace.as_secs_f64()}),
+        );
+        broadcast(
+            followers,
+            &Msg::Stop {
+                attempt: self.number,
+                signal: sig.as_str().to_owned(),
+            },
+        )
+        .await;
+        a.forward(sig);
+        self.stopping = Some(Stopping {
+            cause,
+            deadline: tokio::time::Instant::now() + keep.stop_grace,
+        });
+    }
+
+    /// A handled signal reached this agent (`from` = None) or a follower: decide from the
+    /// scheduler's facts whether it is the time limit, a preemption, a cancel or the user's
+    /// own signal, and act on it. Returns the failure it makes, if any.
+    pub(super) async fn signal(
+        &mut self,
+        sig: Signal,
+        from: Option<u32>,
+        followers: &mut [Follower],
+        a: &Attempt,
+    ) -> Option<(FailureReport, bool, Cause)> {
+        let action = signals::action(sig)?;
+        if self.stopping.is_some() {
+            self.cfg.record(
+                "signal",
+                json!({"attempt": self.number, "signal": sig.as_str(), "action": "ignored (stopping)", "node": from}),
+            );
+            return None;
+        }
+        // SLURM's --signal may come up to a minute before the time it was asked for.
+        let near = self.cfg.keep.warn_before + Duration::from_secs(90);
+        let facts = match self.job_id.as_deref() {
+            Some(id) => job_facts(id).await,
+            None => None,
+        };
+        let cause = facts.as_ref().and_then(|f| f.cause(near));
+        if action == Action::Notice {
+            // SIGCONT: a preemption stops the job now; a coming time limit is met by
+            // herd's own timer at `warn_before` (SLURM's notice comes up to a minute early);
+            // anything else is nothing to act on.
+            let left = facts.as_ref().and_then(|f| f.time_left);
+            let warn = self.cfg.keep.warn_before;
+            match cause {
+                Some(Cause::Preemption) => {}
+                Some(Cause::TimeLimit)
+                    if left.is_some_and(|l| l <= warn + Duration::from_secs(2)) => {}
+                Some(Cause::TimeLimit) => {
+                    if let Some(l) = left.filter(|_| !warn.is_zero()) {
+                        self.warn_at = Some(tokio::time::Instant::now() + (l - warn));
+                    }
+                    return None;
+                }
+                _ => return None,
+            }
+        }
+        let record = |what: &str| {
+            self.cfg.record(
+                "signal",
+                json!({"attempt": self.number, "signal": sig.as_str(), "action": what,
+                       "cause": cause, "node": from}),
+            );
+        };
+        match (action, cause) {
+            (_, Some(c @ (Cause::TimeLimit | Cause::Preemption))) => {
+                record("stop");
+                self.begin_stop(c, followers, a).await;
+                None
+            }
+            (Action::Terminate, _) => {
+                record("terminate");
+                a.forward(sig);
+                let who = match from {
+                    None => self.host.clone(),
+                    Some(n) => followers
+                        .iter()
+                        .find(|f| f.node_rank == n)
+                        .map_or_else(|| format!("node {n}"), |f| f.host.clone()),
+                };
+                Some((
+                    FailureReport::other(
+                        self.number,
+                        from.unwrap_or(0),
+                        &who,
+                        cancelled(&who, sig),
+                    ),
+                    false,
+                    Cause::Cancelled,
+                ))
+            }
+            (Action::Notice, _) => None,
+            (Action::Forward, _) => {
+                if from.is_none() {
+                    say(format!("forwarding {} to the workers", sig.as_str()));
+                    record("forward");
+                    a.forward(sig);
+                }
+                None
+            }
+        }
+    }
+
+    /// The hang watchdog's verdict: when no rank has made progress for the hang timeout,
+    /// the rank that went silent first (rank, node rank, pid, silent for).
+    /// `expected`: the nodes whose ranks still run; each must have reported.
+    pub(super) fn hung(
+        &self,
+        a: &Attempt,
+        expected: &HashSet<u32>,
+    ) -> Option<(u32, u32, i32, Duration)> {
+        let timeout = self.cfg.keep.hang_timeout?;
+        let reported: HashSet<u32> = self.progress.values().map(|p| p.0).collect();
+        if !expected.is_subset(&reported) {
+            return None;
+        }
+        let now = tokio::time::Instant::now();
+        let mut all: Vec<(u32, u32, i32, u64)> = a
+            .progress()
+            .into_iter()
+            .map(|p| (p.rank, self.cfg.node_rank, p.pid, p.silent_ms))
+            .collect();
+        all.extend(
+            self.progress
+                .iter()
+                .map(|(&rank, &(node, pid, silent, heard))| {
+                    let since = u64::try_from(now.duration_since(heard).as_millis()).unwrap_or(0);
+                    (rank, node, pid, silent + since)
+                }),
+        );
+        // Every rank must be known and silent (ranks that exited 0 count as silent).
+        let limit = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+        if all.is_empty() || all.iter().any(|r| r.3 < limit) {
+            return None;
+        }
+        all.iter()
+            .max_by_key(|r| (r.3, std::cmp::Reverse(r.0)))
+            .map(|&(rank, node, pid, silent)| (rank, node, pid, Duration::from_millis(silent)))
+    }
+}
+
+/// The hang report: which rank went silent first, with every rank's stack.
+pub(super) async fn hang_report(
+    lead: &Lead<'_>,
+    followers: &mut [Follower],
+    rx: &mut mpsc::UnboundedReceiver<Event>,
+    a: &Attempt,
+    (rank, node, pid, silent): (u32, u32, i32, Duration),
+) -> FailureReport {
+    let cfg = lead.cfg;
+    let host = cfg
+        .node_names
+        .get(node as usize)
+        .cloned()
+        .unwrap_or_default();
+    let timeout = cfg.keep.hang_timeout.unwrap_or_default();
+    say(format!(
+        "hang: no rank has made progress for {timeout:?}; rank {rank} (pid {pid} on {host}) went silent first, {:.0} s ago; collecting stacks",
+        silent.as_secs_f64()
+    ));
+    cfg.record(
+        "hang",
+        json!({"attempt": lead.number, "rank": rank, "host": host, "pid": pid,
+               "silent_s": silent.as_secs_f64()}),
+    );
+    broadcast(
+        followers,
+        &Msg::Dump {
+            attempt: lead.number,
+        },
+    )
+    .await;
+    let mut stacks = a.stacks(cfg).await;
+    let mut waiting: HashSet<u32> = followers
+        .iter()
+        .filter(|f| f.alive)
+        .map(|f| f.node_rank)
+        .collect();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    while !waiting.is_empty() {
+        let Ok(Some(event)) = tokio::time::timeout_at(deadline, rx.recv()).await else {
+            break;
+        };
+        match event {
+            Event::Peer {
+                node_rank,
+                msg: Some(Msg::Stacks { stacks: s, .. }),
+                ..
+            } => {
+                waiting.remove(&node_rank);
+                stacks.extend(s);
+            }
+            Event::Peer {
+                node_rank,
+                msg: None,
+                ..
+            } => {
+                waiting.remove(&node_rank);
+            }
+            _ => {}
+        }
+    }
+    stacks.sort_by_key(|s| s.rank);
+    let mut report = FailureReport::other(
+        lead.number,
+        node,
+        &host,
+        format!(
+            "hang: no rank made progress for {:.0} s; rank {rank} (pid {pid} on {host}) went silent first",
+            timeout.as_secs_f64()
+        ),
+    );
+    report.rank = Some(rank);
+    report.stacks = stacks;
+    report
+}
