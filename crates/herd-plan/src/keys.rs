@@ -184,7 +184,8 @@ plan_keys! {
     #[key(MaxRequeues, example = "10")]
     #[arg(long, value_name = "N", value_parser = count())]
     pub max_requeues: Option<i64>,
-    /// Seconds before the time limit at which herd stops the workers (default 120).
+    /// Seconds before the time limit at which herd stops the workers (default 120, at most a
+    /// quarter of the time limit).
     #[key(WarnBefore, example = "300")]
     #[arg(long, value_name = "SECONDS", value_parser = count())]
     pub warn_before: Option<i64>,
@@ -192,7 +193,8 @@ plan_keys! {
     #[key(StopSignal, example = r#""USR2""#)]
     #[arg(long, value_name = "SIGNAL")]
     pub stop_signal: Option<String>,
-    /// Seconds the workers have, after the stop signal, to checkpoint and exit (default 60).
+    /// Seconds the workers have, after the stop signal, to checkpoint and exit (default 60, at
+    /// most half of `warn_before`).
     #[key(StopGrace, example = "120")]
     #[arg(long, value_name = "SECONDS", value_parser = count())]
     pub stop_grace: Option<i64>,

@@ -380,9 +380,14 @@ fn resolve_keep<'a>(
         );
     }
     let v = l.take(Key::WarnBefore, |k| k.warn_before.as_ref(), secs);
-    let warn_before = given(l, Key::WarnBefore, v, d.warn_before);
+    // The defaults fit a short time limit (a test on a `dev` partition): a quarter of it at
+    // most for the warning, half the warning at most for the grace.
+    let short = time.map_or(u32::MAX, |t| {
+        u32::try_from(t.seconds() / 4).unwrap_or(u32::MAX)
+    });
+    let warn_before = given(l, Key::WarnBefore, v, d.warn_before.min(short));
     let v = l.take(Key::StopGrace, |k| k.stop_grace.as_ref(), secs);
-    let stop_grace = given(l, Key::StopGrace, v, d.stop_grace);
+    let stop_grace = given(l, Key::StopGrace, v, d.stop_grace.min(warn_before / 2));
     let v = l.take(Key::HangTimeout, |k| k.hang_timeout.as_ref(), secs);
     let hang_timeout = given(l, Key::HangTimeout, v, d.hang_timeout);
     let v = l.take(
@@ -1141,11 +1146,20 @@ mod tests {
         let job = file(&format!("warn_before = 60\nstop_grace = 60\n{BASIC}"));
         let e = err(Some(&job), &JobKeys::default()).to_string();
         assert!(e.contains("lower stop_grace or raise warn_before"), "{e}");
+        // The defaults shrink to fit a short limit; a warning set to 120 s does not fit 2 min.
         let job = file(&format!("time = 2\n{BASIC}"));
-        let e = err(Some(&job), &JobKeys::default()).to_string();
+        let keep = ok(Some(&job), &JobKeys::default(), &[], "login1").keep;
+        assert_eq!((keep.warn_before, keep.stop_grace), (30, 15));
+        let long = file(&format!("time = 600\n{BASIC}"));
+        let keep = ok(Some(&long), &JobKeys::default(), &[], "login1").keep;
+        assert_eq!((keep.warn_before, keep.stop_grace), (120, 60));
+        let flags = JobKeys {
+            warn_before: Some(120),
+            ..JobKeys::default()
+        };
+        let e = err(Some(&job), &flags).to_string();
         assert!(
-            e.contains("`warn_before` (herd's default)")
-                && e.contains("lower warn_before or raise time"),
+            e.contains("--warn-before") && e.contains("lower warn_before or raise time"),
             "{e}"
         );
         let flags = JobKeys {
