@@ -312,10 +312,7 @@ async fn lost_leader(cfg: &Config, attempt: Option<&Attempt>, why: &str) -> Outc
         nodes: cfg.node_names.clone(),
         tasks_per_node: Vec::new(),
     };
-    let requeue_count = std::env::var("SLURM_RESTART_COUNT")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
+    let requeue_count = cfg.launch.requeues;
     record_run(
         cfg,
         &layout,

@@ -50,10 +50,7 @@ pub(crate) fn next_attempt(log_dir: &Path) -> u32 {
 /// Requeues of this experiment so far, by cause (from its timeline); without an
 /// experiment, SLURM's requeue count stands for every cause.
 pub(crate) fn requeues_so_far(cfg: &Config, cause: Cause) -> u32 {
-    let slurm = std::env::var("SLURM_RESTART_COUNT")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
+    let slurm = cfg.launch.requeues;
     let Some(dir) = &cfg.exp_dir else {
         return slurm;
     };
@@ -132,12 +129,7 @@ pub(crate) async fn requeue(
     }
     let mut exclude: Vec<String> = lost.map(|h| vec![h.to_owned()]).unwrap_or_default();
     if !exclude.is_empty() {
-        let id2 = id.clone();
-        if let Ok(Ok(before)) =
-            tokio::task::spawn_blocking(move || lifecycle::excluded_nodes(&id2)).await
-        {
-            exclude.extend(before);
-        }
+        exclude.extend(job_facts(&id).await.and_then(|f| f.excluded));
     }
     record(
         "requeue",
@@ -175,9 +167,7 @@ pub(crate) async fn requeue(
 }
 
 pub(crate) fn unix_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
+    crate::workers::unix_ms() / 1000
 }
 
 /// The attempt's entry in the manifest (when the job has an experiment).

@@ -41,6 +41,8 @@
 //! - [`job`]: [`JobFile`] and [`Profile`] (TOML, unknown keys refused), [`load_profiles`].
 //! - [`resolve`](mod@resolve): the flags' [`JobKeys`] + job file + profile →
 //!   [`Plan`], recording each key's [`Source`]; [`ResolveError`] lists every bad value.
+//! - [`keep`]: the staying-alive keys ([`keep::Keep`]): requeue budget, warning, stop, hang
+//!   watchdog, their defaults and checks.
 //! - [`values`]: SLURM's [`TimeLimit`], [`Memory`] and [`Signal`] formats, parsed strictly.
 //! - [`partition`]: the partition table from `scontrol show partition -o` and `sinfo`.
 //! - [`check`](mod@check): [`check()`] → [`Finding`]s, each naming the keys to change.
@@ -54,6 +56,7 @@
 
 pub mod check;
 pub mod job;
+pub mod keep;
 pub mod keys;
 pub mod partition;
 pub mod quote;

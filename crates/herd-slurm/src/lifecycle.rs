@@ -35,6 +35,16 @@ pub enum Cause {
 }
 
 impl Cause {
+    /// Every cause, in the order the docs list them.
+    pub const ALL: [Cause; 6] = [
+        Cause::TimeLimit,
+        Cause::Preemption,
+        Cause::NodeFailure,
+        Cause::WorkerFailure,
+        Cause::Hang,
+        Cause::Cancelled,
+    ];
+
     /// The causes a requeue budget is counted for, in the order the docs list them.
     pub const REQUEUED: [Cause; 3] = [Cause::TimeLimit, Cause::Preemption, Cause::NodeFailure];
 
@@ -52,16 +62,7 @@ impl Cause {
 
     /// The cause named `name` ([`Cause::name`]).
     pub fn from_name(name: &str) -> Option<Cause> {
-        [
-            Cause::TimeLimit,
-            Cause::Preemption,
-            Cause::NodeFailure,
-            Cause::WorkerFailure,
-            Cause::Hang,
-            Cause::Cancelled,
-        ]
-        .into_iter()
-        .find(|c| c.name() == name)
+        Cause::ALL.into_iter().find(|c| c.name() == name)
     }
 
     /// In words, for messages ("time limit").
@@ -95,6 +96,8 @@ pub struct JobFacts {
     pub preempted: bool,
     /// `Restarts`: how often the job was requeued.
     pub restarts: Option<u32>,
+    /// `ExcNodeList`: the nodes the job leaves out (a hostlist expression), when any.
+    pub excluded: Option<String>,
 }
 
 impl JobFacts {
@@ -113,11 +116,15 @@ impl JobFacts {
         };
         let preempted = field("PreemptTime").is_some_and(|v| !matches!(v, "None" | "Unknown" | ""));
         let restarts = field("Restarts").and_then(|v| v.parse().ok());
+        let excluded = field("ExcNodeList")
+            .filter(|v| !v.is_empty() && *v != "(null)")
+            .map(str::to_owned);
         Some(JobFacts {
             state,
             time_left,
             preempted,
             restarts,
+            excluded,
         })
     }
 
@@ -249,17 +256,6 @@ fn scontrol_surviving(args: &[&str]) -> Result<String, SlurmError> {
     }
 }
 
-/// The nodes job `id` already excludes (`ExcNodeList`), so a requeue adds to them.
-pub fn excluded_nodes(id: &str) -> Result<Vec<String>, SlurmError> {
-    let text = show_job(id)?;
-    Ok(text
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix("ExcNodeList="))
-        .filter(|v| !v.is_empty() && *v != "(null)")
-        .map(|v| vec![v.to_owned()])
-        .unwrap_or_default())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -287,6 +283,15 @@ mod tests {
         assert_eq!(f.time_left, Some(Duration::from_secs(80)));
         assert!(!f.preempted);
         assert_eq!(f.restarts, Some(0));
+        assert_eq!(f.excluded, None);
+        let excluding = RUNNING.replace("ExcNodeList=(null)", "ExcNodeList=gpu-a[01-02]");
+        assert_eq!(
+            JobFacts::parse(&excluding)
+                .expect("parses")
+                .excluded
+                .as_deref(),
+            Some("gpu-a[01-02]")
+        );
         assert_eq!(f.cause(Duration::from_secs(30)), None, "a user's signal");
         assert_eq!(f.cause(Duration::from_secs(80)), Some(Cause::TimeLimit));
     }
@@ -318,14 +323,7 @@ mod tests {
 
     #[test]
     fn causes_have_stable_names() {
-        for c in [
-            Cause::TimeLimit,
-            Cause::Preemption,
-            Cause::NodeFailure,
-            Cause::WorkerFailure,
-            Cause::Hang,
-            Cause::Cancelled,
-        ] {
+        for c in Cause::ALL {
             assert_eq!(Cause::from_name(c.name()), Some(c));
             assert_eq!(
                 serde_json::to_value(c).expect("serializes"),

@@ -100,6 +100,8 @@ pub struct LaunchInfo {
     /// `HERD_ATTEMPT`: the attempt's number over the whole experiment, the K of its
     /// `logs/attempt-K` (restarts and requeues both count).
     pub attempt: u32,
+    /// How often SLURM has requeued the job (`SLURM_RESTART_COUNT`; 0 outside SLURM).
+    pub requeues: u32,
     /// `TORCHELASTIC_MAX_RESTARTS`.
     pub max_restarts: u32,
     /// GPUs of this node (device ids as in `CUDA_VISIBLE_DEVICES`); empty when no GPU is
@@ -139,6 +141,7 @@ impl LaunchInfo {
             master_port,
             restart_count: restarts,
             attempt: restarts,
+            requeues: restarts,
             ..LaunchInfo::for_node(
                 &alloc.gpus,
                 alloc.cpus_on_node,
@@ -176,6 +179,7 @@ impl LaunchInfo {
             run_id,
             restart_count: 0,
             attempt: 0,
+            requeues: 0,
             max_restarts: 0,
             node_gpus: gpus.visible.clone().unwrap_or_default(),
             gpu_bind: GpuBind::default(),

@@ -124,10 +124,7 @@ pub(crate) async fn lead(
     mut rx: mpsc::UnboundedReceiver<Event>,
 ) -> Result<Outcome, AgentError> {
     let host = cfg.host().to_owned();
-    let requeue_count: u32 = std::env::var("SLURM_RESTART_COUNT")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
+    let requeue_count: u32 = cfg.launch.requeues;
     cfg.record(
         "started",
         json!({"job_id": cfg.launch.job_id, "host": host, "nodes": cfg.node_names,
@@ -186,6 +183,18 @@ pub(crate) async fn lead(
                    "restarts": number - first, "requeue": requeue_count}),
         );
         let started_unix = unix_now();
+        // The attempt's entry in the manifest, once its end is known.
+        let record_end = |cause: Option<Cause>, then: &str| {
+            record_run(
+                &cfg,
+                &layout,
+                (number, requeue_count),
+                started_unix,
+                cause,
+                then,
+                &resume,
+            )
+        };
         lead.stopping = None;
         lead.progress.clear();
         lead.arm_warning().await;
@@ -412,15 +421,7 @@ pub(crate) async fn lead(
             }
             broadcast(&mut followers, &Msg::Finish { ok: true }).await;
             say(format!("all {} workers finished", layout.world_size()));
-            record_run(
-                &cfg,
-                &layout,
-                (number, requeue_count),
-                started_unix,
-                None,
-                "end",
-                &resume,
-            );
+            record_end(None, "end");
             cfg.record("finished", json!({"attempt": number, "ok": true}));
             return Ok(Outcome::Success);
         }
@@ -479,15 +480,7 @@ pub(crate) async fn lead(
             cfg.record("checkpoint", json!({"attempt": number, "path": newest}));
         }
         if retryable && number - first < max_restarts && followers.iter().all(|f| f.alive) {
-            record_run(
-                &cfg,
-                &layout,
-                (number, requeue_count),
-                started_unix,
-                Some(cause),
-                "restart",
-                &resume,
-            );
+            record_end(Some(cause), "restart");
             lead.number += 1;
             say(format!(
                 "restarting all workers: attempt {} ({} of at most {max_restarts} restarts)",
@@ -516,15 +509,7 @@ pub(crate) async fn lead(
         } else {
             false
         };
-        record_run(
-            &cfg,
-            &layout,
-            (number, requeue_count),
-            started_unix,
-            Some(cause),
-            if requeued { "requeue" } else { "end" },
-            &resume,
-        );
+        record_end(Some(cause), if requeued { "requeue" } else { "end" });
         broadcast(&mut followers, &Msg::Finish { ok: false }).await;
         if requeued {
             return Ok(Outcome::Requeued(cause));

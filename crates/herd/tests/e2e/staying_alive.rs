@@ -57,6 +57,24 @@ fn wait_final(bed: &Bed, job: JobId, exp: &Path, limit: Duration) -> JobInfo {
     })
 }
 
+/// The uninterrupted reference for `train` (`python train_ddp.py ARGS…`): the same 4 ranks,
+/// here, with `herd run --nodes 2 --nproc-per-node 2`, no SLURM; returns its output.
+fn reference_run(bed: &Bed, project: &Path, exps: &Path, train: &[&str]) -> String {
+    let dir = exps.join("reference");
+    std::fs::create_dir_all(&dir).expect("reference dir");
+    std::fs::copy(project.join("train_ddp.py"), dir.join("train_ddp.py")).expect("copy");
+    let mut local: Vec<String> = vec![bed.python().display().to_string()];
+    local.extend(train[1..].iter().map(|s| s.to_string()));
+    local_herd_run(&dir, 2, 2, &local)
+}
+
+/// Rank 0's parameter checksum at the end, once all 4 ranks printed theirs.
+fn checksum(text: &str) -> String {
+    let done = rank_lines(text, "done");
+    assert_eq!(done.len(), 4, "{text}");
+    done[&0]["checksum"].clone()
+}
+
 /// Every `step=N` a rank logged in one attempt's log, in order.
 fn steps(log: &str) -> Vec<u64> {
     log.lines()
@@ -163,17 +181,7 @@ fn time_limits_requeue_within_budget_and_the_job_finishes_with_no_lost_step() {
             &["python", "stubborn.py"],
         ),
     ));
-    // The uninterrupted reference: the same 4 ranks, here, without SLURM.
-    let reference_dir = exps.join("reference");
-    std::fs::create_dir_all(&reference_dir).expect("reference dir");
-    std::fs::copy(
-        project.join("train_ddp.py"),
-        reference_dir.join("train_ddp.py"),
-    )
-    .expect("copy");
-    let mut local: Vec<String> = vec![bed.python().display().to_string()];
-    local.extend(train[1..].iter().map(|s| s.to_string()));
-    let reference = local_herd_run(&reference_dir, 2, 2, &local);
+    let reference = reference_run(&bed, &project, &exps, &train);
 
     // --- the stubborn job: two time limits, one requeue, then a clear end -------------
     let exp = exps.join("stubborn");
@@ -303,11 +311,6 @@ fn time_limits_requeue_within_budget_and_the_job_finishes_with_no_lost_step() {
         requeues.len(),
         "{out}"
     );
-    let checksum = |text: &str| {
-        let done = rank_lines(text, "done");
-        assert_eq!(done.len(), 4, "{text}");
-        done[&0]["checksum"].clone()
-    };
     assert_eq!(
         checksum(&out),
         checksum(&reference),
@@ -410,16 +413,7 @@ fn a_preempted_job_checkpoints_resumes_after_the_urgent_job_and_finishes() {
         ],
         "echo urgent start $(date +%s%3N); sleep 5; echo urgent end $(date +%s%3N)",
     );
-    let reference_dir = exps.join("reference");
-    std::fs::create_dir_all(&reference_dir).expect("reference dir");
-    std::fs::copy(
-        project.join("train_ddp.py"),
-        reference_dir.join("train_ddp.py"),
-    )
-    .expect("copy");
-    let mut local: Vec<String> = vec![bed.python().display().to_string()];
-    local.extend(train[1..].iter().map(|s| s.to_string()));
-    let reference = local_herd_run(&reference_dir, 2, 2, &local);
+    let reference = reference_run(&bed, &project, &exps, &train);
 
     let urgent_out = urgent.wait_success(&bed, Duration::from_secs(300));
     let info = wait_final(&bed, victim, &exp, Duration::from_secs(400));
@@ -461,11 +455,6 @@ fn a_preempted_job_checkpoints_resumes_after_the_urgent_job_and_finishes() {
         "attempt 1 resumes at the preempted attempt's checkpoint:\n{second}"
     );
     let out = read_lossy(exp.join(format!("logs/{victim}.out")));
-    let checksum = |text: &str| {
-        let done = rank_lines(text, "done");
-        assert_eq!(done.len(), 4, "{text}");
-        done[&0]["checksum"].clone()
-    };
     assert_eq!(checksum(&out), checksum(&reference));
 }
 
@@ -688,16 +677,7 @@ fn frozen_node(node: usize) {
             .starts_with(&format!("lost node {node} ({host})")),
         "{report:#}"
     );
-    let reference_dir = exps.join("reference");
-    std::fs::create_dir_all(&reference_dir).expect("reference dir");
-    std::fs::copy(
-        project.join("train_ddp.py"),
-        reference_dir.join("train_ddp.py"),
-    )
-    .expect("copy");
-    let mut local: Vec<String> = vec![bed.python().display().to_string()];
-    local.extend(train[1..].iter().map(|s| s.to_string()));
-    let reference = local_herd_run(&reference_dir, 2, 2, &local);
+    let reference = reference_run(&bed, &project, &exps, &train);
 
     let info = wait_final(&bed, job, &exp, Duration::from_secs(300));
     assert!(info.succeeded(), "{info:?}");
@@ -742,11 +722,6 @@ fn frozen_node(node: usize) {
         "{runs:#?}"
     );
     let out = read_lossy(exp.join(format!("logs/{job}.out")));
-    let checksum = |text: &str| {
-        let done = rank_lines(text, "done");
-        assert_eq!(done.len(), 4, "{text}");
-        done[&0]["checksum"].clone()
-    };
     assert_eq!(checksum(&out), checksum(&reference));
     assert!(
         bed.node_processes("train_ddp.py").is_empty(),
