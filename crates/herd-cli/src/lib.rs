@@ -9,21 +9,37 @@ use std::io::Write;
 
 use clap::{Parser, Subcommand};
 
+pub mod cancel;
 pub mod env;
 pub mod exec;
 pub mod hostlist;
 pub mod launch;
+pub mod status;
 pub mod submit;
 
 /// Exit codes of `herd`, documented in `docs/cli.md`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ExitStatus {
     /// The command did what was asked.
-    Success = 0,
+    Success,
     /// The command ran and failed (a job failed, a check found problems, …).
-    Failure = 1,
+    Failure,
     /// The command line was wrong, or the command is not available in this build.
-    Usage = 2,
+    Usage,
+    /// The exit code of a job herd waited for (`herd submit --wait`, `herd status -w`).
+    Job(u8),
+}
+
+impl ExitStatus {
+    /// The process exit code.
+    pub fn code(self) -> u8 {
+        match self {
+            ExitStatus::Success => 0,
+            ExitStatus::Failure => 1,
+            ExitStatus::Usage => 2,
+            ExitStatus::Job(code) => code,
+        }
+    }
 }
 
 /// Errors a command reports. Each keeps the library error it comes from (reachable with
@@ -271,11 +287,11 @@ pub enum Command {
     /// exec.
     Exec(exec::ExecArgs),
     /// State of jobs and experiments, from one batched scheduler query.
-    Status(PendingArgs),
+    Status(status::StatusArgs),
     /// Per-rank logs of an experiment, by attempt.
     Logs(PendingArgs),
     /// Cancel a job by name or id.
-    Cancel(PendingArgs),
+    Cancel(cancel::CancelArgs),
     /// Live view of a running job: per-rank state, step, throughput, loss, stragglers.
     Top(PendingArgs),
     /// Plots and scaling tables of finished runs.
@@ -320,13 +336,13 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
         Command::Check(args) => submit::run_check(args, out),
         Command::Submit(args) => submit::run_submit(args, out),
         // Listed so the command tree is whole; each says where its work is planned.
-        command @ (Command::Status(_) | Command::Logs(_) | Command::Cancel(_)) => {
-            Err(CliError::NotImplemented {
-                command: command.name(),
-                version: env!("CARGO_PKG_VERSION"),
-                tracking: "planned: issue #14",
-            })
-        }
+        Command::Status(args) => status::run(args, out),
+        Command::Cancel(args) => cancel::run(args, out),
+        command @ Command::Logs(_) => Err(CliError::NotImplemented {
+            command: command.name(),
+            version: env!("CARGO_PKG_VERSION"),
+            tracking: "planned: issue #14",
+        }),
         command @ (Command::Top(_) | Command::Report(_)) => Err(CliError::NotImplemented {
             command: command.name(),
             version: env!("CARGO_PKG_VERSION"),
@@ -343,9 +359,9 @@ pub fn main() -> std::process::ExitCode {
             // clap prints help/version to stdout (exit 0) and usage errors to stderr (exit 2).
             let _ = err.print();
             return std::process::ExitCode::from(if err.use_stderr() {
-                ExitStatus::Usage as u8
+                ExitStatus::Usage.code()
             } else {
-                ExitStatus::Success as u8
+                ExitStatus::Success.code()
             });
         }
     };
@@ -369,7 +385,7 @@ pub fn main() -> std::process::ExitCode {
             err.exit_status()
         }
     };
-    std::process::ExitCode::from(status as u8)
+    std::process::ExitCode::from(status.code())
 }
 
 #[cfg(test)]
@@ -392,6 +408,7 @@ mod tests {
                 "hostlist" => &["count", "x"],
                 "run" | "launch" | "exec" => &["--", "true"],
                 "submit" | "check" => &[],
+                "cancel" => &["x"],
                 _ => &[],
             };
             let mut argv = vec!["herd", name.as_str()];

@@ -298,10 +298,15 @@ pub struct SubmitArgs {
     /// each waits for the one before). Every plan is checked before anything is written.
     #[arg(long, value_name = "JOB.toml")]
     then: Vec<PathBuf>,
+    /// Then watch the job (every job of a chain) with a live line on stderr until it ends,
+    /// and exit with its exit code. Ctrl-C stops watching, never the job.
+    #[arg(long, conflicts_with = "dry_run")]
+    wait: bool,
 }
 
-/// Create the experiment folder for a checked plan and sbatch its script; returns the id.
-fn create_and_submit(checked: &Checked) -> Result<String, CliError> {
+/// Create the experiment folder for a checked plan and sbatch its script; returns the id
+/// and the experiment.
+fn create_and_submit(checked: &Checked) -> Result<(String, herd_exp::Experiment), CliError> {
     let plan = &checked.plan;
     let project = working_folder()?;
     let plan_json = serde_json::to_value(plan).map_err(CliError::PlanJson)?;
@@ -352,7 +357,7 @@ fn create_and_submit(checked: &Checked) -> Result<String, CliError> {
                 plan.job_name,
                 exp.dir().display()
             );
-            Ok(id)
+            Ok((id, exp.clone()))
         }
         Err(why) => {
             // Nothing ran from this folder: remove it, so the same name can be used again.
@@ -383,17 +388,9 @@ fn sbatch(exp: &herd_exp::Experiment) -> Result<String, herd_slurm::SlurmError> 
     herd_slurm::commands::sbatch(&exp.dir().join("job.sbatch"), exp.dir())
 }
 
-/// `--exp-root` as given, or the default one submit uses (relative to the working folder).
-fn exp_root_or_default(given: Option<&Path>) -> PathBuf {
-    given.map_or_else(
-        || PathBuf::from(herd_plan::DEFAULT_EXP_ROOT),
-        Path::to_path_buf,
-    )
-}
-
 /// `herd submit --resume NAME`: a new attempt of an existing experiment.
 fn resume(args: &SubmitArgs, name: &str, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
-    let exp_root = exp_root_or_default(args.plan.flags.exp_root.as_deref());
+    let exp_root = crate::status::exp_root(args.plan.flags.exp_root.as_deref())?;
     let exp = herd_exp::Experiment::open(&exp_root, name)?;
     let attempt = exp.add_attempt(&herd_exp::Invocation::current(env!("CARGO_PKG_VERSION")))?;
     let id = sbatch(&exp).map_err(|source| CliError::Sbatch {
@@ -411,6 +408,9 @@ fn resume(args: &SubmitArgs, name: &str, out: &mut dyn Write) -> Result<ExitStat
         "herd: submitted job {id}: attempt {attempt} of experiment {}",
         exp.dir().display()
     );
+    if args.wait {
+        return wait(&mut [crate::status::Watched::new(Some(exp), id)], out);
+    }
     Ok(ExitStatus::Success)
 }
 
@@ -451,12 +451,32 @@ pub fn run_submit(args: SubmitArgs, out: &mut dyn Write) -> Result<ExitStatus, C
         findings.extend(prepare(next, false)?.findings);
     }
     report(&findings, &mut std::io::sink())?;
-    let mut id = create_and_submit(&checked)?;
+    let (mut id, exp) = create_and_submit(&checked)?;
     writeln!(out, "{id}")?;
+    let mut submitted = vec![crate::status::Watched::new(Some(exp), id.clone())];
     for mut next in chain {
         next.flags.after = Some(vec![format!("{id}:ok")]);
-        id = create_and_submit(&prepare(&next, false)?)?;
+        let exp;
+        (id, exp) = create_and_submit(&prepare(&next, false)?)?;
         writeln!(out, "{id}")?;
+        submitted.push(crate::status::Watched::new(Some(exp), id.clone()));
+    }
+    if args.wait {
+        return wait(&mut submitted, out);
     }
     Ok(ExitStatus::Success)
+}
+
+/// `--wait`: the job ids are printed; the live line goes to stderr.
+fn wait(jobs: &mut [crate::status::Watched], out: &mut dyn Write) -> Result<ExitStatus, CliError> {
+    use std::io::IsTerminal;
+    out.flush()?;
+    let stderr = std::io::stderr();
+    let tty = stderr.is_terminal();
+    crate::status::watch(
+        jobs,
+        crate::status::DEFAULT_TIMEOUT,
+        &mut stderr.lock(),
+        tty,
+    )
 }

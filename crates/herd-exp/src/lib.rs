@@ -74,6 +74,7 @@
 
 mod manifest;
 mod name;
+pub mod progress;
 mod snapshot;
 mod text;
 pub mod timeline;

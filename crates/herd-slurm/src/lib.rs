@@ -10,6 +10,7 @@
 //!   typed errors.
 //! - [`lifecycle`]: why a job's attempt ends ([`lifecycle::Cause`]), decided from what
 //!   `scontrol show job` says, and the requeue that brings it back.
+//! - [`queue`]: the queue in one `squeue` call, states and pending reasons in words.
 //! - [`vars`]: the names of herd's own variables (`HERD_*`).
 
 pub mod addr;
@@ -18,6 +19,7 @@ pub mod checkpoint;
 pub mod commands;
 pub mod counts;
 pub mod lifecycle;
+pub mod queue;
 pub mod vars;
 pub mod worker;
 

@@ -1,0 +1,208 @@
+//! `herd cancel NAME|ID…`: cancel jobs by experiment name, job name or id, with one queue
+//! query and one `scancel` call; `--chain` also cancels the jobs that wait for them.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+use herd_exp::progress::{self, Progress};
+use herd_exp::Experiment;
+use herd_slurm::queue::{self, QueueRow, Scope};
+use serde_json::json;
+
+use crate::status::exp_root;
+use crate::{CliError, ExitStatus};
+
+/// `herd cancel` arguments.
+#[derive(Debug, Args)]
+pub struct CancelArgs {
+    /// Experiment names, job names or job ids.
+    #[arg(value_name = "NAME|ID", required = true)]
+    pub targets: Vec<String>,
+    /// Also cancel every job that waits for these (chains of `herd submit --then`,
+    /// `--after`), however deep.
+    #[arg(long)]
+    pub chain: bool,
+    /// Where the experiments are (as for `herd status`).
+    #[arg(long, value_name = "DIR")]
+    pub exp_root: Option<PathBuf>,
+    /// Seconds the scheduler has to answer one call.
+    #[arg(long, value_name = "SECONDS", default_value_t = 10)]
+    pub timeout: u64,
+}
+
+/// A job to cancel and why.
+struct Pick {
+    id: String,
+    exp: Option<Experiment>,
+    why: String,
+}
+
+/// The ids of `rows` that wait, directly or through others, for one of `ids`.
+pub fn dependents(rows: &[QueueRow], ids: &[String]) -> Vec<(String, String)> {
+    let mut found: Vec<(String, String)> = Vec::new();
+    let mut frontier: Vec<String> = ids.to_vec();
+    while let Some(id) = frontier.pop() {
+        for r in rows {
+            let waits = r.depends_on().contains(&id);
+            let new =
+                !ids.contains(&r.array_job_id) && !found.iter().any(|(f, _)| f == &r.array_job_id);
+            if waits && new && !r.job_state().is_final() {
+                found.push((r.array_job_id.clone(), id.clone()));
+                frontier.push(r.array_job_id.clone());
+            }
+        }
+    }
+    found
+}
+
+/// Run `herd cancel`.
+pub fn run(args: CancelArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
+    let root = exp_root(args.exp_root.as_deref())?;
+    let timeout = Duration::from_secs(args.timeout.max(1));
+    let exps: Vec<(Experiment, Option<String>)> = progress::list(&root)?
+        .into_iter()
+        .map(|e| {
+            let id = Progress::read(&e).ok().and_then(|p| p.job_id);
+            (e, id)
+        })
+        .collect();
+    let rows = queue::query(Scope::Mine, timeout).map_err(CliError::Slurm)?;
+    let mut picks: Vec<Pick> = Vec::new();
+    let mut problems = Vec::new();
+    for t in &args.targets {
+        let is_id = t.bytes().all(|b| b.is_ascii_digit()) && !t.is_empty();
+        if let Some((e, id)) = exps.iter().find(|(e, _)| e.name() == t) {
+            match id {
+                Some(id) => picks.push(Pick {
+                    id: id.clone(),
+                    exp: Some(e.clone()),
+                    why: format!("experiment {t}"),
+                }),
+                None => problems.push(format!(
+                    "{t}: the experiment was never submitted (no job id in its manifest)"
+                )),
+            }
+        } else if is_id {
+            picks.push(Pick {
+                id: t.clone(),
+                exp: exps
+                    .iter()
+                    .find(|(_, id)| id.as_deref() == Some(t.as_str()))
+                    .map(|(e, _)| e.clone()),
+                why: format!("job {t}"),
+            });
+        } else {
+            let mut ids: Vec<&str> = rows
+                .iter()
+                .filter(|r| &r.name == t && !r.job_state().is_final())
+                .map(|r| r.array_job_id.as_str())
+                .collect();
+            ids.dedup();
+            match ids[..] {
+                [id] => picks.push(Pick {
+                    id: id.to_owned(),
+                    exp: None,
+                    why: format!("job name {t}"),
+                }),
+                [] => problems.push(format!(
+                    "{t}: no experiment of that name under {} and no queued or running job of yours named so",
+                    root.display()
+                )),
+                _ => problems.push(format!(
+                    "{t}: {} jobs of yours are named so (ids {}); give the id",
+                    ids.len(),
+                    ids.join(", ")
+                )),
+            }
+        }
+    }
+    if !problems.is_empty() {
+        return Err(CliError::Usage(problems.join("; ")));
+    }
+    if args.chain {
+        let ids: Vec<String> = picks.iter().map(|p| p.id.clone()).collect();
+        for (id, waits_for) in dependents(&rows, &ids) {
+            picks.push(Pick {
+                exp: exps
+                    .iter()
+                    .find(|(_, e)| e.as_deref() == Some(id.as_str()))
+                    .map(|(e, _)| e.clone()),
+                id,
+                why: format!("waits for {waits_for}"),
+            });
+        }
+    }
+    // Jobs that have ended are left alone (scancel would refuse them); say so.
+    let mut live = Vec::new();
+    for p in picks {
+        let ended = rows
+            .iter()
+            .filter(|r| r.array_job_id == p.id)
+            .all(|r| r.job_state().is_final());
+        let known = rows.iter().any(|r| r.array_job_id == p.id);
+        if known && ended {
+            writeln!(
+                out,
+                "job {} ({}) has already ended; nothing to cancel",
+                p.id, p.why
+            )?;
+        } else if !live.iter().any(|l: &Pick| l.id == p.id) {
+            live.push(p);
+        }
+    }
+    if live.is_empty() {
+        return Ok(ExitStatus::Success);
+    }
+    let ids: Vec<&str> = live.iter().map(|p| p.id.as_str()).collect();
+    herd_slurm::commands::scancel(&ids, None).map_err(CliError::Slurm)?;
+    let user = std::env::var("USER")
+        .or_else(|_| std::env::var("LOGNAME"))
+        .ok()
+        .filter(|u| !u.is_empty());
+    for p in &live {
+        let label = p
+            .exp
+            .as_ref()
+            .map_or_else(String::new, |e| format!(" ({})", e.name()));
+        writeln!(out, "cancelled job {}{label}: {}", p.id, p.why)?;
+        if let Some(exp) = &p.exp {
+            let fields = json!({"job_id": p.id, "by": "herd cancel", "user": user, "why": p.why});
+            if let Err(e) = herd_exp::timeline::append(exp.dir(), "cancelled", fields) {
+                eprintln!(
+                    "herd: warning: job {} cancelled, but not recorded in {}: {e}",
+                    p.id,
+                    exp.dir().display()
+                );
+            }
+        }
+    }
+    Ok(ExitStatus::Success)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_chain_is_followed_to_its_end_and_ended_jobs_are_left() {
+        let rows = queue::parse(
+            "20|20|N/A|RUNNING|None|0:01|1:00|a01|1|0|u|(null)|N/A|first|\n\
+             21|21|N/A|PENDING|Dependency|0:00|1:00||1|0|u|afterok:20(unfulfilled)|N/A|second|\n\
+             22|22|N/A|PENDING|Dependency|0:00|1:00||1|0|u|afterok:21(unfulfilled)|N/A|third|\n\
+             23|23|N/A|PENDING|Dependency|0:00|1:00||1|0|u|afterany:99(unfulfilled)|N/A|other|\n\
+             24|24|N/A|CANCELLED|None|0:00|1:00||1|0|u|afterok:20(unfulfilled)|N/A|gone|\n",
+        )
+        .expect("parses");
+        let found = dependents(&rows, &["20".to_owned()]);
+        assert_eq!(
+            found,
+            [
+                ("21".to_owned(), "20".to_owned()),
+                ("22".to_owned(), "21".to_owned())
+            ]
+        );
+        assert!(dependents(&rows, &["22".to_owned()]).is_empty());
+    }
+}

@@ -1,0 +1,283 @@
+//! Where an experiment's job stands, read from its folder alone: the manifest's job ids and
+//! the timeline's events (`herd status`, `herd submit --wait` and `herd cancel` add what
+//! the scheduler tells them to this).
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{Map, Value};
+
+use crate::{timeline, Error, Experiment};
+
+/// An experiment's job as its folder tells it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Progress {
+    /// The current submission's job id (the newest one sbatch gave).
+    pub job_id: Option<String>,
+    /// How many submissions (the first, then each `--resume`).
+    pub submissions: usize,
+    /// When the experiment was created, seconds since the epoch (0 when unknown).
+    pub created_unix: u64,
+    /// How many attempts started over the experiment (`logs/attempt-K` folders used).
+    pub attempts: usize,
+    /// The current job's newest attempt number K.
+    pub attempt: Option<u64>,
+    /// When the current job was queued (ms since the epoch).
+    pub queued_ms: Option<u64>,
+    /// When its agents last started (after a requeue: again).
+    pub started_ms: Option<u64>,
+    /// When its agents last met (rendezvous), after they last started.
+    pub rendezvous_ms: Option<u64>,
+    /// When its workers' first line came, in the newest attempt.
+    pub first_output_ms: Option<u64>,
+    /// How often the current job was requeued by herd.
+    pub requeues: usize,
+    /// Restarts inside the allocation, over the current job.
+    pub restarts: usize,
+    /// How the agents said the job ended: `(ok, cause)`.
+    pub finished: Option<(bool, Option<String>)>,
+    /// `herd cancel` cancelled the current job (when, ms since the epoch).
+    pub cancelled_ms: Option<u64>,
+    /// The end the scheduler showed for the current job, as `herd status` recorded it.
+    pub ended: Option<Ended>,
+    /// The newest failure over the experiment, in one line.
+    pub last_failure: Option<String>,
+}
+
+/// The end of a job as the scheduler showed it (event `ended`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ended {
+    /// SLURM's final state, e.g. `COMPLETED`, `FAILED`, `CANCELLED`, `TIMEOUT`.
+    pub state: String,
+    /// The exit code as a shell gives it.
+    pub exit_code: i64,
+    /// SLURM's reason, when it gave one.
+    pub reason: Option<String>,
+}
+
+fn ms(e: &Map<String, Value>) -> Option<u64> {
+    e.get("unix_ms").and_then(Value::as_u64)
+}
+
+fn text(e: &Map<String, Value>, key: &str) -> Option<String> {
+    e.get(key).and_then(Value::as_str).map(str::to_owned)
+}
+
+impl Progress {
+    /// Reads `exp`'s manifest and timeline.
+    pub fn read(exp: &Experiment) -> Result<Progress, Error> {
+        let manifest = exp.manifest()?;
+        let events = timeline::read(exp.dir()).map_err(|source| Error::Io {
+            action: "cannot read",
+            path: exp.dir().join(timeline::TIMELINE_FILE),
+            source,
+        })?;
+        let job_id = manifest
+            .attempts
+            .iter()
+            .rev()
+            .find_map(|a| a.job_id.clone());
+        let mut p = Progress::from_events(job_id, manifest.attempts.len(), &events);
+        p.created_unix = manifest.created_unix;
+        Ok(p)
+    }
+
+    /// The progress of job `job_id` from the experiment's `events`.
+    pub fn from_events(
+        job_id: Option<String>,
+        submissions: usize,
+        events: &[Map<String, Value>],
+    ) -> Progress {
+        let mut p = Progress {
+            job_id: job_id.clone(),
+            submissions,
+            ..Progress::default()
+        };
+        let of_job = |e: &Map<String, Value>| {
+            job_id.is_some() && e.get("job_id").and_then(Value::as_str) == job_id.as_deref()
+        };
+        // Events after the current job was queued are its own.
+        let start = events
+            .iter()
+            .rposition(|e| e["event"] == "queued" && of_job(e))
+            .unwrap_or(0);
+        for (i, e) in events.iter().enumerate() {
+            let event = e.get("event").and_then(Value::as_str).unwrap_or("");
+            match event {
+                "attempt_started" => p.attempts += 1,
+                "failed" => p.last_failure = text(e, "cause").or(p.last_failure.take()),
+                _ => {}
+            }
+            if i < start {
+                continue;
+            }
+            match event {
+                "queued" => p.queued_ms = ms(e),
+                "started" => {
+                    p.started_ms = ms(e);
+                    p.rendezvous_ms = None;
+                    p.first_output_ms = None;
+                    p.finished = None;
+                }
+                "rendezvous" => p.rendezvous_ms = ms(e),
+                "attempt_started" => {
+                    p.attempt = e.get("attempt").and_then(Value::as_u64);
+                    p.first_output_ms = None;
+                }
+                "first_output" => p.first_output_ms = ms(e),
+                "restart" => p.restarts += 1,
+                "requeue" => {
+                    // Back in the queue: what the allocation did is over.
+                    p.requeues += 1;
+                    p.started_ms = None;
+                    p.rendezvous_ms = None;
+                    p.first_output_ms = None;
+                }
+                "finished" => {
+                    let ok = e.get("ok").and_then(Value::as_bool).unwrap_or(false);
+                    p.finished = Some((ok, text(e, "cause")));
+                }
+                "cancelled" if e.get("job_id").is_none() || of_job(e) => p.cancelled_ms = ms(e),
+                "ended" if of_job(e) => {
+                    p.ended = Some(Ended {
+                        state: text(e, "state").unwrap_or_default(),
+                        exit_code: e.get("exit_code").and_then(Value::as_i64).unwrap_or(1),
+                        reason: text(e, "reason"),
+                    })
+                }
+                _ => {}
+            }
+        }
+        p
+    }
+}
+
+/// Every experiment directly under `exp_root` (folders with a manifest; temporary folders
+/// of a submit in progress are not), by name; none when the root does not exist.
+pub fn list(exp_root: &Path) -> Result<Vec<Experiment>, Error> {
+    let entries = match std::fs::read_dir(exp_root) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(source) => {
+            return Err(Error::Io {
+                action: "cannot list",
+                path: exp_root.to_owned(),
+                source,
+            })
+        }
+    };
+    let mut found: Vec<PathBuf> = Vec::new();
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+            continue;
+        };
+        if name.starts_with('.') || !path.join(crate::MANIFEST_FILE).is_file() {
+            continue;
+        }
+        found.push(path);
+    }
+    found.sort();
+    found
+        .iter()
+        .map(|path| Experiment::open_dir(path))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn ev(event: &str, unix_ms: u64, fields: Value) -> Map<String, Value> {
+        let mut m = Map::new();
+        m.insert("event".into(), event.into());
+        m.insert("unix_ms".into(), unix_ms.into());
+        if let Value::Object(f) = fields {
+            m.extend(f);
+        }
+        m
+    }
+
+    #[test]
+    fn the_current_job_is_read_from_its_own_events() {
+        let events = vec![
+            ev("queued", 1, json!({"submission": 1, "job_id": "10"})),
+            ev("started", 2, json!({"job_id": "10"})),
+            ev("attempt_started", 3, json!({"attempt": 0})),
+            ev(
+                "failed",
+                4,
+                json!({"attempt": 0, "cause": "rank 1 exited with code 3"}),
+            ),
+            ev(
+                "finished",
+                5,
+                json!({"attempt": 0, "ok": false, "cause": "worker_failure"}),
+            ),
+            ev(
+                "ended",
+                6,
+                json!({"job_id": "10", "state": "FAILED", "exit_code": 1}),
+            ),
+            ev("queued", 7, json!({"submission": 2, "job_id": "11"})),
+            ev("started", 8, json!({"job_id": "11"})),
+            ev("rendezvous", 9, json!({})),
+            ev("attempt_started", 10, json!({"attempt": 1})),
+            ev("first_output", 11, json!({"attempt": 1})),
+            ev("requeue", 12, json!({"attempt": 1})),
+            ev("started", 13, json!({"job_id": "11"})),
+            ev("attempt_started", 14, json!({"attempt": 2})),
+        ];
+        let p = Progress::from_events(Some("11".into()), 2, &events);
+        assert_eq!(p.attempts, 3, "over the experiment");
+        assert_eq!(p.attempt, Some(2));
+        assert_eq!(p.queued_ms, Some(7));
+        assert_eq!(p.started_ms, Some(13), "started again after the requeue");
+        assert_eq!(p.rendezvous_ms, None, "not yet after the new start");
+        assert_eq!(p.first_output_ms, None);
+        assert_eq!(p.requeues, 1);
+        assert_eq!(p.finished, None, "the first job's end is not this one's");
+        assert_eq!(p.ended, None);
+        assert_eq!(p.last_failure.as_deref(), Some("rank 1 exited with code 3"));
+
+        let requeued = Progress::from_events(Some("11".into()), 2, &events[..12]);
+        assert_eq!(
+            (requeued.started_ms, requeued.first_output_ms),
+            (None, None),
+            "back in the queue after the requeue"
+        );
+
+        let first = Progress::from_events(Some("10".into()), 1, &events[..6]);
+        assert_eq!(
+            first.finished,
+            Some((false, Some("worker_failure".to_owned())))
+        );
+        assert_eq!(
+            first.ended,
+            Some(Ended {
+                state: "FAILED".into(),
+                exit_code: 1,
+                reason: None
+            })
+        );
+    }
+
+    #[test]
+    fn lists_experiments_and_skips_the_rest() {
+        let root = tempfile::tempdir().expect("tempdir");
+        assert!(list(&root.path().join("missing")).expect("none").is_empty());
+        for name in ["b", "a", ".herd-new-1", "not-an-experiment"] {
+            std::fs::create_dir(root.path().join(name)).expect("mkdir");
+        }
+        for name in ["b", "a", ".herd-new-1"] {
+            std::fs::write(root.path().join(name).join(crate::MANIFEST_FILE), "{}")
+                .expect("manifest");
+        }
+        let names: Vec<String> = list(root.path())
+            .expect("lists")
+            .iter()
+            .map(|e| e.name().to_owned())
+            .collect();
+        assert_eq!(names, ["a", "b"]);
+    }
+}
