@@ -334,10 +334,16 @@ pub fn view(
             }
             JobState::Queued => format!(
                 "{requeued}{}",
-                lead.reason.as_deref().map_or_else(
-                    || "waiting for the scheduler's next pass".to_owned(),
-                    queue::reason_words
-                )
+                lead.reason
+                    .as_deref()
+                    .map_or_else(
+                        || "waiting for the scheduler's next pass".to_owned(),
+                        queue::reason_words
+                    )
+                    .replace(
+                        "scontrol release ID",
+                        &format!("scontrol release {}", job.id)
+                    )
             ),
             JobState::Running | JobState::Suspended => {
                 let mut d = format!(
@@ -459,9 +465,13 @@ fn entries(exps: Vec<Experiment>) -> Vec<Entry> {
             exp,
         })
         .collect();
+    // Created in the same second: the job ids tell the order of submission.
     all.sort_by_key(|e| {
+        let p = e.progress.as_ref().ok();
         (
-            e.progress.as_ref().map_or(0, |p| p.created_unix),
+            p.map_or(0, |p| p.created_unix),
+            p.and_then(|p| p.job_id.as_deref()?.parse::<u64>().ok())
+                .unwrap_or(u64::MAX),
             e.exp.name().to_owned(),
         )
     });

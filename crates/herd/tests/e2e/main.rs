@@ -10,6 +10,7 @@ mod herd_env;
 mod hostlist_differential;
 mod launch;
 mod srun_mode;
+mod status;
 mod staying_alive;
 mod submit;
 mod support;

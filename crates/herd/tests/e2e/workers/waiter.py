@@ -1,0 +1,42 @@
+"""Test worker for `herd status`, `logs`, `cancel` and `--wait`.
+
+waiter.py [--lines N] [--go FILE] [--exit CODE] [--fail-rank R] [--first-attempt-only]
+
+Every rank prints N numbered lines on stdout and one on stderr, a few milliseconds apart
+(so ranks interleave), then waits for FILE to exist when --go is given (at most 300 s),
+then exits: rank R (or every rank, when no --fail-rank) with CODE, the others with 0.
+With --first-attempt-only the failure happens only in attempt 0 (HERD_ATTEMPT), so a
+`--max-restarts` job fails once and then succeeds.
+"""
+import argparse
+import os
+import sys
+import time
+
+p = argparse.ArgumentParser()
+p.add_argument("--lines", type=int, default=3)
+p.add_argument("--go")
+p.add_argument("--exit", type=int, default=0)
+p.add_argument("--fail-rank", type=int)
+p.add_argument("--first-attempt-only", action="store_true")
+a = p.parse_args()
+
+rank = int(os.environ["RANK"])
+attempt = int(os.environ.get("HERD_ATTEMPT", "0"))
+for i in range(a.lines):
+    print(f"rank {rank} attempt {attempt} line {i}", flush=True)
+    time.sleep(0.02)
+print(f"rank {rank} attempt {attempt} on stderr", file=sys.stderr, flush=True)
+
+if a.go:
+    deadline = time.time() + 300
+    while not os.path.exists(a.go) and time.time() < deadline:
+        time.sleep(0.2)
+
+failing = a.fail_rank is None or a.fail_rank == rank
+if a.first_attempt_only and attempt != 0:
+    failing = False
+if failing and a.exit:
+    print(f"rank {rank} attempt {attempt} exits {a.exit}", file=sys.stderr, flush=True)
+    sys.exit(a.exit)
+print(f"rank {rank} attempt {attempt} done", flush=True)
