@@ -1,6 +1,6 @@
 //! The experiment's event timeline, `timeline.jsonl`: one JSON object a line, appended by
 //! whoever knows the moment — `herd submit` when it queues a job, the leader agent as the
-//! job runs — and never rewritten. Each line has `time` (RFC 3339, UTC, milliseconds),
+//! job runs, `herd cancel` and `herd status` when they learn its end — and never rewritten. Each line has `time` (RFC 3339, UTC, milliseconds),
 //! `unix_ms` and `event`, and the event's own fields.
 //!
 //! | event | written by | fields |
@@ -22,6 +22,8 @@
 //! | `requeue_refused` | leader | `attempt`, `cause`, `used`, `budget`: no budget left |
 //! | `requeue_failed` | leader | `attempt`, `error` |
 //! | `finished` | leader | `attempt`, `ok`, `cause` (when not ok) |
+//! | `cancelled` | `herd cancel` | `job_id`, `by`, `user`, `why` (`experiment NAME`, `waits for ID`) |
+//! | `ended` | `herd status`, the watch | `job_id`, `state` (SLURM's final state), `exit_code`, `reason`: the scheduler's word on the end, written once |
 //!
 //! Each line is one `write` to a file opened with `O_APPEND`, so lines of two writers never
 //! interleave on a local file system (on NFS, appends of two clients may; here the writers
