@@ -43,7 +43,7 @@ fn version_prints_package_version() {
 }
 
 /// Commands whose implementation has not landed yet.
-const PENDING: [&str; 5] = ["status", "logs", "cancel", "top", "report"];
+const PENDING: [&str; 3] = ["logs", "top", "report"];
 
 #[test]
 fn unbuilt_commands_exit_2_and_say_so_without_output() {
@@ -680,7 +680,14 @@ fn submit_and_check_help_list_every_key() {
     for (command, own) in [
         (
             "submit",
-            &["--dry-run", "--resume", "--then", "--help", "--version"][..],
+            &[
+                "--dry-run",
+                "--resume",
+                "--then",
+                "--wait",
+                "--help",
+                "--version",
+            ][..],
         ),
         ("check", &["--help", "--version"][..]),
     ] {
@@ -723,4 +730,59 @@ fn submit_and_check_help_list_every_key() {
             );
         }
     }
+}
+
+/// `herd status` with a fake `squeue` on PATH that prints `answer` (or, with `fail`, fails
+/// as with slurmctld down), in a folder with an empty experiment root.
+fn status_with_fake_squeue(args: &[&str], fail: bool) -> std::process::Output {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).expect("bin");
+    let body = if fail {
+        "echo 'squeue: error: Unable to contact slurm controller (connect failure)' >&2\nexit 1"
+    } else {
+        "exit 0"
+    };
+    let path = bin.join("squeue");
+    std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).expect("fake squeue");
+    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    std::fs::create_dir(dir.path().join("exps")).expect("exps");
+    Command::new(env!("CARGO_BIN_EXE_herd"))
+        .arg("status")
+        .args(["--exp-root", "exps"])
+        .args(args)
+        .current_dir(dir.path())
+        .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+        .env("HOME", dir.path())
+        .env("XDG_CONFIG_HOME", dir.path().join("config"))
+        .output()
+        .expect("herd runs")
+}
+
+#[test]
+fn status_of_an_unknown_name_says_where_it_looked() {
+    let out = status_with_fake_squeue(&["no-such-exp"], false);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("no-such-exp: no experiment of that name under /")
+            && stderr.contains(
+                "/exps and no job of yours with that name or id (experiments there: none)"
+            ),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn status_without_a_scheduler_answers_from_the_folders_and_exits_1() {
+    let out = status_with_fake_squeue(&[], true);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.starts_with("no experiments under /"), "{stdout}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("herd: error: the scheduler did not answer: squeue: error: Unable to contact slurm controller (connect failure); states above are from the experiment folders only"),
+        "{stderr}"
+    );
 }
