@@ -550,18 +550,24 @@ pub fn run(args: StatusArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError
         if !targets.names.is_empty() {
             return Err(no_such(&root, &targets.names));
         }
+        // With no target: the experiments whose folder does not say they ended.
+        let everything = args.targets.is_empty();
         let mut watched: Vec<Watched> = targets
             .entries
             .into_iter()
             .filter_map(|e| {
-                let id = e.progress.ok()?.job_id?;
-                Some(Watched::new(Some(e.exp), id))
+                let p = e.progress.ok()?;
+                let over = p.finished.is_some() || p.ended.is_some() || p.cancelled_ms.is_some();
+                if everything && over {
+                    return None;
+                }
+                Some(Watched::new(Some(e.exp), p.job_id?))
             })
             .collect();
         watched.extend(targets.ids.into_iter().map(|id| Watched::new(None, id)));
         if watched.is_empty() {
             return Err(CliError::Usage(format!(
-                "nothing to watch: no submitted experiment under {} (give a NAME or job id)",
+                "nothing to watch: no experiment under {} is queued or running (give a NAME or job id)",
                 root.display()
             )));
         }
