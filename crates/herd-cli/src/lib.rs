@@ -290,7 +290,8 @@ pub enum Command {
     Status(status::StatusArgs),
     /// Per-rank logs of an experiment, by attempt.
     Logs(PendingArgs),
-    /// Cancel a job by name or id.
+    /// Cancel jobs by experiment name, job name or id (`--chain`: and the jobs waiting on
+    /// them).
     Cancel(cancel::CancelArgs),
     /// Live view of a running job: per-rank state, step, throughput, loss, stragglers.
     Top(PendingArgs),

@@ -1,0 +1,412 @@
+//! `herd status` and its watch (`-w`, `herd submit --wait`): every experiment's job from one
+//! batched `squeue` call plus the experiment folders (docs/status.md).
+//!
+//! - [`view`]: what one job is doing, from its queue rows and its folder, in words.
+//! - [`watch`]: the live line, polling the scheduler with backoff.
+
+mod view;
+mod watch;
+
+pub use view::{clock, view, SchedJob, View};
+pub use watch::{watch, Watched};
+
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::Args;
+use herd_exp::progress::{self, Progress};
+use herd_exp::Experiment;
+use herd_slurm::queue::{self, Scope};
+use serde_json::json;
+
+use crate::{CliError, ExitStatus};
+
+/// How long the scheduler has to answer one query, unless `--timeout` says otherwise.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The schema version of `herd status --json`.
+pub const JSON_FORMAT: u32 = 1;
+
+/// `herd status` arguments.
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// Experiment names or job ids; none: every experiment under the experiment root and
+    /// your other jobs.
+    #[arg(value_name = "NAME|ID")]
+    pub targets: Vec<String>,
+    /// Where the experiments are (default: the profile's `exp_root`, else `herd-exp` in
+    /// the working folder, as for `herd submit`).
+    #[arg(long, value_name = "DIR")]
+    pub exp_root: Option<PathBuf>,
+    /// Print JSON (schema in docs/status.md) instead of a table.
+    #[arg(long, conflicts_with = "watch")]
+    pub json: bool,
+    /// Watch: one live line per job until every one has ended (no NAME: every experiment
+    /// that has not ended); exit with the job's exit code. Ctrl-C stops watching, never
+    /// the job.
+    #[arg(short = 'w', long)]
+    pub watch: bool,
+    /// Seconds the scheduler has to answer one query.
+    #[arg(long, value_name = "SECONDS", default_value_t = 10)]
+    pub timeout: u64,
+}
+
+/// The experiment root: `--exp-root`, else the matching cluster profile's `exp_root`, else
+/// `herd-exp`; relative to the working folder.
+pub fn exp_root(given: Option<&Path>) -> Result<PathBuf, CliError> {
+    let root = match given {
+        Some(p) => p.to_path_buf(),
+        None => {
+            let home = std::env::var_os("HOME")
+                .map(PathBuf::from)
+                .unwrap_or_default();
+            let xdg = std::env::var_os("XDG_CONFIG_HOME").map(PathBuf::from);
+            let profiles =
+                herd_plan::load_profiles(&herd_plan::profile_dir(xdg.as_deref(), &home))?;
+            let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+            herd_plan::select_profile(&profiles, host.trim())
+                .and_then(|p| p.keys.exp_root.clone())
+                .unwrap_or_else(|| PathBuf::from(herd_plan::DEFAULT_EXP_ROOT))
+        }
+    };
+    if root.is_relative() {
+        let cwd =
+            std::env::current_dir().map_err(CliError::system("cannot find the working folder"))?;
+        return Ok(cwd.join(root));
+    }
+    Ok(root)
+}
+/// One experiment with what its folder tells.
+struct Entry {
+    exp: Experiment,
+    progress: Result<Progress, herd_exp::Error>,
+}
+
+/// The experiments with their progress, oldest first (by the manifest's creation time).
+fn entries(exps: Vec<Experiment>) -> Vec<Entry> {
+    let mut all: Vec<Entry> = exps
+        .into_iter()
+        .map(|exp| Entry {
+            progress: Progress::read(&exp),
+            exp,
+        })
+        .collect();
+    // Created in the same second: the job ids tell the order of submission.
+    all.sort_by_key(|e| {
+        let p = e.progress.as_ref().ok();
+        (
+            p.map_or(0, |p| p.created_unix),
+            p.and_then(|p| p.job_id.as_deref()?.parse::<u64>().ok())
+                .unwrap_or(u64::MAX),
+            e.exp.name().to_owned(),
+        )
+    });
+    all
+}
+
+/// Appends the scheduler's final word on a job to the experiment's timeline, once: when
+/// the job leaves the queue later, the folder still knows how it ended.
+pub(crate) fn record_end(exp: &Experiment, progress: &Progress, job: &SchedJob) {
+    if progress.ended.is_some() || !job.state().is_final() {
+        return;
+    }
+    let lead = job.lead();
+    let fields = json!({
+        "job_id": job.id,
+        "state": lead.state,
+        "exit_code": job.exit_code(),
+        "reason": lead.reason,
+    });
+    // The folder may be another user's, read-only: the answer is shown either way.
+    let _ = herd_exp::timeline::append(exp.dir(), "ended", fields);
+}
+
+/// What the targets name: experiments, and job ids that are not in one.
+struct Targets {
+    entries: Vec<Entry>,
+    ids: Vec<String>,
+    names: Vec<String>,
+}
+
+fn is_id(t: &str) -> bool {
+    !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit())
+}
+
+fn resolve_targets(root: &Path, targets: &[String]) -> Result<Targets, CliError> {
+    let all = entries(progress::list(root)?);
+    if targets.is_empty() {
+        return Ok(Targets {
+            entries: all,
+            ids: Vec::new(),
+            names: Vec::new(),
+        });
+    }
+    let mut picked = Vec::new();
+    let mut ids = Vec::new();
+    let mut names = Vec::new();
+    let mut all: Vec<Option<Entry>> = all.into_iter().map(Some).collect();
+    for t in targets {
+        let pos = all.iter().position(|e| {
+            e.as_ref().is_some_and(|e| {
+                e.exp.name() == t
+                    || (is_id(t)
+                        && e.progress.as_ref().ok().and_then(|p| p.job_id.as_deref())
+                            == Some(t.as_str()))
+            })
+        });
+        match pos.and_then(|i| all[i].take()) {
+            Some(e) => picked.push(e),
+            None if is_id(t) => ids.push(t.clone()),
+            None => names.push(t.clone()),
+        }
+    }
+    Ok(Targets {
+        entries: picked,
+        ids,
+        names,
+    })
+}
+
+/// Run `herd status`.
+pub fn run(args: StatusArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
+    let root = exp_root(args.exp_root.as_deref())?;
+    let timeout = Duration::from_secs(args.timeout.max(1));
+    let targets = resolve_targets(&root, &args.targets)?;
+    if args.watch {
+        if !targets.names.is_empty() {
+            return Err(no_such(&root, &targets.names));
+        }
+        // With no target: the experiments whose folder does not say they ended.
+        let everything = args.targets.is_empty();
+        let mut watched: Vec<Watched> = targets
+            .entries
+            .into_iter()
+            .filter_map(|e| {
+                let p = e.progress.ok()?;
+                let over = p.finished.is_some() || p.ended.is_some() || p.cancelled_ms.is_some();
+                if everything && over {
+                    return None;
+                }
+                Some(Watched::new(Some(e.exp), p.job_id?))
+            })
+            .collect();
+        watched.extend(targets.ids.into_iter().map(|id| Watched::new(None, id)));
+        if watched.is_empty() {
+            return Err(CliError::Usage(format!(
+                "nothing to watch: no experiment under {} is queued or running (give a NAME or job id)",
+                root.display()
+            )));
+        }
+        return watch(&mut watched, timeout, out, std::io::stdout().is_terminal());
+    }
+    // One query: this user's jobs when no target or a name is given (names are matched
+    // against the queue), else exactly the jobs asked about.
+    let scope_ids: Vec<String>;
+    let scope = if args.targets.is_empty() || !targets.names.is_empty() {
+        Scope::Mine
+    } else {
+        scope_ids = targets
+            .entries
+            .iter()
+            .filter_map(|e| e.progress.as_ref().ok()?.job_id.clone())
+            .chain(targets.ids.iter().cloned())
+            .collect();
+        Scope::Jobs(&scope_ids)
+    };
+    let (jobs, sched_error) = match queue::query(scope, timeout) {
+        Ok(rows) => (SchedJob::group(rows), None),
+        Err(e) => (Vec::new(), Some(e)),
+    };
+    let answered = sched_error.is_none();
+    let mut views = Vec::new();
+    let mut claimed: Vec<String> = Vec::new();
+    for e in &targets.entries {
+        match &e.progress {
+            Ok(p) => {
+                let job = p
+                    .job_id
+                    .as_ref()
+                    .and_then(|id| jobs.iter().find(|j| &j.id == id));
+                if let Some(job) = job {
+                    record_end(&e.exp, p, job);
+                    claimed.push(job.id.clone());
+                }
+                views.push(view(Some(&e.exp), Some(p), job, answered));
+            }
+            Err(err) => {
+                let mut v = view(Some(&e.exp), None, None, answered);
+                v.detail = format!("cannot read the experiment: {err}");
+                views.push(v);
+            }
+        }
+    }
+    let mut missing = Vec::new();
+    // Jobs that are no experiment: the ones asked for by id or name, or with no target
+    // every other job of this user.
+    let mut others: Vec<&SchedJob> = jobs
+        .iter()
+        .filter(|j| !claimed.contains(&j.id))
+        .filter(|j| {
+            args.targets.is_empty()
+                || targets.ids.contains(&j.id)
+                || targets.names.iter().any(|n| j.rows[0].name == *n)
+        })
+        .collect();
+    others.sort_by_key(|j| j.id.parse::<u64>().unwrap_or(u64::MAX));
+    for name in &targets.names {
+        if answered && !others.iter().any(|j| j.rows[0].name == *name) {
+            missing.push(name.clone());
+        }
+    }
+    for id in &targets.ids {
+        if answered && !jobs.iter().any(|j| &j.id == id) {
+            missing.push(id.clone());
+        }
+    }
+    let other_views: Vec<View> = others
+        .iter()
+        .map(|j| view(None, None, Some(j), answered))
+        .collect();
+    if args.json {
+        let doc = json!({
+            "format": JSON_FORMAT,
+            "exp_root": root.display().to_string(),
+            "scheduler": {
+                "answered": answered,
+                "error": sched_error.as_ref().map(ToString::to_string),
+            },
+            "experiments": views.iter().map(View::json).collect::<Vec<_>>(),
+            "jobs": other_views.iter().map(View::json).collect::<Vec<_>>(),
+            "not_found": missing,
+        });
+        writeln!(
+            out,
+            "{}",
+            serde_json::to_string_pretty(&doc).map_err(std::io::Error::other)?
+        )?;
+    } else {
+        print_table(out, &root, &views, &other_views, args.targets.is_empty())?;
+    }
+    if let Some(e) = &sched_error {
+        eprintln!(
+            "herd: error: {}; states above are from the experiment folders only",
+            scheduler_trouble(e)
+        );
+        return Ok(ExitStatus::Failure);
+    }
+    if !missing.is_empty() {
+        out.flush()?;
+        return Err(no_such(&root, &missing));
+    }
+    Ok(ExitStatus::Success)
+}
+
+/// What went wrong with the scheduler, in one line: a timeout without the long command.
+pub fn scheduler_trouble(e: &herd_slurm::SlurmError) -> String {
+    match e {
+        herd_slurm::SlurmError::Timeout { timeout, .. } => format!(
+            "the scheduler did not answer within {}s (`squeue` was stopped; is slurmctld up? `scontrol ping` tells; --timeout gives it longer)",
+            timeout.as_secs()
+        ),
+        other => format!("the scheduler did not answer: {other}"),
+    }
+}
+
+fn no_such(root: &Path, names: &[String]) -> CliError {
+    let known: Vec<String> = progress::list(root)
+        .unwrap_or_default()
+        .iter()
+        .map(|e| e.name().to_owned())
+        .collect();
+    CliError::Usage(format!(
+        "{}: no experiment of that name under {} and no job of yours with that name or id (experiments there: {})",
+        names.join(", "),
+        root.display(),
+        if known.is_empty() {
+            "none".to_owned()
+        } else {
+            known.join(", ")
+        }
+    ))
+}
+
+fn print_table(
+    out: &mut dyn Write,
+    root: &Path,
+    views: &[View],
+    others: &[View],
+    everything: bool,
+) -> std::io::Result<()> {
+    let rows: Vec<[String; 5]> = views
+        .iter()
+        .map(|v| {
+            [
+                v.name.clone().unwrap_or_default(),
+                v.job_id.clone().unwrap_or_else(|| "-".into()),
+                v.state.to_owned(),
+                v.attempts.to_string(),
+                v.detail.clone(),
+            ]
+        })
+        .collect();
+    if everything && views.is_empty() {
+        writeln!(out, "no experiments under {}", root.display())?;
+    }
+    if !rows.is_empty() {
+        table(
+            out,
+            ["EXPERIMENT", "JOB", "STATE", "ATTEMPTS", "DETAIL"],
+            &rows,
+        )?;
+    }
+    if !others.is_empty() {
+        if !rows.is_empty() || everything {
+            writeln!(out)?;
+            writeln!(out, "other jobs of yours:")?;
+        }
+        let rows: Vec<[String; 5]> = others
+            .iter()
+            .map(|v| {
+                [
+                    v.job_name.clone().unwrap_or_default(),
+                    v.job_id.clone().unwrap_or_default(),
+                    v.state.to_owned(),
+                    "-".into(),
+                    v.detail.clone(),
+                ]
+            })
+            .collect();
+        table(out, ["NAME", "JOB", "STATE", "ATTEMPTS", "DETAIL"], &rows)?;
+    }
+    Ok(())
+}
+
+fn table(out: &mut dyn Write, head: [&str; 5], rows: &[[String; 5]]) -> std::io::Result<()> {
+    let mut width = head.map(|h| h.chars().count());
+    for r in rows {
+        for (w, c) in width.iter_mut().zip(r) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let line = |cells: [&str; 5]| {
+        let mut s = String::new();
+        for (i, c) in cells.iter().enumerate() {
+            if i == 4 {
+                s.push_str(c);
+            } else {
+                s.push_str(&format!("{c:<w$}  ", w = width[i]));
+            }
+        }
+        s.trim_end().to_owned()
+    };
+    writeln!(out, "{}", line(head))?;
+    for r in rows {
+        writeln!(
+            out,
+            "{}",
+            line([&r[0], &r[1], &r[2], &r[3], &r[4]].map(String::as_str))
+        )?;
+    }
+    Ok(())
+}
