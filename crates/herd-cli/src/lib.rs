@@ -13,6 +13,7 @@ pub mod env;
 pub mod exec;
 pub mod hostlist;
 pub mod launch;
+pub mod logs;
 pub mod submit;
 
 /// Exit codes of `herd`, documented in `docs/cli.md`.
@@ -273,7 +274,7 @@ pub enum Command {
     /// State of jobs and experiments, from one batched scheduler query.
     Status(PendingArgs),
     /// Per-rank logs of an experiment, by attempt.
-    Logs(PendingArgs),
+    Logs(logs::LogsArgs),
     /// Cancel a job by name or id.
     Cancel(PendingArgs),
     /// Live view of a running job: per-rank state, step, throughput, loss, stragglers.
@@ -319,14 +320,13 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
         Command::Exec(args) => exec::run(args),
         Command::Check(args) => submit::run_check(args, out),
         Command::Submit(args) => submit::run_submit(args, out),
+        Command::Logs(args) => logs::run(args, out),
         // Listed so the command tree is whole; each says where its work is planned.
-        command @ (Command::Status(_) | Command::Logs(_) | Command::Cancel(_)) => {
-            Err(CliError::NotImplemented {
-                command: command.name(),
-                version: env!("CARGO_PKG_VERSION"),
-                tracking: "planned: issue #14",
-            })
-        }
+        command @ (Command::Status(_) | Command::Cancel(_)) => Err(CliError::NotImplemented {
+            command: command.name(),
+            version: env!("CARGO_PKG_VERSION"),
+            tracking: "planned: issue #14",
+        }),
         command @ (Command::Top(_) | Command::Report(_)) => Err(CliError::NotImplemented {
             command: command.name(),
             version: env!("CARGO_PKG_VERSION"),
@@ -392,6 +392,7 @@ mod tests {
                 "hostlist" => &["count", "x"],
                 "run" | "launch" | "exec" => &["--", "true"],
                 "submit" | "check" => &[],
+                "logs" => &["NAME"],
                 _ => &[],
             };
             let mut argv = vec!["herd", name.as_str()];

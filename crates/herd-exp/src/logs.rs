@@ -151,6 +151,27 @@ fn numbered(dir: &Path, number: impl Fn(&str) -> Option<&str>) -> io::Result<Vec
     Ok(found)
 }
 
+/// Lets this process open as many files as the hard limit allows: a merge holds four per
+/// rank (two logs, their marks twice), and the usual soft limit of 1,024 is 256 ranks.
+pub fn raise_open_file_limit() {
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let limit = getrlimit(Resource::Nofile);
+    // `None` is unlimited.
+    let raise = match (limit.current, limit.maximum) {
+        (None, _) => false,
+        (Some(c), Some(m)) => c < m,
+        (Some(_), None) => true,
+    };
+    if raise {
+        let raised = rustix::process::Rlimit {
+            current: limit.maximum,
+            maximum: limit.maximum,
+        };
+        // Not raised: a merge of very many ranks may then fail with "too many open files".
+        let _ = setrlimit(Resource::Nofile, raised);
+    }
+}
+
 /// One line of a rank's log.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Line {
@@ -303,6 +324,18 @@ impl Source {
         }
     }
 
+    /// A file without marks (SLURM's batch output, say), read as `rank`'s `stream`.
+    pub fn plain(path: PathBuf, rank: u32, stream: Stream) -> Source {
+        Source {
+            rank,
+            stream,
+            log: Growing::new(path),
+            // A file that does not exist: no marks.
+            marks: Marks::new(PathBuf::new(), stream),
+            last_time: None,
+        }
+    }
+
     /// Its rank.
     pub fn rank(&self) -> u32 {
         self.rank
@@ -404,6 +437,23 @@ impl Merge {
         Ok(())
     }
 
+    /// Add a source (a rank whose files appeared).
+    pub fn add(&mut self, source: Source) -> io::Result<()> {
+        self.sources.push(source);
+        self.heads.push(None);
+        self.fill(self.sources.len() - 1)
+    }
+
+    /// The sources, in the order given.
+    pub fn sources(&self) -> &[Source] {
+        &self.sources
+    }
+
+    /// From now on the files are complete (`true`): a partial last line counts as whole.
+    pub fn set_last(&mut self, last: bool) {
+        self.last = last;
+    }
+
     /// Whether any source has read a time mark so far.
     pub fn has_marks(&self) -> bool {
         self.sources.iter().any(Source::has_marks)
@@ -481,23 +531,84 @@ pub struct History {
     /// The job is over for good: (its last attempt, ok). A `queued` after a `finished`
     /// (a resume) clears it.
     pub finished: Option<(u32, bool)>,
+    /// What an attempt that starts now would be: how it begins (by the events since the
+    /// last `attempt_started`: a `restart`, a `requeue`, a `queued`), its job, its nodes.
+    next: Option<AttemptInfo>,
+}
+
+/// The timeline read so far, for [`History::from_events`].
+#[derive(Default)]
+struct Reading {
+    submission: u32,
+    queued_job: Option<String>,
+    job: Option<String>,
+    nodes: Option<Vec<NodeRanks>>,
+    slurm_requeue: u64,
+    /// The first attempt of the current allocation.
+    alloc_first: Option<u32>,
+    // Since the last attempt_started:
+    restart: Option<u32>,
+    requeue: Option<Option<String>>,
+    queued_since: bool,
+    started_since: bool,
+    any_attempt: bool,
+}
+
+impl Reading {
+    fn info(&self, number: u32, restarts: Option<u32>) -> AttemptInfo {
+        let began = if self.restart == Some(number) {
+            Began::Restart(restarts.unwrap_or_else(|| {
+                self.alloc_first
+                    .map_or(0, |first| number.saturating_sub(first))
+            }))
+        } else if self.queued_since && self.submission > 1 {
+            Began::Resume(self.submission)
+        } else if let Some(cause) = &self.requeue {
+            Began::Requeue(cause.clone())
+        } else if self.started_since && self.slurm_requeue > 0 {
+            Began::Requeue(None)
+        } else if !self.any_attempt {
+            Began::First
+        } else {
+            Began::Unknown
+        };
+        AttemptInfo {
+            number,
+            began,
+            job_id: self.job.clone().or_else(|| self.queued_job.clone()),
+            nodes: self.nodes.clone(),
+        }
+    }
 }
 
 impl History {
+    /// `<exp_dir>/timeline.jsonl` read (none when it does not exist); lines that are not
+    /// JSON objects (a line being written) are left out.
+    pub fn read(exp_dir: &Path) -> io::Result<History> {
+        let text = match std::fs::read(exp_dir.join(crate::timeline::TIMELINE_FILE)) {
+            Ok(t) => t,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(e),
+        };
+        let events: Vec<Map<String, Value>> = text
+            .split(|&b| b == b'\n')
+            .filter_map(|l| serde_json::from_slice(l).ok())
+            .collect();
+        Ok(History::from_events(&events))
+    }
+
     /// From the timeline's events (in order).
     pub fn from_events(events: &[Map<String, Value>]) -> History {
         let mut h = History::default();
-        let mut submission: u32 = 1;
-        let mut queued_job: Option<String> = None;
-        let mut job: Option<String> = None;
-        let mut nodes: Option<Vec<NodeRanks>> = None;
-        let mut slurm_requeue: u64 = 0;
-        // Since the last attempt_started:
-        let mut restart: Option<u32> = None;
-        let mut requeue: Option<Option<String>> = None;
-        let mut queued_since = false;
-        let mut started_since = false;
-        let num = |e: &Map<String, Value>, k: &str| e.get(k).and_then(Value::as_u64);
+        let mut r = Reading {
+            submission: 1,
+            ..Reading::default()
+        };
+        let num = |e: &Map<String, Value>, k: &str| {
+            e.get(k)
+                .and_then(Value::as_u64)
+                .map(|n| u32::try_from(n).unwrap_or(u32::MAX))
+        };
         let text = |v: Option<&Value>| match v {
             Some(Value::String(s)) => Some(s.clone()),
             Some(Value::Number(n)) => Some(n.to_string()),
@@ -506,74 +617,69 @@ impl History {
         for e in events {
             match e.get("event").and_then(Value::as_str).unwrap_or("") {
                 "queued" => {
-                    submission = num(e, "submission").map_or(submission, |s| s as u32);
-                    queued_job = text(e.get("job_id"));
-                    job = None;
-                    queued_since = true;
+                    r.submission = num(e, "submission").unwrap_or(r.submission);
+                    r.queued_job = text(e.get("job_id"));
+                    r.job = None;
+                    r.queued_since = true;
                     h.finished = None;
                 }
                 "started" => {
-                    job = text(e.get("job_id"));
-                    slurm_requeue = num(e, "requeue").unwrap_or(0);
-                    started_since = true;
-                    nodes = None;
+                    r.job = text(e.get("job_id"));
+                    r.slurm_requeue = e.get("requeue").and_then(Value::as_u64).unwrap_or(0);
+                    r.started_since = true;
+                    r.nodes = None;
+                    r.alloc_first = None;
                 }
-                "rendezvous" => nodes = e.get("nodes").and_then(parse_nodes),
-                "restart" => restart = num(e, "attempt").map(|a| a as u32),
+                "rendezvous" => r.nodes = e.get("nodes").and_then(parse_nodes),
+                "restart" => r.restart = num(e, "attempt"),
                 "requeue" => {
-                    requeue = Some(e.get("cause").and_then(Value::as_str).map(str::to_owned))
+                    r.requeue = Some(e.get("cause").and_then(Value::as_str).map(str::to_owned));
                 }
                 "attempt_started" => {
-                    let Some(k) = num(e, "attempt").map(|a| a as u32) else {
+                    let Some(k) = num(e, "attempt") else {
                         continue;
                     };
-                    let began = if restart == Some(k) {
-                        Began::Restart(num(e, "restarts").unwrap_or(0) as u32)
-                    } else if queued_since && submission > 1 {
-                        Began::Resume(submission)
-                    } else if let Some(cause) = requeue.take() {
-                        Began::Requeue(cause)
-                    } else if started_since && slurm_requeue > 0 {
-                        Began::Requeue(None)
-                    } else if h.attempts.is_empty() {
-                        Began::First
-                    } else {
-                        Began::Unknown
-                    };
-                    h.attempts.insert(
-                        k,
-                        AttemptInfo {
-                            number: k,
-                            began,
-                            job_id: job.clone().or_else(|| queued_job.clone()),
-                            nodes: nodes.clone(),
-                        },
-                    );
-                    restart = None;
-                    requeue = None;
-                    queued_since = false;
-                    started_since = false;
+                    h.attempts.insert(k, r.info(k, num(e, "restarts")));
+                    r.alloc_first.get_or_insert(k);
+                    r.restart = None;
+                    r.requeue = None;
+                    r.queued_since = false;
+                    r.started_since = false;
+                    r.any_attempt = true;
                     h.finished = None;
                 }
                 "finished" => {
-                    let attempt = num(e, "attempt").map_or(0, |a| a as u32);
+                    let attempt = num(e, "attempt").unwrap_or(0);
                     let ok = e.get("ok").and_then(Value::as_bool).unwrap_or(false);
                     h.finished = Some((attempt, ok));
                 }
                 _ => {}
             }
         }
+        let next = h.attempts.keys().next_back().map_or(0, |k| k + 1);
+        h.next = Some(r.info(next, None));
         h
     }
 
-    /// The attempt's info, or one that says nothing is known.
+    /// The attempt's info; for one after every attempt that started, what it would be if
+    /// it started now (its folder can appear before the leader records it).
     pub fn attempt(&self, number: u32) -> AttemptInfo {
-        self.attempts.get(&number).cloned().unwrap_or(AttemptInfo {
-            number,
-            began: Began::Unknown,
-            job_id: None,
-            nodes: None,
-        })
+        if let Some(info) = self.attempts.get(&number) {
+            return info.clone();
+        }
+        let later = self.attempts.keys().next_back().is_none_or(|&k| number > k);
+        match &self.next {
+            Some(next) if later => AttemptInfo {
+                number,
+                ..next.clone()
+            },
+            _ => AttemptInfo {
+                number,
+                began: Began::Unknown,
+                job_id: None,
+                nodes: None,
+            },
+        }
     }
 }
 
@@ -748,6 +854,14 @@ mod tests {
         let h = History::from_events(&more);
         assert_eq!(h.attempt(3).describe(), "resumed: submission 2, job 4250");
         assert_eq!(h.finished, Some((3, true)));
-        assert_eq!(h.attempt(9).began, Began::Unknown);
+        assert_eq!(h.attempt(9).describe(), "job 4250", "nothing new since");
+        more.push(ev(json!({"event": "restart", "attempt": 4})));
+        let h = History::from_events(&more);
+        assert_eq!(
+            h.attempt(4).describe(),
+            "restart 1, job 4250",
+            "before its attempt_started"
+        );
+        assert_eq!(h.attempt(1).began, Began::Restart(1));
     }
 }
