@@ -154,6 +154,7 @@ pub fn run_with(
         .collect::<Result<Vec<_>, _>>()?;
     check_selection(args, &chosen)?;
     let mut printer = Printer::new(out, label(args), filter);
+    let last = chosen.last().map(|c| c.info.number);
     for c in &chosen {
         let k = c.info.number;
         let ranks = select(args, c, !args.follow).unwrap_or_default();
@@ -163,7 +164,8 @@ pub fn run_with(
         let mut merge =
             Merge::new(ctx.sources(k, &ranks), !args.follow).map_err(read_error(&ctx.logs_dir))?;
         printer.drain(&mut merge)?;
-        if args.follow && k == latest {
+        // A follow goes on from the last attempt printed to every newer one.
+        if args.follow && Some(k) == last {
             printer.flush_tail()?;
             return follow(&ctx, printer, merge, (k, ranks), done, polling);
         }
@@ -518,7 +520,10 @@ impl<'o> Printer<'o> {
 
     /// Every line `merge` has now.
     fn drain(&mut self, merge: &mut Merge) -> Result<(), CliError> {
-        while let Some(line) = merge.next_line().map_err(CliError::Output)? {
+        while let Some(line) = merge
+            .next_line()
+            .map_err(CliError::system("cannot read the logs"))?
+        {
             self.line(line)?;
         }
         Ok(())
@@ -1398,6 +1403,30 @@ mod tests {
         );
         assert_eq!(asked, 3);
         assert_eq!(String::from_utf8_lossy(&out), "warn a\n");
+    }
+
+    #[test]
+    fn follow_from_an_older_attempt_goes_on_to_the_newer_ones() {
+        let e = two_ranks();
+        e.event(json!({"event": "requeue", "attempt": 0, "cause": "preemption"}));
+        e.event(json!({"event": "started", "job_id": 4242, "requeue": 1}));
+        e.event(json!({"event": "attempt_started", "attempt": 1, "restarts": 0}));
+        e.write(1, 0, Stream::Out, &[(b"resumed\n", Some(50_000))]);
+        e.event(json!({"event": "finished", "attempt": 1, "ok": true}));
+        let mut out = Vec::new();
+        let mut done = || None;
+        let status = run_with(
+            &e.args(&["-f", "--attempt", "0", "--stdout", "--rank", "0"]),
+            &mut out,
+            &mut done,
+            quick(),
+        )
+        .expect("follows");
+        assert_eq!(status, ExitStatus::Success);
+        assert_eq!(
+            String::from_utf8_lossy(&out),
+            "a1\na2\na3\n── attempt 1 (requeued after preemption, job 4242) ──\nresumed\n"
+        );
     }
 
     #[test]

@@ -215,6 +215,11 @@ impl Growing {
     /// `None` when no whole line is there now. With `last`, a partial last line counts as
     /// whole (the file is complete).
     pub fn next_line(&mut self, last: bool) -> io::Result<Option<(u64, Vec<u8>)>> {
+        self.read_line(last)
+            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", self.path.display())))
+    }
+
+    fn read_line(&mut self, last: bool) -> io::Result<Option<(u64, Vec<u8>)>> {
         if self.reader.is_none() {
             match File::open(&self.path) {
                 Ok(f) => self.reader = Some(BufReader::with_capacity(1 << 15, f)),
