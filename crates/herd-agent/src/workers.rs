@@ -5,6 +5,14 @@
 //! killed agent never leaves workers holding GPUs. Its stdout and stderr go, line by line,
 //! to `rank-R.out` / `rank-R.err` and to the agent's console (with `R: ` labels when asked);
 //! a line is always written whole, so ranks never interleave mid-line.
+//!
+//! The log files stay raw (users `tail` them); beside them `rank-R.times` holds time marks,
+//! so `herd logs` can merge ranks in time order: lines `o OFFSET UNIX_MS` / `e OFFSET
+//! UNIX_MS` (the stream, the byte offset in `rank-R.out` / `rank-R.err` where a line starts,
+//! and the milliseconds since the epoch when the agent read it), one for a stream's first
+//! line and for each later line that comes at least `herd_exp::logs::MARK_GAP_MS` (100 ms)
+//! after that stream's previous mark. A mark is one append, written before its line, so a
+//! reader that sees a line sees its mark. The format is herd_exp::logs's (docs/logs.md).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::ffi::OsString;
@@ -84,6 +92,79 @@ struct OutLine {
     rank: u32,
     stream: Stream,
     bytes: Vec<u8>,
+    /// When it was read, milliseconds since the epoch.
+    ms: u64,
+}
+
+/// One rank's stream as the sink writes it: the file, where the next line starts, and the
+/// time of its last mark.
+struct StreamFile {
+    file: std::fs::File,
+    offset: u64,
+    last_mark: Option<u64>,
+}
+
+/// Where the sink writes one rank: its two log files and its time marks (each `None` when
+/// it could not be opened).
+struct RankFiles {
+    out: Option<StreamFile>,
+    err: Option<StreamFile>,
+    times: Option<std::fs::File>,
+}
+
+impl RankFiles {
+    fn open(dir: &Path, rank: u32) -> RankFiles {
+        let append = |path: PathBuf| {
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+        };
+        let stream = |s: Stream| -> Option<StreamFile> {
+            let file = append(log_path(dir, rank, s)).ok()?;
+            let offset = file.metadata().ok()?.len();
+            Some(StreamFile {
+                file,
+                offset,
+                last_mark: None,
+            })
+        };
+        RankFiles {
+            out: stream(Stream::Out),
+            err: stream(Stream::Err),
+            times: append(herd_exp::logs::rank_times(dir, rank)).ok(),
+        }
+    }
+
+    /// Append `line` to its stream's file, with a time mark first when one is due.
+    fn write(&mut self, line: &OutLine) {
+        let (sf, letter) = match line.stream {
+            Stream::Out => (self.out.as_mut(), herd_exp::logs::Stream::Out),
+            Stream::Err => (self.err.as_mut(), herd_exp::logs::Stream::Err),
+        };
+        let Some(sf) = sf else { return };
+        let due = sf
+            .last_mark
+            .is_none_or(|last| line.ms.saturating_sub(last) >= herd_exp::logs::MARK_GAP_MS);
+        if due {
+            if let Some(times) = self.times.as_mut() {
+                let mark = herd_exp::logs::format_mark(letter, sf.offset, line.ms);
+                if times.write_all(mark.as_bytes()).is_ok() {
+                    sf.last_mark = Some(line.ms);
+                }
+            }
+        }
+        match sf.file.write_all(&line.bytes) {
+            Ok(()) => sf.offset += line.bytes.len() as u64,
+            // Part of it may be written: the file's length says where the next line starts.
+            Err(_) => {
+                if let Ok(m) = sf.file.metadata() {
+                    sf.offset = m.len();
+                }
+                sf.last_mark = None;
+            }
+        }
+    }
 }
 
 /// The task that writes every worker's lines; dropping all senders ends it.
@@ -100,24 +181,12 @@ impl OutputSink {
         let (tx, mut rx) = mpsc::channel::<OutLine>(1024);
         let dir = cfg.dir.clone();
         let done = tokio::spawn(async move {
-            let mut files: BTreeMap<(u32, bool), std::fs::File> = BTreeMap::new();
+            let mut files: BTreeMap<u32, RankFiles> = BTreeMap::new();
             while let Some(line) = rx.recv().await {
-                let is_err = line.stream == Stream::Err;
-                let file = match files.entry((line.rank, is_err)) {
-                    std::collections::btree_map::Entry::Occupied(e) => Some(e.into_mut()),
-                    std::collections::btree_map::Entry::Vacant(e) => {
-                        let path = log_path(&cfg.dir, line.rank, line.stream);
-                        std::fs::OpenOptions::new()
-                            .create(true)
-                            .append(true)
-                            .open(&path)
-                            .ok()
-                            .map(|f| e.insert(f))
-                    }
-                };
-                if let Some(f) = file {
-                    let _ = f.write_all(&line.bytes);
-                }
+                files
+                    .entry(line.rank)
+                    .or_insert_with(|| RankFiles::open(&cfg.dir, line.rank))
+                    .write(&line);
                 if cfg.console {
                     let mut whole = Vec::with_capacity(line.bytes.len() + 8);
                     if cfg.label {
@@ -174,7 +243,8 @@ async fn carry(
         if n == 0 {
             break;
         }
-        last_output_ms.store(unix_ms(), Ordering::Relaxed);
+        let ms = unix_ms();
+        last_output_ms.store(ms, Ordering::Relaxed);
         if !buf.ends_with(b"\n") {
             buf.push(b'\n');
         }
@@ -191,6 +261,7 @@ async fn carry(
                 rank,
                 stream,
                 bytes: buf,
+                ms,
             })
             .await
             .is_err()
@@ -284,4 +355,115 @@ pub fn spawn(
         },
         child,
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use herd_exp::logs::{parse_mark, rank_times, Stream as LogStream};
+
+    fn marks(dir: &Path, rank: u32) -> Vec<(LogStream, u64, u64)> {
+        std::fs::read(rank_times(dir, rank))
+            .expect("times file")
+            .split(|&b| b == b'\n')
+            .filter(|l| !l.is_empty())
+            .map(|l| parse_mark(l).expect("a mark"))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn marks_point_at_line_starts_every_100ms_per_stream() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let sink = OutputSink::start(OutputConfig {
+            dir: dir.path().to_owned(),
+            label: false,
+            console: false,
+        })
+        .expect("sink");
+        let tx = sink.sender();
+        let lines: [(u32, Stream, &[u8], u64); 8] = [
+            (0, Stream::Out, b"first\n", 1000),
+            (0, Stream::Out, b"second\n", 1050),
+            (0, Stream::Err, b"oops\n", 1060),
+            (0, Stream::Out, b"third\n", 1100),
+            (1, Stream::Out, b"\xff not utf-8\n", 1120),
+            (0, Stream::Out, b"fourth\n", 1199),
+            (0, Stream::Err, b"again\n", 1150),
+            (0, Stream::Out, b"fifth\n", 1300),
+        ];
+        for (rank, stream, bytes, ms) in lines {
+            tx.send(OutLine {
+                rank,
+                stream,
+                bytes: bytes.to_vec(),
+                ms,
+            })
+            .await
+            .expect("sink listens");
+        }
+        drop(tx);
+        sink.finish().await;
+        let out = std::fs::read(log_path(dir.path(), 0, Stream::Out)).expect("rank-0.out");
+        assert_eq!(
+            out, b"first\nsecond\nthird\nfourth\nfifth\n",
+            "the log stays raw"
+        );
+        assert_eq!(
+            marks(dir.path(), 0),
+            [
+                (LogStream::Out, 0, 1000),
+                (LogStream::Err, 0, 1060),
+                (LogStream::Out, 13, 1100),
+                (LogStream::Out, 26, 1300),
+            ]
+        );
+        assert_eq!(marks(dir.path(), 1), [(LogStream::Out, 0, 1120)]);
+        for (stream, offset, _) in marks(dir.path(), 0) {
+            let file =
+                std::fs::read(dir.path().join(format!("rank-0.{}", stream.ext()))).expect("log");
+            let at = usize::try_from(offset).expect("offset");
+            assert!(
+                at == 0 || file[at - 1] == b'\n',
+                "offset {offset} starts a line"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_workers_lines_get_marks() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let sink = OutputSink::start(OutputConfig {
+            dir: dir.path().to_owned(),
+            label: false,
+            console: false,
+        })
+        .expect("sink");
+        let spec = WorkerSpec {
+            rank: 3,
+            local_rank: 0,
+            env: BTreeMap::new(),
+        };
+        let argv: Vec<OsString> = ["sh", "-c", "echo a; echo b >&2; sleep 0.2; echo c"]
+            .iter()
+            .map(OsString::from)
+            .collect();
+        let (_running, mut child) = spawn(&argv, &spec, &sink).expect("spawns");
+        assert!(child.wait().await.expect("waits").success());
+        sink.finish().await;
+        let got = marks(dir.path(), 3);
+        let mut kinds: Vec<(LogStream, u64)> = got.iter().map(|&(s, o, _)| (s, o)).collect();
+        kinds.sort();
+        // `c` came 200 ms after `a`: a mark of its own, at its offset.
+        assert_eq!(
+            kinds,
+            [
+                (LogStream::Out, 0),
+                (LogStream::Out, 2),
+                (LogStream::Err, 0)
+            ],
+            "{got:?}"
+        );
+        let now = unix_ms();
+        assert!(got.iter().all(|&(_, _, ms)| ms <= now && now - ms < 60_000));
+    }
 }

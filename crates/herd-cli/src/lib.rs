@@ -14,6 +14,7 @@ pub mod env;
 pub mod exec;
 pub mod hostlist;
 pub mod launch;
+pub mod logs;
 pub mod status;
 pub mod submit;
 
@@ -289,7 +290,7 @@ pub enum Command {
     /// State of jobs and experiments, from one batched scheduler query.
     Status(status::StatusArgs),
     /// Per-rank logs of an experiment, by attempt.
-    Logs(PendingArgs),
+    Logs(logs::LogsArgs),
     /// Cancel jobs by experiment name, job name or id (`--chain`: and the jobs waiting on
     /// them).
     Cancel(cancel::CancelArgs),
@@ -336,14 +337,10 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
         Command::Exec(args) => exec::run(args),
         Command::Check(args) => submit::run_check(args, out),
         Command::Submit(args) => submit::run_submit(args, out),
-        // Listed so the command tree is whole; each says where its work is planned.
+        Command::Logs(args) => logs::run(args, out),
         Command::Status(args) => status::run(args, out),
         Command::Cancel(args) => cancel::run(args, out),
-        command @ Command::Logs(_) => Err(CliError::NotImplemented {
-            command: command.name(),
-            version: env!("CARGO_PKG_VERSION"),
-            tracking: "planned: issue #14",
-        }),
+        // Listed so the command tree is whole; each says where its work is planned.
         command @ (Command::Top(_) | Command::Report(_)) => Err(CliError::NotImplemented {
             command: command.name(),
             version: env!("CARGO_PKG_VERSION"),
@@ -410,6 +407,7 @@ mod tests {
                 "run" | "launch" | "exec" => &["--", "true"],
                 "submit" | "check" => &[],
                 "cancel" => &["x"],
+                "logs" => &["NAME"],
                 _ => &[],
             };
             let mut argv = vec!["herd", name.as_str()];

@@ -34,7 +34,7 @@
 //! |---|---|
 //! | `code/` | the code snapshot: what the job runs, so edits after submit change nothing |
 //! | `manifest.json` | [`Manifest`]: resolved plan, git commit and dirty diff, argv, herd version, attempts and their job ids |
-//! | `logs/` | empty; the job's logs go here |
+//! | `logs/` | empty; the job's logs go here (read with [`logs`]) |
 //! | `timeline.jsonl` | the job's events, one JSON line each, appended as they happen ([`timeline`]) |
 //! | `checkpoints/` | empty; the job's checkpoints go here (`HERD_CHECKPOINT_DIR`) |
 //! | any [`ExtraFile`] | e.g. the rendered batch script |
@@ -72,6 +72,7 @@
 //! - **Resuming** ([`Experiment::open`] + [`Experiment::add_attempt`]) never touches the
 //!   snapshot.
 
+pub mod logs;
 mod manifest;
 mod name;
 pub mod progress;

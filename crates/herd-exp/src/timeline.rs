@@ -7,7 +7,7 @@
 //! |---|---|---|
 //! | `queued` | `herd submit` | `submission` (the manifest's attempt number), `job_id` |
 //! | `started` | leader | `job_id`, `host`, `nodes`, `requeue` (SLURM's requeue count) |
-//! | `rendezvous` | leader | `world_size`, `master_addr` |
+//! | `rendezvous` | leader | `world_size`, `master_addr`, `nodes`: `[{"node": 0, "host": "gpu-a01", "ranks": [0, 1]}, …]` in node-rank order (which ranks ran where, for the attempts that follow) |
 //! | `attempt_started` | leader | `attempt` (K of `logs/attempt-K`), `master_port`, `resume_from`, `restarts` (in this allocation), `requeue` |
 //! | `first_output` | leader | `attempt` (node 0's first worker line) |
 //! | `signal` | leader | `attempt`, `signal`, `action` (`forward`, `terminate`, `stop`, `ignored (stopping)`), `cause`, `node` (the follower that got it; `null`: the leader) |
@@ -114,6 +114,75 @@ pub fn rfc3339(unix_ms: u64) -> String {
     )
 }
 
+/// `2026-12-01T14:00:00Z` (RFC 3339: fractional seconds and a `+HH:MM`/`-HH:MM` offset
+/// allowed, `t` and `z` too) as milliseconds since the epoch; `None` when it is not one.
+pub fn parse_rfc3339(text: &str) -> Option<u64> {
+    let b = text.as_bytes();
+    let digits = |from: usize, n: usize| -> Option<i64> {
+        let part = b.get(from..from + n)?;
+        part.iter().all(u8::is_ascii_digit).then(|| {
+            part.iter()
+                .fold(0i64, |acc, d| acc * 10 + i64::from(d - b'0'))
+        })
+    };
+    let (y, mo, d) = (digits(0, 4)?, digits(5, 2)?, digits(8, 2)?);
+    let (h, mi, s) = (digits(11, 2)?, digits(14, 2)?, digits(17, 2)?);
+    if b.get(4) != Some(&b'-')
+        || b.get(7) != Some(&b'-')
+        || !matches!(b.get(10), Some(b'T' | b't' | b' '))
+        || b.get(13) != Some(&b':')
+        || b.get(16) != Some(&b':')
+        || !(1..=12).contains(&mo)
+        || !(1..=31).contains(&d)
+        || h > 23
+        || mi > 59
+        || s > 60
+    {
+        return None;
+    }
+    let mut i = 19;
+    let mut ms = 0i64;
+    if b.get(i) == Some(&b'.') {
+        i += 1;
+        let start = i;
+        while b.get(i).is_some_and(u8::is_ascii_digit) {
+            if i - start < 3 {
+                ms = ms * 10 + i64::from(b[i] - b'0');
+            }
+            i += 1;
+        }
+        if i == start {
+            return None;
+        }
+        for _ in (i - start)..3 {
+            ms *= 10;
+        }
+    }
+    let offset_min = match b.get(i) {
+        Some(b'Z' | b'z') if i + 1 == b.len() => 0,
+        Some(sign @ (b'+' | b'-')) if i + 6 == b.len() && b[i + 3] == b':' => {
+            let (oh, om) = (digits(i + 1, 2)?, digits(i + 4, 2)?);
+            let m = oh * 60 + om;
+            if *sign == b'-' {
+                -m
+            } else {
+                m
+            }
+        }
+        _ => return None,
+    };
+    // Howard Hinnant's days_from_civil.
+    let y = if mo <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (mo + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let secs = days * 86_400 + h * 3600 + mi * 60 + s - offset_min * 60;
+    u64::try_from(secs * 1000 + ms).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -123,6 +192,31 @@ mod tests {
         assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000Z");
         assert_eq!(rfc3339(1_796_060_412_123), "2026-11-30T17:40:12.123Z");
         assert_eq!(rfc3339(951_782_400_000), "2000-02-29T00:00:00.000Z");
+    }
+
+    #[test]
+    fn parses_rfc3339_back() {
+        for ms in [0, 1_796_060_412_123, 951_782_400_000, 1_709_251_199_999] {
+            assert_eq!(parse_rfc3339(&rfc3339(ms)), Some(ms), "{}", rfc3339(ms));
+        }
+        assert_eq!(
+            parse_rfc3339("2026-11-30T17:40:12Z"),
+            Some(1_796_060_412_000)
+        );
+        assert_eq!(
+            parse_rfc3339("2026-11-30T18:40:12.5+01:00"),
+            Some(1_796_060_412_500)
+        );
+        for bad in [
+            "2026-11-30",
+            "2026-11-30T17:40:12",
+            "2026-13-30T17:40:12Z",
+            "2026-11-30T17:40:12.Z",
+            "2026-11-30T17:40:12Zx",
+            "yesterday",
+        ] {
+            assert_eq!(parse_rfc3339(bad), None, "{bad}");
+        }
     }
 
     #[test]

@@ -140,7 +140,8 @@ pub(crate) async fn lead(
     };
     cfg.record(
         "rendezvous",
-        json!({"world_size": layout.world_size(), "master_addr": master_addr}),
+        json!({"world_size": layout.world_size(), "master_addr": master_addr,
+               "nodes": node_ranks(&layout)}),
     );
     say(format!(
         "{} workers on {} nodes, master {master_addr}",
@@ -533,6 +534,21 @@ pub(crate) async fn lead(
     }
 }
 
+/// Which ranks run where, for the `rendezvous` event (and `herd logs --node`): one entry per
+/// node in node-rank order, `{"node": 0, "host": "gpu-a01", "ranks": [0, 1]}`.
+fn node_ranks(layout: &Layout) -> serde_json::Value {
+    layout
+        .nodes
+        .iter()
+        .zip(&layout.tasks_per_node)
+        .enumerate()
+        .map(|(i, (host, &n))| {
+            let first = layout.first_rank(i);
+            json!({"node": i, "host": host, "ranks": (first..first + n).collect::<Vec<u32>>()})
+        })
+        .collect()
+}
+
 /// Wait until every live follower confirms its teardown (or is lost), at most `limit`.
 async fn wait_torn_down(
     followers: &mut [Follower],
@@ -606,5 +622,26 @@ fn resume_from(cfg: &Config, number: u32) -> Option<String> {
             ));
             None
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_rendezvous_says_which_ranks_run_where() {
+        let layout = Layout {
+            nodes: vec!["gpu-a01".into(), "gpu-a02".into(), "gpu-a03".into()],
+            tasks_per_node: vec![2, 1, 2],
+        };
+        assert_eq!(
+            node_ranks(&layout),
+            json!([
+                {"node": 0, "host": "gpu-a01", "ranks": [0, 1]},
+                {"node": 1, "host": "gpu-a02", "ranks": [2]},
+                {"node": 2, "host": "gpu-a03", "ranks": [3, 4]},
+            ])
+        );
     }
 }
