@@ -155,9 +155,13 @@ pub fn run_with(
     let filter = Filter::new(args)?;
     let logs_dir = exp.logs_dir();
     let mut attempts = exp_logs::attempts(&logs_dir).map_err(read_error(&logs_dir))?;
+    // The attempt to start from: the one asked for, else the latest.
+    let mut from = args.attempt;
     if args.follow && !args.batch && attempts.is_empty() && is_agent_mode(&exp) {
-        // Queued, or its agents not started yet: the attempt folders come with them.
+        // Queued, or its agents not started yet: the attempt folders come with them, and
+        // the follow starts from the first (a quick job may be at its second by then).
         attempts = wait_for_first_attempt(args, &logs_dir, done, &polling)?;
+        from = attempts.first().copied();
     }
     exp_logs::raise_open_file_limit();
     let ctx = Ctx {
@@ -192,7 +196,7 @@ pub fn run_with(
     let chosen: Vec<u32> = if args.all_attempts {
         attempts.clone()
     } else {
-        vec![args.attempt.unwrap_or(latest)]
+        vec![from.unwrap_or(latest)]
     };
     let chosen = chosen
         .iter()

@@ -9,6 +9,7 @@ mod frameworks;
 mod herd_env;
 mod hostlist_differential;
 mod launch;
+mod logs;
 mod srun_mode;
 mod status;
 mod staying_alive;

@@ -626,3 +626,93 @@ fn submit_wait_exits_with_the_jobs_code_and_ctrl_c_leaves_the_job_running() {
     let info = bed.wait(job, Duration::from_secs(120)).expect("ends");
     assert!(info.succeeded(), "{info:?}");
 }
+
+/// A `--then` chain of three: cancelling the first alone leaves the second queued saying it
+/// will never start; `herd cancel --chain` of the second cancels it and the third, each
+/// recorded in its own experiment.
+#[test]
+fn cancel_chain_takes_the_jobs_that_wait() {
+    let bed = Bed::require();
+    let (project, exps) = project(&bed, "status_chain");
+    let root = exps.display().to_string();
+    for name in ["second", "third"] {
+        std::fs::write(
+            project.join(format!("{name}.toml")),
+            format!("job_name = \"{name}\"\ncommand = [\"python\", \"waiter.py\"]\n"),
+        )
+        .expect("job file");
+    }
+    let out = submit(
+        &bed,
+        &project,
+        &[
+            "-J",
+            "first",
+            "--sbatch-arg=--hold",
+            "--exp-root",
+            &root,
+            "--then",
+            "second.toml",
+            "--then",
+            "third.toml",
+            "--",
+            "python",
+            "waiter.py",
+        ],
+    );
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let ids: Vec<&str> = stdout.lines().collect();
+    assert_eq!(ids.len(), 3, "{stdout}");
+
+    let run = |args: &[&str]| {
+        let mut all = vec!["cancel", "--exp-root", &root];
+        all.extend(args);
+        let out = herd(&project, &all, None, Duration::from_secs(60));
+        let (stdout, stderr) = text(&out);
+        assert!(out.status.success(), "{stdout}\n{stderr}");
+        stdout
+    };
+    assert_eq!(
+        run(&["first"]).trim(),
+        format!("cancelled job {} (first): experiment first", ids[0])
+    );
+    let second = wait_status(
+        &project,
+        &exps,
+        "second",
+        "never to start",
+        Duration::from_secs(60),
+        |e| e["reason"] == "DependencyNeverSatisfied",
+    );
+    assert_eq!(second["state"], "queued");
+    assert!(
+        second["detail"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("will never start"),
+        "{second:#}"
+    );
+    let said = run(&["--chain", "second"]);
+    assert_eq!(
+        said.lines().collect::<Vec<_>>(),
+        [
+            format!("cancelled job {} (second): experiment second", ids[1]),
+            format!("cancelled job {} (third): waits for {}", ids[2], ids[1]),
+        ],
+        "{said}"
+    );
+    for (name, id) in [("second", ids[1]), ("third", ids[2])] {
+        let recorded = events(&exps.join(name), "cancelled");
+        assert_eq!(recorded.len(), 1, "{name}: {recorded:?}");
+        assert_eq!(recorded[0]["job_id"], id);
+        wait_status(
+            &project,
+            &exps,
+            name,
+            "cancelled",
+            Duration::from_secs(60),
+            |e| e["state"] == "cancelled",
+        );
+    }
+}
