@@ -271,7 +271,7 @@ pub fn view(
             // The agents wrote that they started: the folder is newer than the queue.
             JobState::Queued if v.phase.is_some() => {
                 v.state = "running";
-                format!("{requeued}starting: {}", phase_words(v.phase))
+                format!("{requeued}starting on its nodes: {}", phase_words(v.phase))
             }
             JobState::Queued => format!(
                 "{requeued}{}",
