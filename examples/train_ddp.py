@@ -5,7 +5,8 @@ Tiny MLP regression on synthetic data drawn from a fixed seed. gloo on CPU, nccl
 exist. Launched by anything that sets the torchrun variables (RANK, WORLD_SIZE, LOCAL_RANK,
 MASTER_ADDR, MASTER_PORT); with none of them it trains in one process.
 
-Every rank logs `step`, `loss` and `samples_per_s` as key=value lines. Rank 0 writes a
+Every rank logs `step`, `loss` and `samples_per_s` as key=value lines, and the same numbers
+as one JSON object a line (herd's metrics convention, read into the experiment's metrics). Rank 0 writes a
 checkpoint every --ckpt-every steps into --ckpt-dir (temp file, fsync, rename), and a start
 resumes from $HERD_RESUME_FROM when herd set it (the newest complete checkpoint of earlier
 attempts), else from the newest complete checkpoint there. SIGUSR1 (the scheduler's "time is almost
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import os
 import signal
 import socket
@@ -87,6 +89,11 @@ class Runtime:
         # --label) never glue their lines together, as print's two writes could.
         sys.stdout.flush()
         os.write(sys.stdout.fileno(), f"rank={self.rank} {msg}\n".encode())
+
+    def metrics(self, **values) -> None:
+        # herd's metrics convention: one JSON object a line with a numeric "step".
+        sys.stdout.flush()
+        os.write(sys.stdout.fileno(), (json.dumps(values) + "\n").encode())
 
     def all_max(self, value: int) -> int:
         if not self.distributed:
@@ -254,6 +261,7 @@ def main(argv: list[str]) -> int:
             now = time.perf_counter()
             rate = window_samples / max(now - window_start, 1e-9)
             rt.log(f"step={step} loss={loss.item():.6f} samples_per_s={rate:.1f}")
+            rt.metrics(step=step, loss=round(loss.item(), 6), samples_per_s=round(rate, 1))
             window_start, window_samples = now, 0
         if step % args.ckpt_every == 0 and step < args.steps:
             checkpoint(step)

@@ -49,6 +49,8 @@ pub struct Config {
     pub log_dir: PathBuf,
     /// Label console lines with the rank.
     pub label: bool,
+    /// How to read metrics from the workers' lines (docs/metrics.md).
+    pub metrics: herd_metrics::Format,
     /// Time between SIGTERM and SIGKILL at teardown.
     pub kill_grace: Duration,
     /// How long nodes may take to find each other.

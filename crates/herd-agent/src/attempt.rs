@@ -6,7 +6,7 @@ use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use herd_slurm::vars::{HERD_HEARTBEAT_FILE, HERD_LOG_DIR};
+use herd_slurm::vars::{HERD_HEARTBEAT_FILE, HERD_LOG_DIR, HERD_METRICS_FILE};
 use herd_slurm::{worker_env, LaunchInfo, Layout, Position};
 use nix::sys::signal::Signal;
 use tokio::sync::mpsc;
@@ -52,6 +52,7 @@ impl Attempt {
             dir: dir.clone(),
             label: cfg.label,
             console: true,
+            metrics: cfg.metrics.clone(),
         })
         .map_err(|e| failed(format!("cannot write logs into {}: {e}", dir.display())))?;
         let info = LaunchInfo {
@@ -84,6 +85,12 @@ impl Attempt {
             env.insert(
                 HERD_HEARTBEAT_FILE.into(),
                 heartbeat_path(&dir, pos.rank).display().to_string(),
+            );
+            env.insert(
+                HERD_METRICS_FILE.into(),
+                herd_metrics::store::worker_file_path(&dir, pos.rank)
+                    .display()
+                    .to_string(),
             );
             // torch's @record writes the exception here, as under torchrun; a file left by
             // an earlier run with the same log folder must not be taken for this one's.

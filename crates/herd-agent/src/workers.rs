@@ -86,6 +86,9 @@ pub struct OutputConfig {
     pub label: bool,
     /// Copy worker output to the agent's console at all.
     pub console: bool,
+    /// How to read metrics from the workers' lines into `rank-R.metrics` (docs/metrics.md);
+    /// [`herd_metrics::Format::Off`]: not at all.
+    pub metrics: herd_metrics::Format,
 }
 
 struct OutLine {
@@ -110,10 +113,12 @@ struct RankFiles {
     out: Option<StreamFile>,
     err: Option<StreamFile>,
     times: Option<std::fs::File>,
+    /// The rank's metrics reader and file, unless metrics are off.
+    metrics: Option<(Box<dyn herd_metrics::Reader>, herd_metrics::store::Writer)>,
 }
 
 impl RankFiles {
-    fn open(dir: &Path, rank: u32) -> RankFiles {
+    fn open(dir: &Path, rank: u32, metrics: &herd_metrics::Format) -> RankFiles {
         let append = |path: PathBuf| {
             std::fs::OpenOptions::new()
                 .create(true)
@@ -133,6 +138,27 @@ impl RankFiles {
             out: stream(Stream::Out),
             err: stream(Stream::Err),
             times: append(herd_exp::logs::rank_times(dir, rank)).ok(),
+            metrics: (*metrics != herd_metrics::Format::Off).then(|| {
+                (
+                    herd_metrics::read::reader(metrics),
+                    herd_metrics::store::Writer::new(herd_metrics::store::metrics_path(dir, rank)),
+                )
+            }),
+        }
+    }
+
+    /// Reads `line` for metrics and stores what it holds (a file that cannot be written
+    /// loses the reading, never the line).
+    fn read_metrics(&mut self, line: &OutLine) {
+        let Some((reader, writer)) = self.metrics.as_mut() else {
+            return;
+        };
+        let bytes = line.bytes.strip_suffix(b"\n").unwrap_or(&line.bytes);
+        let Ok(text) = std::str::from_utf8(bytes) else {
+            return;
+        };
+        if let Some(record) = reader.line(text) {
+            let _ = writer.write(line.ms, &record);
         }
     }
 
@@ -183,10 +209,11 @@ impl OutputSink {
         let done = tokio::spawn(async move {
             let mut files: BTreeMap<u32, RankFiles> = BTreeMap::new();
             while let Some(line) = rx.recv().await {
-                files
+                let rank = files
                     .entry(line.rank)
-                    .or_insert_with(|| RankFiles::open(&cfg.dir, line.rank))
-                    .write(&line);
+                    .or_insert_with(|| RankFiles::open(&cfg.dir, line.rank, &cfg.metrics));
+                rank.write(&line);
+                rank.read_metrics(&line);
                 if cfg.console {
                     let mut whole = Vec::with_capacity(line.bytes.len() + 8);
                     if cfg.label {
@@ -378,6 +405,7 @@ mod tests {
             dir: dir.path().to_owned(),
             label: false,
             console: false,
+            metrics: herd_metrics::Format::Off,
         })
         .expect("sink");
         let tx = sink.sender();
@@ -436,6 +464,7 @@ mod tests {
             dir: dir.path().to_owned(),
             label: false,
             console: false,
+            metrics: herd_metrics::Format::Off,
         })
         .expect("sink");
         let spec = WorkerSpec {
@@ -465,5 +494,52 @@ mod tests {
         );
         let now = unix_ms();
         assert!(got.iter().all(|&(_, _, ms)| ms <= now && now - ms < 60_000));
+    }
+
+    #[tokio::test]
+    async fn metrics_lines_are_stored_per_rank_and_the_log_stays_raw() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let sink = OutputSink::start(OutputConfig {
+            dir: dir.path().to_owned(),
+            label: false,
+            console: false,
+            metrics: herd_metrics::Format::Auto,
+        })
+        .expect("sink");
+        let tx = sink.sender();
+        let lines: [(u32, Stream, &[u8], u64); 4] = [
+            (0, Stream::Out, b"{\"step\": 10, \"loss\": 2.5}\n", 1000),
+            (0, Stream::Out, b"hello\n", 1001),
+            (1, Stream::Err, b"{\"step\": 10, \"loss\": 2.75}\n", 1002),
+            (0, Stream::Out, b"{\"step\": 20, \"loss\": 2.25}\n", 1500),
+        ];
+        for (rank, stream, bytes, ms) in lines {
+            tx.send(OutLine {
+                rank,
+                stream,
+                bytes: bytes.to_vec(),
+                ms,
+            })
+            .await
+            .expect("sink listens");
+        }
+        drop(tx);
+        sink.finish().await;
+        let zero = herd_metrics::store::read_rank(dir.path(), 0).expect("rank 0");
+        assert_eq!(zero.time_ms, [1000, 1500]);
+        assert_eq!(zero.step, [Some(10), Some(20)]);
+        assert_eq!(zero.column("loss").expect("loss"), [2.5, 2.25]);
+        let one = herd_metrics::store::read_rank(dir.path(), 1).expect("rank 1");
+        assert_eq!(
+            one.column("loss").expect("loss"),
+            [2.75],
+            "stderr is read too"
+        );
+        let out = std::fs::read_to_string(log_path(dir.path(), 0, Stream::Out)).expect("log");
+        assert_eq!(
+            out.lines().count(),
+            3,
+            "every line in the log, metrics or not"
+        );
     }
 }

@@ -32,6 +32,10 @@ pub struct LaunchOptions {
     /// Prefix each console line with the worker's rank (`3: …`), like `srun --label`.
     #[arg(long)]
     pub label: bool,
+    /// How to read training metrics from the workers' lines into the logs folder:
+    /// auto, json, kv, torchtitan, deepspeed, megatron, swav, off, or regex:RE.
+    #[arg(long, default_value = "auto", value_name = "FORMAT")]
+    pub metrics: herd_metrics::Format,
     /// Folder for per-rank logs (default: $HERD_EXP_DIR/logs, else ./herd-logs/RUN_ID).
     #[arg(long, value_name = "DIR")]
     pub log_dir: Option<PathBuf>,
@@ -172,6 +176,7 @@ fn base_config(
         },
         log_dir,
         label: opts.label,
+        metrics: opts.metrics.clone(),
         kill_grace: seconds("kill-grace", opts.kill_grace)?,
         rendezvous_timeout: seconds("rendezvous-timeout", opts.rendezvous_timeout)?,
         heartbeat_timeout: seconds("heartbeat-timeout", opts.heartbeat_timeout)?
@@ -322,6 +327,7 @@ pub fn run(args: RunArgs) -> Result<ExitStatus, CliError> {
     if o.label {
         forwarded.push("--label".into());
     }
+    forwarded.extend(["--metrics".into(), o.metrics.to_string().into()]);
 
     if vars.get("SLURM_JOB_ID").is_some() || vars.get("SLURM_JOBID").is_some() {
         // Inside an allocation: one agent per allocated node, through srun itself.

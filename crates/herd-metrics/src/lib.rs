@@ -9,6 +9,7 @@
 //! - [`store`]: the per-rank metrics files an agent writes and the views read.
 
 pub mod read;
+/// The per-rank metrics files.
 pub mod store;
 
 pub use read::{Format, FormatError, Reader};

@@ -37,7 +37,8 @@ pub enum Format {
 pub struct FormatError(pub String);
 
 /// The names `--metrics` takes.
-pub const FORMAT_NAMES: &str = "auto, json, kv, torchtitan, deepspeed, megatron, swav, off, or regex:RE";
+pub const FORMAT_NAMES: &str =
+    "auto, json, kv, torchtitan, deepspeed, megatron, swav, off, or regex:RE";
 
 impl FromStr for Format {
     type Err = FormatError;

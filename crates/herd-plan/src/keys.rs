@@ -206,6 +206,11 @@ plan_keys! {
     #[key(OnHang, example = r#""restart""#)]
     #[arg(long, value_name = "fail|restart")]
     pub on_hang: Option<String>,
+    /// How the agents read training metrics from the workers' lines: `auto` (default),
+    /// `json`, `kv`, `torchtitan`, `deepspeed`, `megatron`, `swav`, `off`, or `regex:RE`.
+    #[key(Metrics, example = r#""megatron""#)]
+    #[arg(long, value_name = "FORMAT")]
+    pub metrics: Option<String>,
 }
 
 /// A count flag (`--nodes 8`): parsed as the `u32` it must be, so clap names the flag when

@@ -291,6 +291,9 @@ pub fn render_script(plan: &Plan, params: &ScriptParams<'_>) -> Result<String, R
                 }
                 keep.push_str(&format!(" --stop-signal {}", k.stop_signal));
             }
+            if plan.metrics != herd_metrics::Format::Auto.to_string() {
+                keep.push_str(&format!(" --metrics {}", q(&plan.metrics, "metrics")?));
+            }
             if k.hang_timeout > 0 {
                 let on_hang = if k.on_hang == "restart" {
                     "restart"

@@ -156,6 +156,9 @@ pub struct Plan {
     pub exclude: Vec<String>,
     /// Restarts of all workers inside the allocation.
     pub max_restarts: u32,
+    /// How the agents read metrics from the workers' lines (`auto`, …; docs/metrics.md).
+    #[serde(default = "default_metrics")]
+    pub metrics: String,
     /// How herd keeps the job alive: requeues, the time-limit warning, the stop, the hang
     /// watchdog (older manifests have none: herd's defaults).
     #[serde(default)]
@@ -365,6 +368,22 @@ pub fn resolve(
         }
         0
     });
+    let metrics = l
+        .take(
+            Key::Metrics,
+            |k| k.metrics.as_deref(),
+            |s: &str| {
+                s.parse::<herd_metrics::Format>()
+                    .map(|f| f.to_string())
+                    .map_err(|e| ValueError::new(e.to_string()))
+            },
+        )
+        .unwrap_or_else(|| {
+            if l.first(|k| k.metrics.as_deref()).is_none() {
+                l.set_source(Key::Metrics, Source::Default);
+            }
+            default_metrics()
+        });
 
     // Nodes and GPUs per node, derived from the total where one is missing.
     let derived = |from: &[Key]| Source::Derived {
@@ -600,10 +619,16 @@ pub fn resolve(
         exp_root,
         exclude,
         max_restarts,
+        metrics,
         keep,
         profile: profile.map(|p| p.path.clone()),
         sources: l.sources,
     })
+}
+
+/// The metrics format a plan has unless a key says otherwise (and an older manifest's).
+fn default_metrics() -> String {
+    herd_metrics::Format::Auto.to_string()
 }
 
 fn resolve_command(

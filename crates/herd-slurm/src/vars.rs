@@ -24,6 +24,9 @@ pub const HERD_RESUME_FROM: &str = "HERD_RESUME_FROM";
 /// A file a worker may touch to say it is making progress without printing a line
 /// (`pathlib.Path(os.environ["HERD_HEARTBEAT_FILE"]).touch()`), read by the hang watchdog.
 pub const HERD_HEARTBEAT_FILE: &str = "HERD_HEARTBEAT_FILE";
+/// A file a worker may append herd's metrics convention to (one JSON object a line with a
+/// numeric `step`), instead of or besides printing it (docs/metrics.md).
+pub const HERD_METRICS_FILE: &str = "HERD_METRICS_FILE";
 /// The job's secret, with which its agents prove to each other that they belong to it
 /// (set by `herd run` and by the batch script of `herd submit`).
 pub const HERD_JOB_SECRET: &str = "HERD_JOB_SECRET";
