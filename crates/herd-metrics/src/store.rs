@@ -243,7 +243,7 @@ pub fn parse_into(text: &str, path: &Path, series: &mut Series) -> Result<(), St
     };
     let mut idx: Vec<usize> = Vec::new();
     let mut values: Vec<f64> = Vec::new();
-    for (n, line) in whole.lines().enumerate() {
+    for (n, line) in ascii_split(whole, b'\n').enumerate() {
         let n = n + 1;
         if n == 1 {
             if line != HEADER {
@@ -254,15 +254,17 @@ pub fn parse_into(text: &str, path: &Path, series: &mut Series) -> Result<(), St
             }
             continue;
         }
+        if line.is_empty() {
+            continue;
+        }
         if let Some(cols) = line.strip_prefix('@') {
-            idx = cols
-                .split('\t')
+            idx = ascii_split(cols, b'\t')
                 .filter(|c| !c.is_empty())
                 .map(|c| series.column_index(c))
                 .collect();
             continue;
         }
-        let mut fields = line.split('\t');
+        let mut fields = ascii_split(line, b'\t');
         let time: u64 = fields
             .next()
             .and_then(|t| t.parse().ok())
@@ -293,6 +295,32 @@ pub fn parse_into(text: &str, path: &Path, series: &mut Series) -> Result<(), St
         series.push_values(time, step, &idx, values.iter().copied());
     }
     Ok(())
+}
+
+/// The pieces of `text` between the ASCII byte `sep` (which never splits a character),
+/// found with a byte loop: `str::split` with a `char` pattern was a third of the read.
+fn ascii_split(text: &str, sep: u8) -> impl Iterator<Item = &str> {
+    let bytes = text.as_bytes();
+    let mut start = 0;
+    let mut done = text.is_empty();
+    std::iter::from_fn(move || {
+        if done {
+            return None;
+        }
+        let rest = &bytes[start..];
+        let piece = match rest.iter().position(|&b| b == sep) {
+            Some(i) => {
+                let p = text.get(start..start + i);
+                start += i + 1;
+                p
+            }
+            None => {
+                done = true;
+                text.get(start..)
+            }
+        };
+        piece
+    })
 }
 
 /// Every reading of rank `rank` in the attempt folder `dir`: the agent's file, then the
@@ -488,5 +516,18 @@ mod tests {
         assert_eq!(ranks, [0, 2, 5, 11]);
         assert_eq!(all[3].1.column("loss").expect("loss"), [12.0, 13.0, 14.0]);
         assert_eq!(all[2].1.column("loss").expect("loss"), [9.0]);
+    }
+
+    #[test]
+    fn ascii_split_is_str_split() {
+        for text in ["", "a", "a\tb", "\ta\t\tb\t", "é\tü"] {
+            let ours: Vec<&str> = ascii_split(text, b'\t').collect();
+            let std: Vec<&str> = if text.is_empty() {
+                Vec::new()
+            } else {
+                text.split('\t').collect()
+            };
+            assert_eq!(ours, std, "{text:?}");
+        }
     }
 }
