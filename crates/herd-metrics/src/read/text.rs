@@ -132,11 +132,19 @@ pub(crate) fn norm_camel(name: &str) -> String {
 
 fn norm_with(name: &str, camel: bool) -> String {
     let mut out = String::with_capacity(name.len() + 4);
-    let mut gap = false;
+    norm_into(&mut out, name, camel);
+    out
+}
+
+/// [`norm`] (or [`norm_camel`]) of `name`, appended to `out`; a `_` between them when
+/// `out` is not empty.
+pub(crate) fn norm_into(out: &mut String, name: &str, camel: bool) {
+    let start = out.len();
+    let mut gap = start > 0;
     let mut prev_lower = false;
     for c in name.chars() {
         if c == '%' {
-            if !out.is_empty() {
+            if out.len() > start || gap {
                 out.push('_');
             }
             out.push_str("pct");
@@ -145,7 +153,7 @@ fn norm_with(name: &str, camel: bool) -> String {
             continue;
         }
         if !c.is_alphanumeric() {
-            gap = !out.is_empty();
+            gap = out.len() > start || gap;
             prev_lower = false;
             continue;
         }
@@ -157,9 +165,12 @@ fn norm_with(name: &str, camel: bool) -> String {
             gap = false;
         }
         prev_lower = c.is_lowercase() || c.is_numeric();
-        out.extend(c.to_lowercase());
+        if c.is_ascii() {
+            out.push(c.to_ascii_lowercase());
+        } else {
+            out.extend(c.to_lowercase());
+        }
     }
-    out
 }
 
 /// Whether `hay` holds `needle` starting at a word boundary (not right after a letter,

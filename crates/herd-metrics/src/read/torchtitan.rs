@@ -1,7 +1,7 @@
 //! torchtitan's training log line (torchtitan/components/metrics.py, `MetricsProcessor.log`
 //! and `log_validation`).
 
-use crate::read::text::{find_word, label_values, norm, num, split_num, step_of, strip_ansi};
+use crate::read::text::{find_word, label_values, norm_into, num, split_num, step_of, strip_ansi};
 use crate::Record;
 
 pub(crate) fn line(line: &str) -> Option<Record> {
@@ -11,12 +11,12 @@ pub(crate) fn line(line: &str) -> Option<Record> {
     let t = strip_ansi(line);
     let at = find_word(&t, "step:")?;
     let prefix = if t[..at].trim_end().ends_with("validate") {
-        "val_"
+        "val"
     } else {
         ""
     };
     let mut step = None;
-    let mut values = Vec::new();
+    let mut values = Vec::with_capacity(8);
     for (label, value) in label_values(&t[at..]) {
         if label == "step" {
             step = Some(step_of(num(value)?)?);
@@ -24,31 +24,32 @@ pub(crate) fn line(line: &str) -> Option<Record> {
         }
         let (n, unit) = split_num(value);
         let Some(v) = num(n) else { continue };
-        let name = match label {
-            "tps" | "wps" => "tokens_per_s".to_owned(),
-            _ => norm(label),
-        };
         // `29.81GiB(31.38%)`: the unit joins the name, the parenthesised share is `_pct`
         let (unit, inner) = match unit.split_once('(') {
             Some((u, rest)) => (u, rest.strip_suffix(')')),
             None => (unit, None),
         };
-        let unit = norm(unit);
-        let full = if unit.is_empty() {
-            name.clone()
-        } else {
-            format!("{name}_{unit}")
-        };
-        values.push((format!("{prefix}{full}"), v));
-        if let Some(inner) = inner {
-            let (n, u) = split_num(inner);
-            if let Some(v) = num(n) {
-                let u = norm(u);
-                if !u.is_empty() {
-                    values.push((format!("{prefix}{name}_{u}"), v));
+        let mut name = String::with_capacity(prefix.len() + label.len() + 8);
+        name.push_str(prefix);
+        match label {
+            "tps" | "wps" => norm_into(&mut name, "tokens_per_s", false),
+            _ => norm_into(&mut name, label, false),
+        }
+        let base = name.len();
+        norm_into(&mut name, unit, false);
+        if let Some((n, u)) = inner.map(split_num) {
+            if let Some(inner_v) = num(n) {
+                let mut other = String::with_capacity(base + 4);
+                other.push_str(&name[..base]);
+                norm_into(&mut other, u, false);
+                if other.len() > base {
+                    values.push((name, v));
+                    values.push((other, inner_v));
+                    continue;
                 }
             }
         }
+        values.push((name, v));
     }
     if values.is_empty() {
         return None;
