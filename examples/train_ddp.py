@@ -260,8 +260,9 @@ def main(argv: list[str]) -> int:
         if step % args.log_every == 0 or step == args.steps:
             now = time.perf_counter()
             rate = window_samples / max(now - window_start, 1e-9)
-            rt.log(f"step={step} loss={loss.item():.6f} samples_per_s={rate:.1f}")
+            # The convention first: a reader that sees it reads nothing else.
             rt.metrics(step=step, loss=round(loss.item(), 6), samples_per_s=round(rate, 1))
+            rt.log(f"step={step} loss={loss.item():.6f} samples_per_s={rate:.1f}")
             window_start, window_samples = now, 0
         if step % args.ckpt_every == 0 and step < args.steps:
             checkpoint(step)

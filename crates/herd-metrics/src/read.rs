@@ -35,7 +35,7 @@
 //! | `megatron` | ` [date] iteration N/ TOTAL \| label: value \| … \|`; ` validation[-NAME] loss at iteration N [on validation set\|on test set] \| KEY value: X \| KEY PPL: X \|` | `iteration` | `lm loss` → `loss`, `learning rate` → `lr`, `samples per second` → `samples_per_s` (Megatron-DeepSpeed), `TOTAL` → `train_iters`, others normalised (`elapsed_time_per_iteration_ms`, `throughput_per_gpu_tflop_s_gpu`, `global_batch_size`, `consumed_samples`, `loss_scale`, `grad_norm`, `number_of_skipped_iterations`, …); `samples_per_s` = `global_batch_size` / (`elapsed_time_per_iteration_ms` / 1000) when the line has no samples per second of its own; validation: `lm loss value` → `val_loss`, `lm loss PPL` → `val_ppl`, other keys `val_KEY`, `val_KEY_ppl`; `test_` for the test set, `val_NAME_` for a named set |
 //! | `swav` | `Epoch: [E][I]\tTime X (AVG)\tData X (AVG)\tLoss X (AVG)\tLr: X` (main_swav.py, main_deepclusterv2.py); `Epoch[E] - Iter: [I/PER_EPOCH]\tTime …\tLoss …\tPrec X (AVG)\tLR X` (eval_linear.py) | none for `Epoch: [E][I]` (the line does not say how many iterations an epoch has; `iter` counts within the epoch); E × PER_EPOCH + I for `Epoch[E] - Iter: [I/PER_EPOCH]` | `epoch`, `iter`; `Time` → `batch_time_s`, `batch_time_avg_s`; `Data` → `data_time_s`, `data_time_avg_s`; `Loss` → `loss`, `loss_avg`; `Lr`/`LR` → `lr`; others `NAME`, `NAME_avg` (`prec`, `prec_avg`) |
 //! | `regex:RE` | the first match of RE in the line (colour codes stripped) | the group `step`, when it is a whole number | each other named group that is a number, by the group's name; a match with neither a step nor a number is no record |
-//! | `auto` | herd's `json` on every line; the other line formats tried in turn (kv, torchtitan, deepspeed, megatron, swav) until one reads a line, then only that one (see [`Auto`]) | as the format | as the format |
+//! | `auto` | herd's `json` on every line; the other line formats tried in turn (kv, torchtitan, deepspeed, megatron, swav) until one reads a line, then only that one; once a line of the convention came, only the convention (a program printing its numbers both ways is read once; see [`Auto`]) | as the format | as the format |
 //! | `off` | nothing | | |
 //!
 //! Files: [`read_scalars_json`] (mmengine's `scalars.json`: the `json` shape a line, names
@@ -82,8 +82,8 @@ use crate::Record;
 /// Which shape a job's metrics lines have (`metrics` key, `--metrics`).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum Format {
-    /// Detect it from the lines: herd's JSON lines always, and the first other format a
-    /// line matches from then on.
+    /// Detect it from the lines: herd's JSON lines always (and, once one came, nothing
+    /// else), else the first other format a line matches, from then on.
     #[default]
     Auto,
     /// herd's convention: a JSON object a line with a numeric `step` (mmengine's
@@ -259,6 +259,9 @@ impl Reader for Off {
 #[derive(Debug, Default)]
 pub struct Auto {
     settled: Option<Kind>,
+    /// A line of herd's convention came: the worker speaks it, and nothing else is read
+    /// (a program that prints its numbers both ways is not read twice).
+    convention: bool,
 }
 
 impl Auto {
@@ -267,9 +270,12 @@ impl Auto {
         Auto::default()
     }
 
-    /// The line format this reader settled on: `None` until a line of one was read (JSON
-    /// lines, always read, settle nothing).
+    /// The line format this reader settled on: `None` until a line of one was read; JSON
+    /// once a line of herd's convention came (from then on only the convention is read).
     pub fn detected(&self) -> Option<Format> {
+        if self.convention {
+            return Some(Format::Json);
+        }
         self.settled.map(Kind::format)
     }
 }
@@ -277,7 +283,11 @@ impl Auto {
 impl Reader for Auto {
     fn line(&mut self, line: &str) -> Option<Record> {
         if let Some(r) = json::line(line) {
+            self.convention = true;
             return Some(r);
+        }
+        if self.convention {
+            return None;
         }
         match self.settled {
             Some(kind) => kind.read(line),
