@@ -103,6 +103,14 @@ fn three_launch_modes_train_to_one_checksum_from_the_experiment_folder() {
                     log.contains(&format!("rank={rank} done")),
                     "rank {rank} log: {log}"
                 );
+                // The agents read the convention lines into the metrics store: steps 10
+                // and 20, each once (train_ddp prints them as key=value too).
+                let metrics = herd_metrics::store::read_rank(&exp.join("logs/attempt-0"), rank)
+                    .expect("metrics");
+                assert_eq!(metrics.step, [Some(10), Some(20)], "rank {rank}");
+                let rate = metrics.column("samples_per_s").expect("samples_per_s");
+                assert!(rate.iter().all(|r| *r > 0.0), "rank {rank}: {rate:?}");
+                assert_eq!(metrics.column("loss").map(<[f64]>::len), Some(2));
             }
         }
     }
