@@ -15,6 +15,7 @@ pub mod exec;
 pub mod hostlist;
 pub mod launch;
 pub mod logs;
+pub mod report;
 pub mod status;
 pub mod submit;
 
@@ -296,8 +297,8 @@ pub enum Command {
     Cancel(cancel::CancelArgs),
     /// Live view of a running job: per-rank state, step, throughput, loss, stragglers.
     Top(PendingArgs),
-    /// Plots and scaling tables of finished runs.
-    Report(PendingArgs),
+    /// The scaling table of runs of one job at different sizes (plots: planned).
+    Report(report::ReportArgs),
     /// Check a job before queueing it; every finding names the key to change.
     Check(submit::CheckArgs),
     /// Expand, compress and count SLURM hostlist expressions.
@@ -341,7 +342,8 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
         Command::Status(args) => status::run(args, out),
         Command::Cancel(args) => cancel::run(args, out),
         // Listed so the command tree is whole; each says where its work is planned.
-        command @ (Command::Top(_) | Command::Report(_)) => Err(CliError::NotImplemented {
+        Command::Report(args) => report::run(args, out),
+        command @ Command::Top(_) => Err(CliError::NotImplemented {
             command: command.name(),
             version: env!("CARGO_PKG_VERSION"),
             tracking: "planned: issue #15",
@@ -408,6 +410,7 @@ mod tests {
                 "submit" | "check" => &[],
                 "cancel" => &["x"],
                 "logs" => &["NAME"],
+                "report" => &["NAME"],
                 _ => &[],
             };
             let mut argv = vec!["herd", name.as_str()];
@@ -490,10 +493,10 @@ mod tests {
 
     #[test]
     fn pending_command_accepts_any_flags_and_reports_not_implemented() {
-        let cli = Cli::try_parse_from(["herd", "report", "--plots", "x.png", "--", "a b"])
+        let cli = Cli::try_parse_from(["herd", "top", "--plots", "x.png", "--", "a b"])
             .expect("pending command must accept arbitrary arguments");
-        let err = run(cli, &mut Vec::new()).expect_err("report is not built yet");
+        let err = run(cli, &mut Vec::new()).expect_err("top is not built yet");
         assert_eq!(err.exit_status(), ExitStatus::Usage);
-        assert!(err.to_string().contains("`herd report` is not implemented"));
+        assert!(err.to_string().contains("`herd top` is not implemented"));
     }
 }

@@ -10,6 +10,7 @@ mod herd_env;
 mod hostlist_differential;
 mod launch;
 mod logs;
+mod report;
 mod srun_mode;
 mod status;
 mod staying_alive;

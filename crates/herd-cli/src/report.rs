@@ -1,0 +1,316 @@
+//! `herd report NAME…`: the scaling table of runs of one job at different sizes, from the
+//! metrics the agents stored (docs/report.md). Plots and the HTML page are planned.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use clap::Args;
+use herd_metrics::store::{self, Series};
+use serde_json::{json, Value};
+
+use crate::{CliError, ExitStatus};
+
+/// `herd report` arguments.
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// The experiments: runs of one job at different sizes (one is enough for its line).
+    #[arg(value_name = "NAME", required = true)]
+    pub names: Vec<String>,
+    /// Where the experiments are (as for `herd status`).
+    #[arg(long, value_name = "DIR")]
+    pub exp_root: Option<PathBuf>,
+    /// Also project the time of this many epochs from each run's time per epoch.
+    #[arg(long, value_name = "N")]
+    pub epochs: Option<u32>,
+    /// Print JSON instead of a markdown table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// One run's line of the scaling table.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Row {
+    /// The experiment.
+    pub name: String,
+    /// Nodes it ran on.
+    pub nodes: u32,
+    /// Workers (GPUs) over all nodes.
+    pub gpus: u32,
+    /// Samples per second of the whole job: the sum over ranks of each rank's median rate.
+    pub samples_per_s: f64,
+    /// Per GPU: `samples_per_s / gpus`.
+    pub per_gpu: f64,
+    /// Per-GPU rate against the smallest run's (1.0 = perfect scaling).
+    pub efficiency: f64,
+    /// Median wall time of an epoch (`epoch_time_s` readings), when the job reports it.
+    pub epoch_time_s: Option<f64>,
+    /// Readings the rates came from.
+    pub readings: usize,
+}
+
+fn median(mut v: Vec<f64>) -> Option<f64> {
+    v.retain(|x| x.is_finite());
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    Some(if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    })
+}
+
+/// A run's rate and epoch time from its ranks' readings: each rank's median
+/// `samples_per_s` (its first reading left out when it has more: the warm-up), summed; the
+/// median over all ranks' `epoch_time_s`.
+pub fn measure(ranks: &[Series]) -> (Option<f64>, Option<f64>, usize) {
+    let mut total = 0.0;
+    let mut any = false;
+    let mut readings = 0;
+    let mut epochs = Vec::new();
+    for s in ranks {
+        if let Some(col) = s.column("samples_per_s") {
+            let mut rates: Vec<f64> = col.iter().copied().filter(|v| v.is_finite()).collect();
+            if rates.len() > 1 {
+                rates.remove(0);
+            }
+            readings += rates.len();
+            if let Some(m) = median(rates) {
+                total += m;
+                any = true;
+            }
+        }
+        if let Some(col) = s.column("epoch_time_s") {
+            epochs.extend(col.iter().copied());
+        }
+    }
+    (any.then_some(total), median(epochs), readings)
+}
+
+/// The table's rows, efficiency against the run with the fewest GPUs.
+pub fn rows(mut runs: Vec<(String, u32, u32, Vec<Series>)>) -> Vec<Row> {
+    runs.sort_by_key(|(name, nodes, gpus, _)| (*gpus, *nodes, name.clone()));
+    let mut out: Vec<Row> = runs
+        .into_iter()
+        .map(|(name, nodes, gpus, ranks)| {
+            let (rate, epoch, readings) = measure(&ranks);
+            let rate = rate.unwrap_or(f64::NAN);
+            Row {
+                name,
+                nodes,
+                gpus,
+                samples_per_s: rate,
+                per_gpu: rate / f64::from(gpus.max(1)),
+                efficiency: f64::NAN,
+                epoch_time_s: epoch,
+                readings,
+            }
+        })
+        .collect();
+    let base = out.iter().map(|r| r.per_gpu).find(|v| v.is_finite());
+    for r in &mut out {
+        r.efficiency = base.map_or(f64::NAN, |b| r.per_gpu / b);
+    }
+    out
+}
+
+/// `1:02:03` for seconds.
+fn hms(s: f64) -> String {
+    let s = s.round() as u64;
+    format!("{}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
+}
+
+fn num(v: f64, digits: usize) -> String {
+    if v.is_finite() {
+        format!("{v:.digits$}")
+    } else {
+        "—".into()
+    }
+}
+
+/// The markdown table.
+pub fn markdown(rows: &[Row], epochs: Option<u32>) -> String {
+    let mut s =
+        String::from("| run | nodes | GPUs | samples/s | per GPU | efficiency | time/epoch |");
+    if let Some(e) = epochs {
+        s.push_str(&format!(" {e} epochs |"));
+    }
+    s.push_str("\n|---|---:|---:|---:|---:|---:|---:|");
+    if epochs.is_some() {
+        s.push_str("---:|");
+    }
+    s.push('\n');
+    for r in rows {
+        let epoch = r
+            .epoch_time_s
+            .map_or_else(|| "—".into(), |t| format!("{t:.1} s"));
+        s.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} | {} |",
+            r.name,
+            r.nodes,
+            r.gpus,
+            num(r.samples_per_s, 1),
+            num(r.per_gpu, 1),
+            if r.efficiency.is_finite() {
+                format!("{:.0}%", r.efficiency * 100.0)
+            } else {
+                "—".into()
+            },
+            epoch
+        ));
+        if let Some(e) = epochs {
+            let p = r
+                .epoch_time_s
+                .map_or_else(|| "—".into(), |t| hms(t * f64::from(e)));
+            s.push_str(&format!(" {p} |"));
+        }
+        s.push('\n');
+    }
+    s
+}
+
+fn row_json(r: &Row, epochs: Option<u32>) -> Value {
+    let f = |v: f64| if v.is_finite() { json!(v) } else { Value::Null };
+    json!({
+        "name": r.name,
+        "nodes": r.nodes,
+        "gpus": r.gpus,
+        "samples_per_s": f(r.samples_per_s),
+        "per_gpu_samples_per_s": f(r.per_gpu),
+        "efficiency": f(r.efficiency),
+        "epoch_time_s": r.epoch_time_s,
+        "projected_s": epochs.and_then(|e| r.epoch_time_s.map(|t| t * f64::from(e))),
+        "readings": r.readings,
+    })
+}
+
+/// Nodes and workers of an experiment's newest rendezvous (the agents' count, not the
+/// plan's: a run with a node left out counts what ran).
+fn size(exp: &herd_exp::Experiment) -> Option<(u32, u32)> {
+    let events = herd_exp::timeline::read(exp.dir()).ok()?;
+    let r = events.iter().rev().find(|e| e["event"] == "rendezvous")?;
+    let world = u32::try_from(r.get("world_size")?.as_u64()?).ok()?;
+    let nodes = r
+        .get("nodes")
+        .and_then(Value::as_array)
+        .map_or(1, |n| u32::try_from(n.len()).unwrap_or(1));
+    Some((nodes, world))
+}
+
+/// Run `herd report`.
+pub fn run(args: ReportArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
+    let root = crate::status::exp_root(args.exp_root.as_deref())?;
+    let mut runs = Vec::new();
+    for name in &args.names {
+        let exp = herd_exp::Experiment::open(&root, name)?;
+        let (nodes, gpus) = size(&exp).ok_or_else(|| {
+            CliError::Input(format!(
+                "{name}: its agents never met (no rendezvous in {}): no run to report",
+                exp.dir().join(herd_exp::timeline::TIMELINE_FILE).display()
+            ))
+        })?;
+        let logs = exp.logs_dir();
+        let mut ranks = Vec::new();
+        for k in herd_exp::logs::attempts(&logs).unwrap_or_default() {
+            let dir = herd_exp::logs::attempt_dir(&logs, k);
+            let all = store::read_attempt(&dir).map_err(|e| CliError::Input(e.to_string()))?;
+            ranks.extend(all.into_iter().map(|(_, s)| s));
+        }
+        runs.push((name.clone(), nodes, gpus, ranks));
+    }
+    let rows = rows(runs);
+    if args.json {
+        let doc = json!({
+            "format": 1,
+            "runs": rows.iter().map(|r| row_json(r, args.epochs)).collect::<Vec<_>>(),
+        });
+        writeln!(
+            out,
+            "{}",
+            serde_json::to_string_pretty(&doc).map_err(std::io::Error::other)?
+        )?;
+    } else {
+        write!(out, "{}", markdown(&rows, args.epochs))?;
+    }
+    Ok(ExitStatus::Success)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use herd_metrics::Record;
+
+    fn series(rates: &[f64], epoch: Option<f64>) -> Series {
+        let mut s = Series::default();
+        for (i, r) in rates.iter().enumerate() {
+            s.push(
+                0,
+                &Record {
+                    step: Some(i as u64 * 10),
+                    values: vec![("samples_per_s".into(), *r)],
+                },
+            );
+        }
+        if let Some(t) = epoch {
+            s.push(
+                0,
+                &Record {
+                    step: Some(99),
+                    values: vec![("epoch_time_s".into(), t)],
+                },
+            );
+        }
+        s
+    }
+
+    #[test]
+    fn efficiency_is_per_gpu_rate_against_the_smallest_run() {
+        let rows = rows(vec![
+            (
+                "two".into(),
+                2,
+                4,
+                // warm-up first, then 90 per rank
+                (0..4)
+                    .map(|_| series(&[10.0, 90.0, 90.0], Some(12.0)))
+                    .collect(),
+            ),
+            (
+                "one".into(),
+                1,
+                2,
+                (0..2)
+                    .map(|_| series(&[5.0, 100.0, 100.0, 100.0], Some(20.0)))
+                    .collect(),
+            ),
+        ]);
+        assert_eq!(rows[0].name, "one", "smallest first");
+        assert_eq!(rows[0].samples_per_s, 200.0);
+        assert_eq!(rows[0].per_gpu, 100.0);
+        assert_eq!(rows[0].efficiency, 1.0);
+        assert_eq!(rows[1].samples_per_s, 360.0);
+        assert_eq!(rows[1].per_gpu, 90.0);
+        assert!((rows[1].efficiency - 0.9).abs() < 1e-12);
+        assert_eq!(rows[1].epoch_time_s, Some(12.0));
+        let table = markdown(&rows, Some(100));
+        assert_eq!(
+            table,
+            "| run | nodes | GPUs | samples/s | per GPU | efficiency | time/epoch | 100 epochs |\n\
+             |---|---:|---:|---:|---:|---:|---:|---:|\n\
+             | one | 1 | 2 | 200.0 | 100.0 | 100% | 20.0 s | 0:33:20 |\n\
+             | two | 2 | 4 | 360.0 | 90.0 | 90% | 12.0 s | 0:20:00 |\n"
+        );
+    }
+
+    #[test]
+    fn a_run_without_rates_has_dashes_not_zeros() {
+        let rows = rows(vec![("quiet".into(), 1, 1, vec![Series::default()])]);
+        let table = markdown(&rows, None);
+        assert!(
+            table.ends_with("| quiet | 1 | 1 | — | — | — | — |\n"),
+            "{table}"
+        );
+    }
+}
