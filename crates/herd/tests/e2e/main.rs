@@ -16,4 +16,5 @@ mod status;
 mod staying_alive;
 mod submit;
 mod support;
+mod swav_mini;
 mod train_ddp_contract;
