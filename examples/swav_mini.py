@@ -53,6 +53,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--epochs", type=int, default=5)
     p.add_argument("--iters-per-epoch", type=int, default=50, help="iterations per epoch")
+    p.add_argument(
+        "--dataset-size",
+        type=int,
+        default=0,
+        help="images in an epoch over all ranks, as SwAV's epochs are passes over a dataset: "
+        "iterations per epoch = ceil(N / (batch size x world size)), instead of "
+        "--iters-per-epoch (0: not used)",
+    )
     p.add_argument("--batch-size", type=int, default=32, help="images per rank per iteration")
     p.add_argument("--lr", type=float, default=0.3, help="base learning rate (default 0.3)")
     p.add_argument("--final-lr", type=float, default=0.0, help="end of the cosine schedule")
@@ -122,6 +130,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     p.add_argument("--backend", choices=["auto", "gloo", "nccl"], default="auto")
     args = p.parse_args(argv)
+    # 0: every epoch, known once the world size is (with --dataset-size).
+    args.ckpt_every_epoch = args.ckpt_every == 0
     if args.ckpt_every == 0:
         args.ckpt_every = args.iters_per_epoch
     if len(args.nmb_crops) == 1:
@@ -615,6 +625,11 @@ def main(argv: list[str]) -> int:
 
     rt = Runtime(args.backend)
     world, bs = rt.world_size, args.batch_size
+    if args.dataset_size > 0:
+        # A fixed dataset: more ranks, fewer iterations per epoch (what a scaling table needs).
+        args.iters_per_epoch = max(1, -(-args.dataset_size // (bs * world)))
+        if args.ckpt_every_epoch:
+            args.ckpt_every = args.iters_per_epoch
     ckpt_dir = Path(args.ckpt_dir) if args.ckpt_dir else None
     rt.log(
         f"start host={rt.host} world_size={world} local_rank={rt.local_rank} "

@@ -37,7 +37,8 @@ fn rate_from_store(exp: &Path) -> f64 {
         .sum()
 }
 
-/// swav_mini at 1, 2 and 3 nodes (one worker each): the table has one row per run in
+/// swav_mini at 1, 2 and 3 nodes (one worker each; an epoch is a pass over 768 images, so
+/// more ranks make shorter epochs): the table has one row per run in
 /// size order, GPUs and nodes as they ran, the rates the stored readings give, efficiency
 /// per GPU against the 1-node run, a time per epoch and its projection.
 #[test]
@@ -71,8 +72,8 @@ fn the_scaling_table_of_swav_mini_at_one_two_and_three_nodes() {
                 "swav_mini.py",
                 "--epochs",
                 "2",
-                "--iters-per-epoch",
-                "8",
+                "--dataset-size",
+                "768",
                 "--log-every",
                 "2",
             ],
