@@ -72,7 +72,7 @@ pub fn run(args: CancelArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError
     let mut picks: Vec<Pick> = Vec::new();
     let mut problems = Vec::new();
     for t in &args.targets {
-        let is_id = t.bytes().all(|b| b.is_ascii_digit()) && !t.is_empty();
+        let is_id = crate::submit::is_job_id(t);
         if let Some((e, id)) = exps.iter().find(|(e, _)| e.name() == t) {
             match id {
                 Some(id) => picks.push(Pick {

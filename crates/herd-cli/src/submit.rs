@@ -23,10 +23,25 @@ fn herd_binary() -> Result<PathBuf, CliError> {
     std::env::current_exe().map_err(CliError::system("cannot find the herd binary's path"))
 }
 
-fn hostname() -> String {
+pub(crate) fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_owned())
         .unwrap_or_default()
+}
+
+/// The cluster profiles of this user (`$XDG_CONFIG_HOME/herd/profiles`, else
+/// `~/.config/herd/profiles`).
+pub(crate) fn cluster_profiles() -> Result<Vec<herd_plan::Profile>, CliError> {
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_default();
+    let xdg = std::env::var_os("XDG_CONFIG_HOME").map(PathBuf::from);
+    Ok(load_profiles(&profile_dir(xdg.as_deref(), &home))?)
+}
+
+/// Whether `t` is a job id (digits) rather than a name.
+pub(crate) fn is_job_id(t: &str) -> bool {
+    !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit())
 }
 
 /// Resolve the plan from a job file, flags and the matching cluster profile.
@@ -35,11 +50,7 @@ pub fn plan(args: &PlanArgs) -> Result<Plan, CliError> {
         Some(path) => Some(JobFile::load(path)?),
         None => None,
     };
-    let home = std::env::var_os("HOME")
-        .map(PathBuf::from)
-        .unwrap_or_default();
-    let xdg = std::env::var_os("XDG_CONFIG_HOME").map(PathBuf::from);
-    let profiles = load_profiles(&profile_dir(xdg.as_deref(), &home))?;
+    let profiles = cluster_profiles()?;
     for p in args.flags.params.iter().flatten() {
         parse_param(p).map_err(|source| CliError::Param {
             arg: p.clone(),
@@ -99,10 +110,9 @@ pub fn dependency(after: &[String]) -> Result<Option<String>, Vec<String>> {
     if after.is_empty() {
         return Ok(None);
     }
-    let is_id = |t: &str| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit());
     let entries: Vec<(&str, &str)> = after.iter().map(|e| split_after(e)).collect();
     // One squeue query, and only when a job is named rather than given by id.
-    let jobs = if entries.iter().all(|(t, _)| is_id(t)) {
+    let jobs = if entries.iter().all(|(t, _)| is_job_id(t)) {
         Vec::new()
     } else {
         match herd_slurm::commands::my_jobs() {
@@ -118,7 +128,7 @@ pub fn dependency(after: &[String]) -> Result<Option<String>, Vec<String>> {
     let mut problems = Vec::new();
     let mut by_kind: Vec<(&str, Vec<String>)> = Vec::new();
     for (entry, &(target, kind)) in after.iter().zip(&entries) {
-        let ids: Vec<String> = if is_id(target) {
+        let ids: Vec<String> = if is_job_id(target) {
             vec![target.to_owned()]
         } else {
             jobs.iter()

@@ -112,27 +112,18 @@ fn follow_batch(
     let mut last_done = Instant::now();
     let mut over: Option<bool> = None;
     loop {
-        merge.again().map_err(read_error(&ctx.logs_dir))?;
-        printer.drain(&mut merge)?;
+        printer.round(&mut merge, &ctx.logs_dir, false)?;
         printer.out.flush()?;
         if let Some(ok) = over {
-            merge.set_last(true);
-            merge.again().map_err(read_error(&ctx.logs_dir))?;
-            printer.drain(&mut merge)?;
+            printer.round(&mut merge, &ctx.logs_dir, true)?;
             printer.out.flush()?;
-            return Ok(if ok {
-                ExitStatus::Success
-            } else {
-                ExitStatus::Failure
-            });
+            return Ok(ended(ok));
         }
         std::thread::sleep(polling.files);
         if last_timeline.is_none_or(|t| t.elapsed() >= polling.timeline) {
             last_timeline = Some(Instant::now());
             if let Some((submission, newer)) = job_ids(exp)?.pop().filter(|(_, j)| *j != job) {
-                merge.set_last(true);
-                merge.again().map_err(read_error(&ctx.logs_dir))?;
-                printer.drain(&mut merge)?;
+                printer.round(&mut merge, &ctx.logs_dir, true)?;
                 printer.marker(format!("── submission {submission} (job {newer}) ──"))?;
                 job = newer;
                 let sources = ctx

@@ -50,20 +50,13 @@ pub(super) fn follow(
     let mut last_done = Instant::now();
     let mut over: Option<bool> = None;
     loop {
-        merge.again().map_err(read_error(&ctx.logs_dir))?;
-        printer.drain(&mut merge)?;
+        printer.round(&mut merge, &ctx.logs_dir, false)?;
         printer.out.flush()?;
         if let Some(ok) = over {
             // One more round after the end was seen, with partial last lines as they are.
-            merge.set_last(true);
-            merge.again().map_err(read_error(&ctx.logs_dir))?;
-            printer.drain(&mut merge)?;
+            printer.round(&mut merge, &ctx.logs_dir, true)?;
             printer.out.flush()?;
-            return Ok(if ok {
-                ExitStatus::Success
-            } else {
-                ExitStatus::Failure
-            });
+            return Ok(ended(ok));
         }
         std::thread::sleep(polling.files);
         let newer = exp_logs::attempts(&ctx.logs_dir)
@@ -76,9 +69,7 @@ pub(super) fn follow(
             let history = History::read(&ctx.exp_dir).map_err(read_error(&ctx.exp_dir))?;
             if let Some(k) = newer {
                 // The old attempt's writers are done: its partial last lines are whole.
-                merge.set_last(true);
-                merge.again().map_err(read_error(&ctx.logs_dir))?;
-                printer.drain(&mut merge)?;
+                printer.round(&mut merge, &ctx.logs_dir, true)?;
                 attempt = k;
                 let info = history.attempt(k);
                 printer.marker(marker(&info))?;

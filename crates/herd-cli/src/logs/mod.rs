@@ -238,6 +238,15 @@ fn is_agent_mode(exp: &herd_exp::Experiment) -> bool {
         .is_ok_and(|m| m.plan.get("mode").and_then(|v| v.as_str()) == Some("agent"))
 }
 
+/// The exit status of a follow that saw the job end, well or not.
+fn ended(ok: bool) -> ExitStatus {
+    if ok {
+        ExitStatus::Success
+    } else {
+        ExitStatus::Failure
+    }
+}
+
 /// What every part of the command shares.
 struct Ctx<'a> {
     args: &'a LogsArgs,
@@ -308,15 +317,14 @@ fn open_experiment(root: &Path, name: &str) -> Result<herd_exp::Experiment, CliE
         return Ok(herd_exp::Experiment::open(root, name)?);
     }
     let shown = std::path::absolute(root).unwrap_or_else(|_| root.to_owned());
-    let there = match std::fs::read_dir(root) {
-        Err(_) => "that folder does not exist or cannot be read".to_owned(),
-        Ok(entries) => {
-            let mut names: Vec<String> = entries
-                .filter_map(Result::ok)
-                .filter(|e| e.path().join(herd_exp::MANIFEST_FILE).is_file())
-                .filter_map(|e| e.file_name().to_str().map(str::to_owned))
-                .collect();
-            names.sort();
+    let listed = root
+        .is_dir()
+        .then(|| herd_exp::progress::list(root).ok())
+        .flatten();
+    let there = match listed {
+        None => "that folder does not exist or cannot be read".to_owned(),
+        Some(exps) => {
+            let names: Vec<&str> = exps.iter().map(herd_exp::Experiment::name).collect();
             match names.len() {
                 0 => "there are no experiments there".to_owned(),
                 n if n > 50 => format!(
@@ -580,6 +588,16 @@ impl<'o> Printer<'o> {
         self.out.write_all(&line.bytes)?;
         self.out.write_all(b"\n")?;
         Ok(())
+    }
+
+    /// Reads what the files have grown by and prints it; `whole`: their writers are done,
+    /// so a partial last line is printed as it is.
+    fn round(&mut self, merge: &mut Merge, logs_dir: &Path, whole: bool) -> Result<(), CliError> {
+        if whole {
+            merge.set_last(true);
+        }
+        merge.again().map_err(read_error(logs_dir))?;
+        self.drain(merge)
     }
 
     /// Every line `merge` has now.

@@ -58,14 +58,8 @@ pub fn exp_root(given: Option<&Path>) -> Result<PathBuf, CliError> {
     let root = match given {
         Some(p) => p.to_path_buf(),
         None => {
-            let home = std::env::var_os("HOME")
-                .map(PathBuf::from)
-                .unwrap_or_default();
-            let xdg = std::env::var_os("XDG_CONFIG_HOME").map(PathBuf::from);
-            let profiles =
-                herd_plan::load_profiles(&herd_plan::profile_dir(xdg.as_deref(), &home))?;
-            let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-            herd_plan::select_profile(&profiles, host.trim())
+            let profiles = crate::submit::cluster_profiles()?;
+            herd_plan::select_profile(&profiles, &crate::submit::hostname())
                 .and_then(|p| p.keys.exp_root.clone())
                 .unwrap_or_else(|| PathBuf::from(herd_plan::DEFAULT_EXP_ROOT))
         }
@@ -129,9 +123,7 @@ struct Targets {
     names: Vec<String>,
 }
 
-fn is_id(t: &str) -> bool {
-    !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit())
-}
+use crate::submit::is_job_id as is_id;
 
 fn resolve_targets(root: &Path, targets: &[String]) -> Result<Targets, CliError> {
     let all = entries(progress::list(root)?);

@@ -2,23 +2,13 @@
 //! through a `--max-restarts` restart, the filters, `--failed`, `--batch`.
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use herd_testbed::Bed;
 
-use crate::support::{job_id, project_with, submit};
-
-fn project(bed: &Bed, name: &str) -> (PathBuf, PathBuf) {
-    let (project, exps) = project_with(
-        bed,
-        name,
-        &[("crates/herd/tests/e2e/workers/waiter.py", "waiter.py")],
-    );
-    std::fs::create_dir_all(project.join("ready")).expect("ready dir");
-    (project, exps)
-}
+use crate::support::{job_id, submit, waiter_project as project};
 
 /// `herd logs NAME ARGS…` (not following): its output, which must succeed.
 fn logs(project: &Path, exps: &Path, name: &str, args: &[&str]) -> Vec<String> {

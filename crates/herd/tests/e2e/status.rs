@@ -9,16 +9,7 @@ use std::time::{Duration, Instant};
 use herd_testbed::{read_lossy, write_file, Bed, JobId};
 use serde_json::Value;
 
-use crate::support::{job_id, project_with, submit};
-
-/// A project with the waiter worker, and an experiment root beside it.
-fn project(bed: &Bed, name: &str) -> (PathBuf, PathBuf) {
-    project_with(
-        bed,
-        name,
-        &[("crates/herd/tests/e2e/workers/waiter.py", "waiter.py")],
-    )
-}
+use crate::support::{job_id, submit, waiter_project as project};
 
 /// `herd ARGS` from `project` with `path_first` (if any) ahead of PATH; killed and a test
 /// failure past `limit`.

@@ -171,3 +171,15 @@ pub fn wait_ok(bed: &Bed, job: JobId, exp: &Path) -> String {
     );
     out
 }
+
+/// A project with the waiter worker (`workers/waiter.py`) and its `ready/` folder, and an
+/// experiment root beside it, in a fresh scratch folder `name`.
+pub fn waiter_project(bed: &Bed, name: &str) -> (PathBuf, PathBuf) {
+    let (project, exps) = project_with(
+        bed,
+        name,
+        &[("crates/herd/tests/e2e/workers/waiter.py", "waiter.py")],
+    );
+    std::fs::create_dir_all(project.join("ready")).expect("ready dir");
+    (project, exps)
+}
