@@ -17,4 +17,5 @@ mod staying_alive;
 mod submit;
 mod support;
 mod swav_mini;
+mod top;
 mod train_ddp_contract;
