@@ -233,73 +233,178 @@ pub enum StoreError {
 /// Parses the text of a metrics file into `series`; a partial last line (no newline yet:
 /// the agent is writing it) is left out.
 pub fn parse_into(text: &str, path: &Path, series: &mut Series) -> Result<(), StoreError> {
-    let bad = |line: usize, what: String| StoreError::Format {
-        path: path.to_owned(),
-        line,
-        what,
-    };
     let whole = match text.rfind('\n') {
         Some(i) => &text[..=i],
         None => "",
     };
-    let mut idx: Vec<usize> = Vec::new();
-    let mut values: Vec<f64> = Vec::new();
-    for (n, line) in ascii_split(whole, b'\n').enumerate() {
-        let n = n + 1;
-        if n == 1 {
-            if line != HEADER {
+    Parser::default().feed(whole, path, series)
+}
+
+/// Where a parse stands between two pieces of one file: the line number and the current
+/// `@` columns (by name, so each piece may go into another [`Series`]).
+#[derive(Debug, Clone, Default)]
+struct Parser {
+    /// Lines read so far.
+    line: usize,
+    /// The value columns of the lines that follow.
+    columns: Vec<String>,
+}
+
+impl Parser {
+    /// Parses `whole`, whole lines only (each ending in a newline), into `series`.
+    fn feed(&mut self, whole: &str, path: &Path, series: &mut Series) -> Result<(), StoreError> {
+        let bad = |line: usize, what: String| StoreError::Format {
+            path: path.to_owned(),
+            line,
+            what,
+        };
+        let mut idx: Vec<usize> = self
+            .columns
+            .iter()
+            .map(|c| series.column_index(c))
+            .collect();
+        let mut values: Vec<f64> = Vec::new();
+        let text = whole.strip_suffix('\n').unwrap_or(whole);
+        if whole.is_empty() {
+            return Ok(());
+        }
+        for line in ascii_split(text, b'\n') {
+            self.line += 1;
+            let n = self.line;
+            if n == 1 {
+                if line != HEADER {
+                    return Err(bad(
+                        n,
+                        format!("not a herd metrics file (expected {HEADER:?})"),
+                    ));
+                }
+                continue;
+            }
+            if line.is_empty() {
+                continue;
+            }
+            if let Some(cols) = line.strip_prefix('@') {
+                self.columns = ascii_split(cols, b'\t')
+                    .filter(|c| !c.is_empty())
+                    .map(str::to_owned)
+                    .collect();
+                idx = self
+                    .columns
+                    .iter()
+                    .map(|c| series.column_index(c))
+                    .collect();
+                continue;
+            }
+            let mut fields = ascii_split(line, b'\t');
+            let time: u64 = fields
+                .next()
+                .and_then(digits)
+                .ok_or_else(|| bad(n, "no time".into()))?;
+            let step = match fields.next() {
+                Some("-") => None,
+                Some(s) => Some(
+                    s.parse::<u64>()
+                        .map_err(|_| bad(n, format!("step {s:?}")))?,
+                ),
+                None => return Err(bad(n, "no step".into())),
+            };
+            values.clear();
+            for f in fields {
+                values.push(if f == "-" {
+                    f64::NAN
+                } else {
+                    match decimal(f) {
+                        Some(v) => v,
+                        None => f
+                            .parse::<f64>()
+                            .map_err(|_| bad(n, format!("value {f:?}")))?,
+                    }
+                });
+            }
+            if values.len() != idx.len() {
                 return Err(bad(
                     n,
-                    format!("not a herd metrics file (expected {HEADER:?})"),
+                    format!("{} values for {} columns", values.len(), idx.len()),
                 ));
             }
-            continue;
+            series.push_values(time, step, &idx, values.iter().copied());
         }
-        if line.is_empty() {
-            continue;
-        }
-        if let Some(cols) = line.strip_prefix('@') {
-            idx = ascii_split(cols, b'\t')
-                .filter(|c| !c.is_empty())
-                .map(|c| series.column_index(c))
-                .collect();
-            continue;
-        }
-        let mut fields = ascii_split(line, b'\t');
-        let time: u64 = fields
-            .next()
-            .and_then(digits)
-            .ok_or_else(|| bad(n, "no time".into()))?;
-        let step = match fields.next() {
-            Some("-") => None,
-            Some(s) => Some(
-                s.parse::<u64>()
-                    .map_err(|_| bad(n, format!("step {s:?}")))?,
-            ),
-            None => return Err(bad(n, "no step".into())),
-        };
-        values.clear();
-        for f in fields {
-            values.push(if f == "-" {
-                f64::NAN
-            } else {
-                match decimal(f) {
-                    Some(v) => v,
-                    None => f
-                        .parse::<f64>()
-                        .map_err(|_| bad(n, format!("value {f:?}")))?,
-                }
-            });
-        }
-        if values.len() != idx.len() {
-            return Err(bad(
-                n,
-                format!("{} values for {} columns", values.len(), idx.len()),
-            ));
-        }
-        series.push_values(time, step, &idx, values.iter().copied());
+        Ok(())
     }
-    Ok(())
+}
+
+/// Reads one rank's metrics file as it grows: each [`Tail::read`] parses only the whole
+/// lines appended since the last one (a partial last line waits for its newline), keeping
+/// the offset and the current `@` columns between reads. For a live view of a long run:
+/// the cost of a read is what was appended, not the file.
+#[derive(Debug, Clone)]
+pub struct Tail {
+    path: PathBuf,
+    offset: u64,
+    parser: Parser,
+}
+
+impl Tail {
+    /// A tail of `path`, from its beginning (a file that does not exist yet is empty).
+    pub fn new(path: PathBuf) -> Tail {
+        Tail {
+            path,
+            offset: 0,
+            parser: Parser::default(),
+        }
+    }
+
+    /// The file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Bytes read so far (whole lines only).
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// Appends the readings of the whole lines written since the last read to `series`;
+    /// returns how many bytes were consumed. A file that shrank (rewritten) is read again
+    /// from its start.
+    pub fn read(&mut self, series: &mut Series) -> Result<u64, StoreError> {
+        use std::io::{Read, Seek, SeekFrom};
+        let io = |source: io::Error| StoreError::Io {
+            path: self.path.clone(),
+            source,
+        };
+        let mut file = match File::open(&self.path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
+            Err(e) => return Err(io(e)),
+        };
+        let len = file.metadata().map_err(io)?.len();
+        if len < self.offset {
+            self.offset = 0;
+            self.parser = Parser::default();
+        }
+        if len == self.offset {
+            return Ok(0);
+        }
+        file.seek(SeekFrom::Start(self.offset)).map_err(io)?;
+        let mut bytes = Vec::with_capacity((len - self.offset) as usize);
+        file.take(len - self.offset)
+            .read_to_end(&mut bytes)
+            .map_err(io)?;
+        let Some(end) = bytes.iter().rposition(|&b| b == b'\n') else {
+            return Ok(0);
+        };
+        bytes.truncate(end + 1);
+        let text = String::from_utf8(bytes).map_err(|_| StoreError::Format {
+            path: self.path.clone(),
+            line: self.parser.line + 1,
+            what: "not UTF-8 text".into(),
+        })?;
+        self.parser.feed(&text, &self.path, series)?;
+        let used = text.len() as u64;
+        self.offset += used;
+        Ok(used)
+    }
 }
 
 /// A whole number of at most 19 digits (any of which `u64` holds).
@@ -473,6 +578,66 @@ mod tests {
             step,
             values: values.iter().map(|(n, v)| (n.to_string(), *v)).collect(),
         }
+    }
+
+    /// Debug text: NaN (a missing value) equals NaN there.
+    fn shown(s: &Series) -> String {
+        format!("{s:?}")
+    }
+
+    #[test]
+    fn a_tail_reads_what_a_full_read_does_piece_by_piece() {
+        use std::io::Write as _;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = metrics_path(dir.path(), 0);
+        let mut tail = Tail::new(path.clone());
+        let mut inc = Series::default();
+        assert_eq!(tail.read(&mut inc).expect("no file yet"), 0);
+        let mut file = std::fs::File::create(&path).expect("create");
+        let pieces = [
+            "# herd metrics 1\n@\tloss\tsamples_per_s\n100\t1\t2.5\t51",
+            "2\n200\t2\t2.25\t530.5\n",
+            "",
+            "@\tloss\tval_loss\n300\t-\t2",
+            ".05\t-\n400\t4\t1.5\t2.4\n@\tsamples_per_s\n500\t5\t600\n",
+        ];
+        for piece in pieces {
+            file.write_all(piece.as_bytes()).expect("append");
+            tail.read(&mut inc).expect("tail");
+            let full = read_rank(dir.path(), 0).expect("full");
+            assert_eq!(shown(&inc), shown(&full), "after {piece:?}");
+            // Into a fresh series each time, the columns still carry over.
+        }
+        assert_eq!(inc.len(), 5);
+        assert_eq!(inc.last("samples_per_s"), Some((Some(5), 600.0)));
+        assert_eq!(inc.last("loss"), Some((Some(4), 1.5)));
+        assert_eq!(tail.offset(), std::fs::metadata(&path).expect("len").len());
+
+        // Pieces into a new series each read: only the new readings, by the right columns.
+        let mut again = Tail::new(path.clone());
+        let mut first = Series::default();
+        again.read(&mut first).expect("read");
+        file.write_all(b"600\t6\t700\n").expect("append");
+        let mut next = Series::default();
+        again.read(&mut next).expect("read");
+        assert_eq!(next.len(), 1);
+        assert_eq!(next.last("samples_per_s"), Some((Some(6), 700.0)));
+    }
+
+    #[test]
+    fn a_tail_reports_bad_lines_by_their_number() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = metrics_path(dir.path(), 0);
+        std::fs::write(&path, "# herd metrics 1\n@\tloss\n1\t1\t2\n").expect("write");
+        let mut tail = Tail::new(path.clone());
+        tail.read(&mut Series::default()).expect("good");
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .expect("open");
+        std::io::Write::write_all(&mut f, b"2\t2\tx\n").expect("append");
+        let err = tail.read(&mut Series::default()).expect_err("bad value");
+        assert!(err.to_string().contains("line 4"), "{err}");
     }
 
     #[test]
