@@ -7,7 +7,7 @@ use std::time::Duration;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::{Line, Span};
-use ratatui::widgets::{Paragraph, Row as TableRow, Table, TableState};
+use ratatui::widgets::{Cell, Paragraph, Row as TableRow, Table, TableState};
 
 use super::model::{Frame, Level, Row, Sort, SILENT_FLOOR, SILENT_GAPS, SLOW_RATIO};
 use crate::status::clock;
@@ -265,11 +265,19 @@ pub fn draw(f: &mut ratatui::Frame<'_>, frame: &Frame, ui: &mut Ui) {
 
 fn draw_table(f: &mut ratatui::Frame<'_>, area: Rect, frame: &Frame, state: &mut TableState) {
     let widths = COLUMNS.map(|(_, w)| Constraint::Length(w));
-    let heading =
-        TableRow::new(heading(frame)).style(Style::default().add_modifier(Modifier::BOLD));
+    // Numbers to the right, as in `--once`.
+    let cell = |(i, text): (usize, String)| {
+        if i >= 3 {
+            Cell::from(Line::from(text).right_aligned())
+        } else {
+            Cell::from(text)
+        }
+    };
+    let heading = TableRow::new(heading(frame).into_iter().enumerate().map(cell))
+        .style(Style::default().add_modifier(Modifier::BOLD));
     let rows = frame.rows.iter().map(|r| {
         let st = style(r.state.level());
-        let mut c = cells(r).map(ratatui::widgets::Cell::from);
+        let mut c: Vec<Cell<'_>> = cells(r).into_iter().enumerate().map(cell).collect();
         c[2] = std::mem::take(&mut c[2]).style(st);
         if matches!(r.state.level(), Level::Bad | Level::Warn) {
             c[0] = std::mem::take(&mut c[0]).style(st);
