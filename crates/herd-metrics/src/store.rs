@@ -606,7 +606,6 @@ mod tests {
             tail.read(&mut inc).expect("tail");
             let full = read_rank(dir.path(), 0).expect("full");
             assert_eq!(shown(&inc), shown(&full), "after {piece:?}");
-            // Into a fresh series each time, the columns still carry over.
         }
         assert_eq!(inc.len(), 5);
         assert_eq!(inc.last("samples_per_s"), Some((Some(5), 600.0)));
