@@ -1,10 +1,8 @@
 //! herd's command line: the command tree (docs/design.md §1) and its dispatch.
 //!
 //! The `herd` binary is a thin `main` over [`main`]: parse, run, map the outcome to an exit
-//! code. Each command's logic lives in its own library crate as it is built; a command that is
-//! not built yet exits with [`ExitStatus::Usage`] and says so, and never prints fake output.
+//! code. Each command's logic lives in its own library crate or module here.
 
-use std::ffi::OsString;
 use std::io::Write;
 
 use clap::{Parser, Subcommand};
@@ -18,6 +16,7 @@ pub mod logs;
 pub mod report;
 pub mod status;
 pub mod submit;
+pub mod top;
 
 /// Exit codes of `herd`, documented in `docs/cli.md`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,7 +25,7 @@ pub enum ExitStatus {
     Success,
     /// The command ran and failed (a job failed, a check found problems, …).
     Failure,
-    /// The command line was wrong, or the command is not available in this build.
+    /// The command line was wrong.
     Usage,
     /// The exit code of a job herd waited for (`herd submit --wait`, `herd status -w`).
     Job(u8),
@@ -158,16 +157,6 @@ pub enum CliError {
     /// Writing the output failed.
     #[error("cannot write output: {0}")]
     Output(#[from] std::io::Error),
-    /// A command listed in `herd --help` whose implementation has not landed yet.
-    #[error("`herd {command}` is not implemented in herd {version} yet ({tracking})")]
-    NotImplemented {
-        /// The subcommand name as typed.
-        command: &'static str,
-        /// This build's version.
-        version: &'static str,
-        /// Where the work is tracked.
-        tracking: &'static str,
-    },
 }
 
 impl CliError {
@@ -189,8 +178,7 @@ impl CliError {
             | CliError::EnvFile { .. }
             | CliError::JobFile(_)
             | CliError::Plan(_)
-            | CliError::Script(_)
-            | CliError::NotImplemented { .. } => ExitStatus::Usage,
+            | CliError::Script(_) => ExitStatus::Usage,
             // Bytes that are not text are bad input; a failing read is a failure.
             CliError::Stdin { source, .. } => match source.kind() {
                 std::io::ErrorKind::InvalidData => ExitStatus::Usage,
@@ -266,15 +254,6 @@ pub struct Cli {
     pub command: Command,
 }
 
-/// Arguments of a command that is not built yet: accepted whole so the user sees the
-/// "not implemented" message rather than a parse error about flags that will exist.
-#[derive(Debug, Clone, clap::Args)]
-pub struct PendingArgs {
-    /// Arguments for the command (not interpreted yet).
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
-    pub args: Vec<OsString>,
-}
-
 /// herd's commands (docs/design.md §1).
 #[derive(Debug, Subcommand)]
 pub enum Command {
@@ -296,7 +275,7 @@ pub enum Command {
     /// them).
     Cancel(cancel::CancelArgs),
     /// Live view of a running job: per-rank state, step, throughput, loss, stragglers.
-    Top(PendingArgs),
+    Top(top::TopArgs),
     /// The scaling table of runs of one job at different sizes (plots: planned).
     Report(report::ReportArgs),
     /// Check a job before queueing it; every finding names the key to change.
@@ -341,13 +320,8 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
         Command::Logs(args) => logs::run(args, out),
         Command::Status(args) => status::run(args, out),
         Command::Cancel(args) => cancel::run(args, out),
-        // Listed so the command tree is whole; each says where its work is planned.
         Command::Report(args) => report::run(args, out),
-        command @ Command::Top(_) => Err(CliError::NotImplemented {
-            command: command.name(),
-            version: env!("CARGO_PKG_VERSION"),
-            tracking: "planned: issue #15",
-        }),
+        Command::Top(args) => top::run(args, out),
     }
 }
 
@@ -410,7 +384,7 @@ mod tests {
                 "submit" | "check" => &[],
                 "cancel" => &["x"],
                 "logs" => &["NAME"],
-                "report" => &["NAME"],
+                "report" | "top" => &["NAME"],
                 _ => &[],
             };
             let mut argv = vec!["herd", name.as_str()];
@@ -489,14 +463,5 @@ mod tests {
             failed.report(),
             "herd: 2 errors: nothing written, nothing submitted"
         );
-    }
-
-    #[test]
-    fn pending_command_accepts_any_flags_and_reports_not_implemented() {
-        let cli = Cli::try_parse_from(["herd", "top", "--plots", "x.png", "--", "a b"])
-            .expect("pending command must accept arbitrary arguments");
-        let err = run(cli, &mut Vec::new()).expect_err("top is not built yet");
-        assert_eq!(err.exit_status(), ExitStatus::Usage);
-        assert!(err.to_string().contains("`herd top` is not implemented"));
     }
 }

@@ -267,84 +267,116 @@ pub fn parse_into(text: &str, path: &Path, series: &mut Series) -> Result<(), St
 /// [`parse_into`] of the file's bytes as read: only column names need be UTF-8 (the agent
 /// writes nothing else that is not ASCII digits), so the whole file is not checked first.
 fn parse_bytes(text: &[u8], path: &Path, series: &mut Series) -> Result<(), StoreError> {
-    let bad = |line: usize, what: String| StoreError::Format {
-        path: path.to_owned(),
-        line,
-        what,
-    };
-    let bytes = match memchr::memrchr(b'\n', text) {
+    Parser::default().feed(whole_lines(text), path, series)
+}
+
+/// `text` up to and with its last newline: the lines the agent finished writing.
+fn whole_lines(text: &[u8]) -> &[u8] {
+    match memchr::memrchr(b'\n', text) {
         Some(i) => &text[..=i],
         None => &[],
-    };
-    // One pass to count the lines, so the columns grow once (SIMD: a few ms for 300 MB).
-    let lines = memchr::memchr_iter(b'\n', bytes).count();
-    series.reserve(lines);
-    let mut idx: Vec<usize> = Vec::new();
-    let mut pos = 0;
-    let mut n = 0;
-    while let Some(len) = memchr::memchr(b'\n', &bytes[pos..]) {
-        let line = &bytes[pos..pos + len];
-        pos += len + 1;
-        n += 1;
-        if n == 1 {
-            if line != HEADER.as_bytes() {
-                return Err(bad(
-                    n,
-                    format!("not a herd metrics file (expected {HEADER:?})"),
-                ));
-            }
-            continue;
-        }
-        if line.is_empty() {
-            continue;
-        }
-        if line[0] == b'@' {
-            let cols = std::str::from_utf8(&line[1..])
-                .map_err(|_| bad(n, "column names that are not UTF-8".into()))?;
-            idx = ascii_split(cols, b'\t')
-                .filter(|c| !c.is_empty())
-                .map(|c| series.column_index(c))
-                .collect();
-            continue;
-        }
-        let mut f = Fields { line, at: 0 };
-        let time = f
-            .next()
-            .and_then(digits)
-            .ok_or_else(|| bad(n, "no time".into()))?;
-        let step = match f.next() {
-            Some(b"-") => None,
-            Some(s) => Some(
-                digits(s)
-                    .ok_or_else(|| bad(n, format!("step {:?}", String::from_utf8_lossy(s))))?,
-            ),
-            None => return Err(bad(n, "no step".into())),
-        };
-        let row = series.start_row(time, step);
-        let mut count = 0;
-        for v in f {
-            let value = if v == b"-" {
-                f64::NAN
-            } else {
-                match decimal(v) {
-                    Some(x) => x,
-                    None => std::str::from_utf8(v)
-                        .ok()
-                        .and_then(|t| t.parse::<f64>().ok())
-                        .ok_or_else(|| bad(n, format!("value {:?}", String::from_utf8_lossy(v))))?,
-                }
-            };
-            if let Some(&i) = idx.get(count) {
-                series.columns[i].1[row] = value;
-            }
-            count += 1;
-        }
-        if count != idx.len() {
-            series.pop_row();
-            return Err(bad(n, format!("{count} values for {} columns", idx.len())));
-        }
     }
-    Ok(())
+}
+
+/// Where a parse stands between two pieces of one file: the line number and the current
+/// `@` columns (by name, so each piece may go into another [`Series`]).
+#[derive(Debug, Clone, Default)]
+struct Parser {
+    /// Lines read so far.
+    line: usize,
+    /// The value columns of the lines that follow.
+    columns: Vec<String>,
+}
+
+impl Parser {
+    /// Parses `bytes`, whole lines only (each ending in a newline), into `series`, in one
+    /// pass over each line: fields found and numbers read in place.
+    fn feed(&mut self, bytes: &[u8], path: &Path, series: &mut Series) -> Result<(), StoreError> {
+        let bad = |line: usize, what: String| StoreError::Format {
+            path: path.to_owned(),
+            line,
+            what,
+        };
+        // One pass to count the lines, so the columns grow once (SIMD: a few ms for 300 MB).
+        series.reserve(memchr::memchr_iter(b'\n', bytes).count());
+        let mut idx: Vec<usize> = self
+            .columns
+            .iter()
+            .map(|c| series.column_index(c))
+            .collect();
+        let mut pos = 0;
+        while let Some(len) = memchr::memchr(b'\n', &bytes[pos..]) {
+            let line = &bytes[pos..pos + len];
+            pos += len + 1;
+            self.line += 1;
+            let n = self.line;
+            if n == 1 {
+                if line != HEADER.as_bytes() {
+                    return Err(bad(
+                        n,
+                        format!("not a herd metrics file (expected {HEADER:?})"),
+                    ));
+                }
+                continue;
+            }
+            if line.is_empty() {
+                continue;
+            }
+            if line[0] == b'@' {
+                let cols = std::str::from_utf8(&line[1..])
+                    .map_err(|_| bad(n, "column names that are not UTF-8".into()))?;
+                self.columns = ascii_split(cols, b'\t')
+                    .filter(|c| !c.is_empty())
+                    .map(str::to_owned)
+                    .collect();
+                idx = self
+                    .columns
+                    .iter()
+                    .map(|c| series.column_index(c))
+                    .collect();
+                continue;
+            }
+            let mut f = Fields { line, at: 0 };
+            let time = f
+                .next()
+                .and_then(digits)
+                .ok_or_else(|| bad(n, "no time".into()))?;
+            let step = match f.next() {
+                Some(b"-") => None,
+                Some(s) => Some(
+                    digits(s)
+                        .ok_or_else(|| bad(n, format!("step {:?}", String::from_utf8_lossy(s))))?,
+                ),
+                None => return Err(bad(n, "no step".into())),
+            };
+            let row = series.start_row(time, step);
+            let mut count = 0;
+            for v in f {
+                let value = if v == b"-" {
+                    f64::NAN
+                } else {
+                    match decimal(v) {
+                        Some(x) => x,
+                        None => std::str::from_utf8(v)
+                            .ok()
+                            .and_then(|t| t.parse::<f64>().ok())
+                            .ok_or_else(|| {
+                                bad(n, format!("value {:?}", String::from_utf8_lossy(v)))
+                            })?,
+                    }
+                };
+                if let Some(&i) = idx.get(count) {
+                    series.columns[i].1[row] = value;
+                }
+                count += 1;
+            }
+            if count != idx.len() {
+                series.pop_row();
+                return Err(bad(n, format!("{count} values for {} columns", idx.len())));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The tab-separated fields of one line (a byte loop: fields are a few bytes, shorter than
@@ -372,6 +404,75 @@ impl<'a> Iterator for Fields<'a> {
                 Some(rest)
             }
         }
+    }
+}
+
+/// Reads one rank's metrics file as it grows: each [`Tail::read`] parses only the whole
+/// lines appended since the last one (a partial last line waits for its newline), keeping
+/// the offset and the current `@` columns between reads. For a live view of a long run:
+/// the cost of a read is what was appended, not the file.
+#[derive(Debug, Clone)]
+pub struct Tail {
+    path: PathBuf,
+    offset: u64,
+    parser: Parser,
+}
+
+impl Tail {
+    /// A tail of `path`, from its beginning (a file that does not exist yet is empty).
+    pub fn new(path: PathBuf) -> Tail {
+        Tail {
+            path,
+            offset: 0,
+            parser: Parser::default(),
+        }
+    }
+
+    /// The file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Bytes read so far (whole lines only).
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// Appends the readings of the whole lines written since the last read to `series`;
+    /// returns how many bytes were consumed. A file that shrank (rewritten) is read again
+    /// from its start.
+    pub fn read(&mut self, series: &mut Series) -> Result<u64, StoreError> {
+        use std::io::{Read, Seek, SeekFrom};
+        let io = |source: io::Error| StoreError::Io {
+            path: self.path.clone(),
+            source,
+        };
+        let mut file = match File::open(&self.path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
+            Err(e) => return Err(io(e)),
+        };
+        let len = file.metadata().map_err(io)?.len();
+        if len < self.offset {
+            self.offset = 0;
+            self.parser = Parser::default();
+        }
+        if len == self.offset {
+            return Ok(0);
+        }
+        file.seek(SeekFrom::Start(self.offset)).map_err(io)?;
+        let mut bytes = Vec::with_capacity((len - self.offset) as usize);
+        file.take(len - self.offset)
+            .read_to_end(&mut bytes)
+            .map_err(io)?;
+        let text = whole_lines(&bytes);
+        if text.is_empty() {
+            return Ok(0);
+        }
+        self.parser.feed(text, &self.path, series)?;
+        let used = text.len() as u64;
+        self.offset += used;
+        Ok(used)
     }
 }
 
@@ -755,5 +856,63 @@ mod tests {
         ] {
             assert_eq!(decimal(not.as_bytes()), None, "{not:?}");
         }
+    }
+    /// NaN != NaN: compare series by their debug text.
+    fn shown(s: &Series) -> String {
+        format!("{s:?}")
+    }
+
+    #[test]
+    fn a_tail_reads_what_a_full_read_does_piece_by_piece() {
+        use std::io::Write as _;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = metrics_path(dir.path(), 0);
+        let mut tail = Tail::new(path.clone());
+        let mut inc = Series::default();
+        assert_eq!(tail.read(&mut inc).expect("no file yet"), 0);
+        let mut file = std::fs::File::create(&path).expect("create");
+        let pieces = [
+            "# herd metrics 1\n@\tloss\tsamples_per_s\n100\t1\t2.5\t51",
+            "2\n200\t2\t2.25\t530.5\n",
+            "",
+            "@\tloss\tval_loss\n300\t-\t2",
+            ".05\t-\n400\t4\t1.5\t2.4\n@\tsamples_per_s\n500\t5\t600\n",
+        ];
+        for piece in pieces {
+            file.write_all(piece.as_bytes()).expect("append");
+            tail.read(&mut inc).expect("tail");
+            let full = read_rank(dir.path(), 0).expect("full");
+            assert_eq!(shown(&inc), shown(&full), "after {piece:?}");
+        }
+        assert_eq!(inc.len(), 5);
+        assert_eq!(inc.last("samples_per_s"), Some((Some(5), 600.0)));
+        assert_eq!(inc.last("loss"), Some((Some(4), 1.5)));
+        assert_eq!(tail.offset(), std::fs::metadata(&path).expect("len").len());
+
+        // Pieces into a new series each read: only the new readings, by the right columns.
+        let mut again = Tail::new(path.clone());
+        let mut first = Series::default();
+        again.read(&mut first).expect("read");
+        file.write_all(b"600\t6\t700\n").expect("append");
+        let mut next = Series::default();
+        again.read(&mut next).expect("read");
+        assert_eq!(next.len(), 1);
+        assert_eq!(next.last("samples_per_s"), Some((Some(6), 700.0)));
+    }
+
+    #[test]
+    fn a_tail_reports_bad_lines_by_their_number() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = metrics_path(dir.path(), 0);
+        std::fs::write(&path, "# herd metrics 1\n@\tloss\n1\t1\t2\n").expect("write");
+        let mut tail = Tail::new(path.clone());
+        tail.read(&mut Series::default()).expect("good");
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .expect("open");
+        std::io::Write::write_all(&mut f, b"2\t2\tx\n").expect("append");
+        let err = tail.read(&mut Series::default()).expect_err("bad value");
+        assert!(err.to_string().contains("line 4"), "{err}");
     }
 }

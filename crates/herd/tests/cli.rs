@@ -42,26 +42,6 @@ fn version_prints_package_version() {
     );
 }
 
-/// Commands whose implementation has not landed yet.
-const PENDING: [&str; 1] = ["top"];
-
-#[test]
-fn unbuilt_commands_exit_2_and_say_so_without_output() {
-    for command in PENDING {
-        let out = herd(&[command, "--some-flag", "arg with space"]);
-        assert_eq!(out.status.code(), Some(2), "herd {command}: {out:?}");
-        assert!(
-            out.stdout.is_empty(),
-            "herd {command} printed on stdout: {out:?}"
-        );
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(
-            stderr.contains(&format!("`herd {command}` is not implemented")),
-            "herd {command} stderr: {stderr}"
-        );
-    }
-}
-
 #[test]
 fn unknown_command_is_a_usage_error() {
     let out = herd(&["frobnicate"]);
@@ -827,6 +807,44 @@ fn logs_experiment() -> (tempfile::TempDir, std::path::PathBuf) {
     std::fs::write(a.join("rank-1.times"), "o 0 2000\ne 0 4000\n").expect("marks");
     event("finished", serde_json::json!({"attempt": 0, "ok": false}));
     (tmp, root)
+}
+
+#[test]
+fn top_once_prints_a_frame_and_needs_a_terminal_otherwise() {
+    let (_tmp, root) = logs_experiment();
+    let root = root.to_str().expect("utf-8");
+    let out = herd(&["top", "train", "--exp-root", root, "--once"]);
+    assert!(out.status.success(), "{out:?}");
+    let text = stdout_of(&out);
+    assert!(text.starts_with("herd top  train  job 4242"), "{text}");
+    assert!(text.contains("attempt 0 of 1"), "{text}");
+    assert!(text.contains("job failed"), "{text}");
+    let row = |r: &str| {
+        text.lines()
+            .find(|l| l.starts_with(&format!("{r} ")))
+            .unwrap_or_else(|| panic!("no row {r}: {text}"))
+            .to_owned()
+    };
+    assert!(
+        row("0").contains("gpu-a01") && row("0").contains("stopped"),
+        "{text}"
+    );
+    assert!(row("1").contains("gpu-a02"), "{text}");
+    assert!(text.lines().all(|l| l.chars().count() <= 80), "{text}");
+
+    // stdout is a pipe here: the live view refuses and says what to use.
+    let out = herd(&["top", "train", "--exp-root", root]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(out.stdout.is_empty(), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--once"), "{stderr}");
+
+    let out = herd(&["top", "trian", "--exp-root", root, "--once"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("experiments there: train"),
+        "{out:?}"
+    );
 }
 
 #[test]

@@ -311,7 +311,7 @@ fn numbers(list: &[u32]) -> String {
 
 /// The experiment `name` under `root`, or an error naming the folder looked in and the
 /// experiments there.
-fn open_experiment(root: &Path, name: &str) -> Result<herd_exp::Experiment, CliError> {
+pub(crate) fn open_experiment(root: &Path, name: &str) -> Result<herd_exp::Experiment, CliError> {
     let dir = herd_exp::experiment_dir(root, name).map_err(herd_exp::Error::from)?;
     if dir.join(herd_exp::MANIFEST_FILE).is_file() {
         return Ok(herd_exp::Experiment::open(root, name)?);

@@ -1,0 +1,551 @@
+use super::model::{sort_rows, Reader, Sort, State, Thresholds};
+use super::*;
+use herd_exp::logs::{self as exp_logs, Stream};
+use herd_metrics::store;
+use herd_metrics::Record;
+use ratatui::backend::TestBackend;
+use serde_json::json;
+use std::path::PathBuf;
+
+/// "Now" in these tests: every time is relative to it.
+const NOW: u64 = 1_796_060_000_000;
+
+/// An experiment `train` under a temporary root, submitted as job 4242.
+struct Exp {
+    _tmp: tempfile::TempDir,
+    root: PathBuf,
+    dir: PathBuf,
+}
+
+impl Exp {
+    fn new() -> Exp {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let project = tmp.path().join("project");
+        std::fs::create_dir_all(&project).expect("project");
+        let root = tmp.path().join("exps");
+        let created = herd_exp::NewExperiment::new(
+            &root,
+            "train",
+            &project,
+            json!({"nodes": 2}),
+            herd_exp::Invocation::current("test"),
+        )
+        .create()
+        .expect("experiment");
+        created.experiment.record_job_id(1, "4242").expect("job id");
+        let dir = created.experiment.dir().to_owned();
+        Exp {
+            _tmp: tmp,
+            root,
+            dir,
+        }
+    }
+
+    fn event(&self, name: &str, fields: serde_json::Value) {
+        herd_exp::timeline::append(&self.dir, name, fields).expect("event");
+    }
+
+    /// `started`, a `rendezvous` of `ranks` ranks on two nodes, `attempt_started` K.
+    fn start(&self, k: u32, ranks: u32) {
+        let half = ranks.div_ceil(2);
+        self.event("started", json!({"job_id": "4242"}));
+        self.event(
+            "rendezvous",
+            json!({"world_size": ranks, "nodes": [
+                {"node": 0, "host": "gpu-a01", "ranks": (0..half).collect::<Vec<_>>()},
+                {"node": 1, "host": "gpu-a02", "ranks": (half..ranks).collect::<Vec<_>>()},
+            ]}),
+        );
+        self.event("attempt_started", json!({"attempt": k}));
+        self.attempt_dir(k);
+    }
+
+    fn attempt_dir(&self, k: u32) -> PathBuf {
+        let d = exp_logs::attempt_dir(&self.dir.join("logs"), k);
+        std::fs::create_dir_all(&d).expect("attempt dir");
+        d
+    }
+
+    /// A stdout line of rank `rank` marked at `ms`.
+    fn line(&self, k: u32, rank: u32, text: &str, ms: u64) {
+        let d = self.attempt_dir(k);
+        let open = |p: PathBuf| {
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(p)
+                .expect("open")
+        };
+        let mut log = open(exp_logs::rank_log(&d, rank, Stream::Out));
+        let offset = log.metadata().expect("len").len();
+        open(exp_logs::rank_times(&d, rank))
+            .write_all(exp_logs::format_mark(Stream::Out, offset, ms).as_bytes())
+            .expect("mark");
+        log.write_all(format!("{text}\n").as_bytes()).expect("line");
+    }
+
+    /// Readings of rank `rank` at `rates` (one a second, ending at `end`), with output
+    /// lines marked at the same times.
+    fn readings(&self, k: u32, rank: u32, rates: &[f64], end: u64) {
+        let dir = self.attempt_dir(k);
+        let mut w = store::Writer::new(store::metrics_path(&dir, rank));
+        let n = rates.len() as u64;
+        for (i, &rate) in rates.iter().enumerate() {
+            let ms = end - (n - 1 - i as u64) * 1000;
+            let step = 10 * (i as u64 + 1);
+            let loss = 2.0 - i as f64 * 0.1 - f64::from(rank) * 0.01;
+            w.write(
+                ms,
+                &Record {
+                    step: Some(step),
+                    values: vec![("loss".into(), loss), ("samples_per_s".into(), rate)],
+                },
+            )
+            .expect("reading");
+            self.line(k, rank, &format!("step {step} loss {loss}"), ms);
+        }
+    }
+
+    fn reader(&self, silent_after: Option<u64>) -> Reader {
+        let exp = herd_exp::Experiment::open(&self.root, "train").expect("open");
+        Reader::new(
+            exp,
+            None,
+            Thresholds {
+                silent_after: silent_after.map(Duration::from_secs),
+                ..Thresholds::default()
+            },
+        )
+    }
+}
+
+fn state_of(frame: &Frame, rank: u32) -> State {
+    frame
+        .rows
+        .iter()
+        .find(|r| r.rank == rank)
+        .unwrap_or_else(|| panic!("no row for rank {rank}: {frame:?}"))
+        .state
+        .clone()
+}
+
+#[test]
+fn states_come_from_the_files_and_the_timeline() {
+    let e = Exp::new();
+    e.start(1, 8);
+    let steady = [100.0, 101.0, 99.0, 100.0, 100.0];
+    e.readings(1, 0, &steady, NOW - 1000);
+    e.readings(1, 1, &steady, NOW - 2000);
+    // Recent rate: the median of its last five readings (one fast reading does not hide it).
+    e.readings(1, 2, &[100.0, 40.0, 41.0, 39.0, 150.0, 40.0], NOW - 1000);
+    // Silent for 2 minutes, lines usually every second.
+    e.readings(1, 3, &steady, NOW - 120_000);
+    // Rank 4: nothing yet.
+    e.readings(1, 5, &steady, NOW - 5000);
+    e.event(
+        "worker_exit",
+        json!({"attempt": 1, "rank": 5, "how": "rank 5 (local rank 1 on gpu-a02) exited with code 3"}),
+    );
+    e.readings(1, 6, &steady, NOW - 5000);
+    e.event(
+        "worker_exit",
+        json!({"attempt": 1, "rank": 6, "how": "rank 6 (local rank 2 on gpu-a02) killed by SIGKILL (killed: out of memory, or by hand)"}),
+    );
+    // Quiet for 2 minutes, but its lines come every 30 s: silent only after 300 s.
+    for i in 0..5 {
+        e.line(1, 7, "epoch", NOW - 120_000 - (4 - i) * 30_000);
+    }
+    let mut reader = e.reader(None);
+    let frame = reader.frame(NOW);
+    assert_eq!(frame.rows.len(), 8, "{frame:?}");
+    assert_eq!(state_of(&frame, 0), State::Running);
+    assert_eq!(state_of(&frame, 1), State::Running);
+    assert_eq!(state_of(&frame, 2), State::Slow(40));
+    assert_eq!(state_of(&frame, 3), State::Silent(Duration::from_secs(120)));
+    assert_eq!(state_of(&frame, 4), State::Waiting);
+    assert_eq!(state_of(&frame, 5), State::Failed(3));
+    assert_eq!(state_of(&frame, 6), State::Killed("SIGKILL".into()));
+    assert_eq!(state_of(&frame, 7), State::Running);
+    assert_eq!(state_of(&frame, 3).text(), "SILENT 120s");
+    assert_eq!(state_of(&frame, 2).text(), "SLOW 40%");
+
+    let r0 = &frame.rows[0];
+    assert_eq!(r0.host.as_deref(), Some("gpu-a01"));
+    assert_eq!(frame.rows[7].host.as_deref(), Some("gpu-a02"));
+    assert_eq!(r0.step, Some(50));
+    assert_eq!(r0.rate, Some(100.0));
+    assert_eq!(r0.since, Some(Duration::from_secs(1)));
+    assert_eq!(frame.world_size, Some(8));
+    assert_eq!(frame.nodes, Some(2));
+    assert_eq!(frame.attempt, Some(1));
+    assert_eq!(frame.job_ids, ["4242"]);
+    // Running ranks 0, 1, 2 (40), 3 (silent, 100): median 100, total 340.
+    assert_eq!(frame.median_rate, Some(100.0));
+    assert_eq!(frame.total_rate, Some(340.0));
+
+    // A tighter --silent-after: rank 7 is silent too, the rank 0 a second ago is not.
+    let frame = e.reader(Some(60)).frame(NOW);
+    assert_eq!(state_of(&frame, 7), State::Silent(Duration::from_secs(120)));
+    assert_eq!(state_of(&frame, 0), State::Running);
+
+    // The attempt finishes well: every rank that did not fail is done.
+    e.event("finished", json!({"attempt": 1, "ok": true}));
+    let frame = reader.frame(NOW);
+    assert_eq!(state_of(&frame, 0), State::Done);
+    assert_eq!(state_of(&frame, 3), State::Done);
+    assert_eq!(state_of(&frame, 5), State::Failed(3));
+    assert_eq!(frame.ended.as_deref(), Some("finished ok"));
+}
+
+#[test]
+fn a_failed_attempt_stops_the_others_and_a_new_attempt_is_followed() {
+    let e = Exp::new();
+    e.start(1, 3);
+    for r in 0..3 {
+        e.readings(1, r, &[100.0], NOW - 1000);
+    }
+    e.event(
+        "failed",
+        json!({"attempt": 1, "cause": "rank 1 (local rank 1 on gpu-a01) exited with code 7", "kind": "worker_failure"}),
+    );
+    let mut reader = e.reader(None);
+    let frame = reader.frame(NOW);
+    assert_eq!(state_of(&frame, 1), State::Failed(7));
+    assert_eq!(state_of(&frame, 0), State::Running);
+
+    e.event("restart", json!({"attempt": 2}));
+    e.event("attempt_started", json!({"attempt": 2}));
+    e.attempt_dir(2);
+    let frame = reader.frame(NOW);
+    assert_eq!(frame.attempt, Some(2));
+    assert_eq!(frame.attempts, [1, 2]);
+    assert_eq!(frame.restarts, 1);
+    // The rendezvous before it names the ranks: they wait for their first line.
+    assert_eq!(state_of(&frame, 0), State::Waiting);
+    assert_eq!(frame.rows.len(), 3);
+
+    // Pinned to the first attempt: its ranks that did not fail were stopped with it.
+    reader.pin(Some(1));
+    let frame = reader.frame(NOW);
+    assert_eq!(frame.attempt, Some(1));
+    assert_eq!(state_of(&frame, 0), State::Stopped);
+    assert_eq!(state_of(&frame, 1), State::Failed(7));
+    assert_eq!(switch(&frame.attempts, Some(1), Action::NextAttempt), None);
+    assert_eq!(
+        switch(&frame.attempts, Some(2), Action::PrevAttempt),
+        Some(1)
+    );
+    assert_eq!(
+        switch(&frame.attempts, Some(1), Action::PrevAttempt),
+        Some(1)
+    );
+}
+
+#[test]
+fn refreshes_read_only_what_was_appended_and_agree_with_a_full_read() {
+    let e = Exp::new();
+    e.start(1, 1);
+    let dir = e.attempt_dir(1);
+    let path = store::metrics_path(&dir, 0);
+    let mut reader = e.reader(None);
+    assert_eq!(reader.frame(NOW).rows[0].state, State::Waiting);
+    let mut file = std::fs::File::create(&path).expect("metrics");
+    let pieces = [
+        "# herd metrics 1\n@\tloss\tsamples_per_s\n",
+        &format!("{}\t1\t2.5\t100\n{}\t2\t2.4\t9", NOW - 3000, NOW - 2000),
+        "0\n",
+        &format!(
+            "@\tloss\tval_loss\n{}\t3\t2.25\t-\n{}\t4",
+            NOW - 1500,
+            NOW - 1000
+        ),
+        "\t2.125\t3.5\n",
+    ];
+    for piece in pieces {
+        file.write_all(piece.as_bytes()).expect("append");
+        let frame = reader.frame(NOW);
+        let full = store::read_rank(&dir, 0).expect("full read");
+        let row = &frame.rows[0];
+        let last_step = full.step.iter().rev().find_map(|s| *s);
+        assert_eq!(row.step, last_step, "after {piece:?}");
+        assert_eq!(
+            row.loss,
+            full.last("loss").map(|(_, v)| v),
+            "after {piece:?}"
+        );
+        let rates: Vec<f64> = full
+            .column("samples_per_s")
+            .unwrap_or_default()
+            .iter()
+            .copied()
+            .filter(|v| !v.is_nan())
+            .collect();
+        let mid = (!rates.is_empty()).then(|| {
+            let mut r = rates.clone();
+            r.sort_by(f64::total_cmp);
+            if r.len() % 2 == 1 {
+                r[r.len() / 2]
+            } else {
+                (r[r.len() / 2 - 1] + r[r.len() / 2]) / 2.0
+            }
+        });
+        assert_eq!(row.rate, mid, "after {piece:?}");
+    }
+    let row = &reader.frame(NOW).rows[0];
+    assert_eq!(row.step, Some(4));
+    assert_eq!(row.loss, Some(2.125));
+    assert_eq!(row.rate, Some(95.0));
+    // No output lines, but readings: their time counts as output.
+    assert_eq!(row.since, Some(Duration::from_secs(1)));
+    assert_eq!(row.state, State::Running);
+}
+
+fn screen(frame: &Frame, ui: &mut Ui, w: u16, h: u16) -> Vec<String> {
+    let mut term = ratatui::Terminal::new(TestBackend::new(w, h)).expect("terminal");
+    term.draw(|f| view::draw(f, frame, ui)).expect("draw");
+    let buf = term.backend().buffer().clone();
+    (0..h)
+        .map(|y| {
+            (0..w)
+                .map(|x| buf[(x, y)].symbol().to_owned())
+                .collect::<String>()
+        })
+        .collect()
+}
+
+#[test]
+fn an_80_by_24_screen_shows_every_rank_and_the_silent_one_in_words() {
+    let e = Exp::new();
+    e.start(1, 3);
+    e.readings(1, 0, &[100.0; 3], NOW - 1000);
+    e.readings(1, 1, &[100.0; 3], NOW - 95_000);
+    e.readings(1, 2, &[100.0; 3], NOW - 2000);
+    let frame = e.reader(Some(30)).frame(NOW);
+    let mut ui = Ui::default();
+    let lines = screen(&frame, &mut ui, 80, 24);
+    let text = lines.join("\n");
+    assert!(text.contains("herd top  train  job 4242"), "{text}");
+    assert!(text.contains("world 3  nodes 2"), "{text}");
+    assert!(text.contains("SILENT 95s"), "{text}");
+    for r in 0..3 {
+        let row = lines
+            .iter()
+            .find(|l| {
+                l.trim_start_matches("> ")
+                    .trim_start()
+                    .starts_with(&format!("{r} "))
+            })
+            .unwrap_or_else(|| panic!("no row for rank {r}:\n{text}"));
+        assert!(row.contains("gpu-a0"), "{row}");
+    }
+    let silent = lines
+        .iter()
+        .find(|l| l.contains("SILENT"))
+        .expect("silent row");
+    assert!(
+        silent.contains("1 ") && silent.contains("1m35s"),
+        "{silent}"
+    );
+    assert!(lines[23].contains("q quit"), "{text}");
+    // The silent state is red.
+    let mut term = ratatui::Terminal::new(TestBackend::new(80, 24)).expect("terminal");
+    term.draw(|f| view::draw(f, &frame, &mut ui)).expect("draw");
+    let buf = term.backend().buffer();
+    let y = lines
+        .iter()
+        .position(|l| l.contains("SILENT"))
+        .expect("row") as u16;
+    let x = lines[y as usize].find("SILENT").expect("col") as u16;
+    assert_eq!(buf[(x, y)].fg, ratatui::style::Color::Red);
+}
+
+#[test]
+fn many_ranks_scroll_with_the_selection_and_fit_80_columns() {
+    let e = Exp::new();
+    e.start(1, 64);
+    for r in 0..64 {
+        e.readings(1, r, &[1000.0 + f64::from(r)], NOW - 1000);
+    }
+    let frame = e.reader(None).frame(NOW);
+    assert_eq!(frame.rows.len(), 64);
+    let mut ui = Ui::default();
+    let first = screen(&frame, &mut ui, 80, 24).join("\n");
+    assert!(
+        first.contains("gpu-a01") && !first.contains("gpu-a02"),
+        "{first}"
+    );
+    for _ in 0..63 {
+        key(&mut ui, &frame, KeyEvent::from(KeyCode::Down));
+    }
+    assert_eq!(view::selected_rank(&frame, &ui), Some(63));
+    let lines = screen(&frame, &mut ui, 80, 24);
+    let selected = lines
+        .iter()
+        .find(|l| l.starts_with("> "))
+        .expect("selected row shown");
+    assert!(
+        selected.contains("63 ") && selected.contains("gpu-a02"),
+        "{selected}"
+    );
+    // Every cell fits: the rightmost column (LAST) is on screen.
+    assert!(selected.trim_end().ends_with("1s"), "{selected}");
+}
+
+#[test]
+fn sorting_orders_by_rate_loss_and_silence() {
+    let e = Exp::new();
+    e.start(1, 3);
+    e.readings(1, 0, &[300.0], NOW - 1000);
+    e.readings(1, 1, &[100.0], NOW - 9000);
+    e.readings(1, 2, &[200.0], NOW - 5000);
+    let mut frame = e.reader(None).frame(NOW);
+    let order = |f: &Frame| f.rows.iter().map(|r| r.rank).collect::<Vec<_>>();
+    sort_rows(&mut frame.rows, Sort::Rate);
+    assert_eq!(order(&frame), [1, 2, 0], "slowest first");
+    sort_rows(&mut frame.rows, Sort::Silence);
+    assert_eq!(order(&frame), [1, 2, 0], "longest silent first");
+    sort_rows(&mut frame.rows, Sort::Loss);
+    assert_eq!(order(&frame), [0, 1, 2], "highest loss first");
+    sort_rows(&mut frame.rows, Sort::Rank);
+    assert_eq!(order(&frame), [0, 1, 2]);
+    let mut ui = Ui::default();
+    for want in [Sort::Rate, Sort::Loss, Sort::Silence, Sort::Rank] {
+        assert_eq!(
+            key(&mut ui, &frame, KeyEvent::from(KeyCode::Char('s'))),
+            Action::None
+        );
+        assert_eq!(ui.sort, want);
+    }
+    assert_eq!(
+        key(&mut ui, &frame, KeyEvent::from(KeyCode::Char('q'))),
+        Action::Quit
+    );
+    let ctrl_c = KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL);
+    assert_eq!(key(&mut ui, &frame, ctrl_c), Action::Quit);
+    // Enter opens the selected rank's log, Esc goes back to the table, then quits.
+    key(&mut ui, &frame, KeyEvent::from(KeyCode::Down));
+    key(&mut ui, &frame, KeyEvent::from(KeyCode::Enter));
+    assert_eq!(ui.pane.as_ref().map(|p| p.0), Some(1));
+    assert_eq!(
+        key(&mut ui, &frame, KeyEvent::from(KeyCode::Esc)),
+        Action::None
+    );
+    assert!(ui.pane.is_none());
+    assert_eq!(
+        key(&mut ui, &frame, KeyEvent::from(KeyCode::Esc)),
+        Action::Quit
+    );
+}
+
+#[test]
+fn the_log_pane_shows_the_last_lines_of_both_streams_in_time_order() {
+    let e = Exp::new();
+    e.start(1, 1);
+    let dir = e.attempt_dir(1);
+    e.line(1, 0, "first", NOW - 3000);
+    let mut err = std::fs::File::create(exp_logs::rank_log(&dir, 0, Stream::Err)).expect("err");
+    err.write_all(b"warning: slow\n").expect("write");
+    let mut times = std::fs::OpenOptions::new()
+        .append(true)
+        .open(exp_logs::rank_times(&dir, 0))
+        .expect("times");
+    times
+        .write_all(exp_logs::format_mark(Stream::Err, 0, NOW - 2000).as_bytes())
+        .expect("mark");
+    e.line(1, 0, "second", NOW - 1000);
+    let lines = model::log_tail(&dir, 0, 10);
+    assert_eq!(lines, ["first", "err| warning: slow", "second"]);
+    assert_eq!(
+        model::log_tail(&dir, 0, 2),
+        ["err| warning: slow", "second"]
+    );
+    let mut ui = Ui {
+        pane: Some((0, lines)),
+        ..Ui::default()
+    };
+    let frame = e.reader(None).frame(NOW);
+    let text = screen(&frame, &mut ui, 80, 24).join("\n");
+    assert!(
+        text.contains("rank 0: last lines") && text.contains("err| warning: slow"),
+        "{text}"
+    );
+    assert!(text.contains("Esc/l back"), "{text}");
+}
+
+fn once(e: &Exp, extra: &[&str]) -> Result<String, CliError> {
+    use clap::Parser;
+    #[derive(Parser)]
+    struct Cmd {
+        #[command(flatten)]
+        top: TopArgs,
+    }
+    let root = e.root.to_str().expect("utf-8 root");
+    let mut argv = vec!["top", "train", "--exp-root", root, "--once"];
+    argv.extend(extra);
+    let args = Cmd::try_parse_from(argv).expect("parses").top;
+    let mut out = Vec::new();
+    run(args, &mut out)?;
+    Ok(String::from_utf8(out).expect("utf-8"))
+}
+
+#[test]
+fn once_prints_one_frame_as_text() {
+    let e = Exp::new();
+    let text = once(&e, &[]).expect("once");
+    assert!(text.contains("no attempt yet"), "{text}");
+    assert!(text.contains("the job has not started yet"), "{text}");
+
+    e.start(1, 3);
+    e.readings(1, 0, &[100.0, 100.0], timeline_now() - 1000);
+    e.readings(1, 1, &[100.0, 100.0], timeline_now() - 1000);
+    e.readings(1, 2, &[100.0, 100.0], timeline_now() - 200_000);
+    let text = once(&e, &["--silent-after", "100"]).expect("once");
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines[0].starts_with("herd top  train  job 4242"), "{text}");
+    assert!(lines.iter().all(|l| l.chars().count() <= 80), "{text}");
+    let heading = lines
+        .iter()
+        .find(|l| l.starts_with("RANK"))
+        .expect("heading");
+    assert!(heading.contains("SAMPLES/S"), "{heading}");
+    let silent = lines
+        .iter()
+        .find(|l| l.starts_with("2 "))
+        .expect("rank 2's row");
+    assert!(silent.contains("SILENT 20"), "{silent}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("0 ") && l.contains("running")),
+        "{text}"
+    );
+    assert!(!text.contains('\x1b'), "no escape codes: {text:?}");
+
+    let err = once(&e, &["--attempt", "5"]).expect_err("no attempt 5");
+    assert!(err.to_string().contains("its attempts: 1"), "{err}");
+}
+
+fn timeline_now() -> u64 {
+    herd_exp::timeline::now().1
+}
+
+#[test]
+fn an_unknown_experiment_lists_the_ones_there() {
+    let e = Exp::new();
+    use clap::Parser;
+    #[derive(Parser)]
+    struct Cmd {
+        #[command(flatten)]
+        top: TopArgs,
+    }
+    let root = e.root.to_str().expect("utf-8 root");
+    let args = Cmd::try_parse_from(["top", "trian", "--exp-root", root, "--once"])
+        .expect("parses")
+        .top;
+    let err = run(args, &mut Vec::new()).expect_err("unknown");
+    assert_eq!(err.exit_status(), ExitStatus::Usage);
+    assert!(
+        err.to_string().contains("experiments there: train"),
+        "{err}"
+    );
+}
