@@ -191,6 +191,7 @@ fn top_in_a_terminal_shows_every_rank_and_marks_the_stopped_one() {
         row(p, 2).is_some_and(|l| l.contains("SILENT"))
     });
     kill("-CONT", pids[2]);
+    eprintln!("the pane with rank 2 stopped:\n{pane}");
     assert!(ok, "rank 2 marked silent after SIGSTOP, in:\n{pane}");
     for r in [0, 1] {
         let line = row(&pane, r).expect("row");
