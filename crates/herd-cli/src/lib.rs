@@ -276,7 +276,8 @@ pub enum Command {
     Cancel(cancel::CancelArgs),
     /// Live view of a running job: per-rank state, step, throughput, loss, stragglers.
     Top(top::TopArgs),
-    /// The scaling table of runs of one job at different sizes (plots: planned).
+    /// The scaling table of runs of one job at different sizes; `--plots DIR`: loss and
+    /// throughput per rank (PNG, SVG); `--html FILE`: one self-contained page.
     Report(report::ReportArgs),
     /// Check a job before queueing it; every finding names the key to change.
     Check(submit::CheckArgs),

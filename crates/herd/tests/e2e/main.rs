@@ -11,6 +11,7 @@ mod hostlist_differential;
 mod launch;
 mod logs;
 mod report;
+mod report_plots;
 mod srun_mode;
 mod status;
 mod staying_alive;

@@ -31,7 +31,7 @@ fn decode_png(path: &Path) -> (png::OutputInfo, Vec<u8>) {
     let mut reader = decoder
         .read_info()
         .unwrap_or_else(|e| panic!("{} is no PNG: {e}", path.display()));
-    let mut buf = vec![0; reader.output_buffer_size().expect("size")];
+    let mut buf = vec![0; reader.output_buffer_size()];
     let info = reader.next_frame(&mut buf).expect("PNG frame");
     (info, buf)
 }

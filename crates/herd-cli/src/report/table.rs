@@ -1,31 +1,9 @@
-//! `herd report NAME…`: the scaling table of runs of one job at different sizes, from the
-//! metrics the agents stored (docs/report.md). Plots and the HTML page are planned.
+//! The scaling table: one row per experiment, as markdown or JSON (docs/report.md).
 
-use std::io::Write;
-use std::path::PathBuf;
+use std::borrow::Borrow;
 
-use clap::Args;
-use herd_metrics::store::{self, Series};
+use herd_metrics::store::Series;
 use serde_json::{json, Value};
-
-use crate::{CliError, ExitStatus};
-
-/// `herd report` arguments.
-#[derive(Debug, Args)]
-pub struct ReportArgs {
-    /// The experiments: runs of one job at different sizes (one is enough for its line).
-    #[arg(value_name = "NAME", required = true)]
-    pub names: Vec<String>,
-    /// Where the experiments are (as for `herd status`).
-    #[arg(long, value_name = "DIR")]
-    pub exp_root: Option<PathBuf>,
-    /// Also project the time of this many epochs from each run's time per epoch.
-    #[arg(long, value_name = "N")]
-    pub epochs: Option<u32>,
-    /// Print JSON instead of a markdown table.
-    #[arg(long)]
-    pub json: bool,
-}
 
 /// One run's line of the scaling table.
 #[derive(Debug, Clone, PartialEq)]
@@ -65,12 +43,13 @@ fn median(mut v: Vec<f64>) -> Option<f64> {
 /// A run's rate and epoch time from its ranks' readings: each rank's median
 /// `samples_per_s` (its first reading left out when it has more: the warm-up), summed; the
 /// median over all ranks' `epoch_time_s`.
-pub fn measure(ranks: &[Series]) -> (Option<f64>, Option<f64>, usize) {
+pub fn measure<S: Borrow<Series>>(ranks: &[S]) -> (Option<f64>, Option<f64>, usize) {
     let mut total = 0.0;
     let mut any = false;
     let mut readings = 0;
     let mut epochs = Vec::new();
     for s in ranks {
+        let s: &Series = s.borrow();
         if let Some(col) = s.column("samples_per_s") {
             let mut rates: Vec<f64> = col.iter().copied().filter(|v| v.is_finite()).collect();
             if rates.len() > 1 {
@@ -90,7 +69,8 @@ pub fn measure(ranks: &[Series]) -> (Option<f64>, Option<f64>, usize) {
 }
 
 /// The table's rows, efficiency against the run with the fewest GPUs.
-pub fn rows(mut runs: Vec<(String, u32, u32, Vec<Series>)>) -> Vec<Row> {
+#[allow(clippy::type_complexity)]
+pub fn rows<S: Borrow<Series>>(mut runs: Vec<(String, u32, u32, Vec<S>)>) -> Vec<Row> {
     runs.sort_by_key(|(name, nodes, gpus, _)| (*gpus, *nodes, name.clone()));
     let mut out: Vec<Row> = runs
         .into_iter()
@@ -117,12 +97,12 @@ pub fn rows(mut runs: Vec<(String, u32, u32, Vec<Series>)>) -> Vec<Row> {
 }
 
 /// `1:02:03` for seconds.
-fn hms(s: f64) -> String {
+pub(crate) fn hms(s: f64) -> String {
     let s = s.round() as u64;
     format!("{}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
 }
 
-fn num(v: f64, digits: usize) -> String {
+pub(crate) fn num(v: f64, digits: usize) -> String {
     if v.is_finite() {
         format!("{v:.digits$}")
     } else {
@@ -171,7 +151,8 @@ pub fn markdown(rows: &[Row], epochs: Option<u32>) -> String {
     s
 }
 
-fn row_json(r: &Row, epochs: Option<u32>) -> Value {
+/// One row of `--json`.
+pub fn row_json(r: &Row, epochs: Option<u32>) -> Value {
     let f = |v: f64| if v.is_finite() { json!(v) } else { Value::Null };
     json!({
         "name": r.name,
@@ -184,57 +165,6 @@ fn row_json(r: &Row, epochs: Option<u32>) -> Value {
         "projected_s": epochs.and_then(|e| r.epoch_time_s.map(|t| t * f64::from(e))),
         "readings": r.readings,
     })
-}
-
-/// Nodes and workers of an experiment's newest rendezvous (the agents' count, not the
-/// plan's: a run with a node left out counts what ran).
-fn size(exp: &herd_exp::Experiment) -> Option<(u32, u32)> {
-    let events = herd_exp::timeline::read(exp.dir()).ok()?;
-    let r = events.iter().rev().find(|e| e["event"] == "rendezvous")?;
-    let world = u32::try_from(r.get("world_size")?.as_u64()?).ok()?;
-    let nodes = r
-        .get("nodes")
-        .and_then(Value::as_array)
-        .map_or(1, |n| u32::try_from(n.len()).unwrap_or(1));
-    Some((nodes, world))
-}
-
-/// Run `herd report`.
-pub fn run(args: ReportArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
-    let root = crate::status::exp_root(args.exp_root.as_deref())?;
-    let mut runs = Vec::new();
-    for name in &args.names {
-        let exp = herd_exp::Experiment::open(&root, name)?;
-        let (nodes, gpus) = size(&exp).ok_or_else(|| {
-            CliError::Input(format!(
-                "{name}: its agents never met (no rendezvous in {}): no run to report",
-                exp.dir().join(herd_exp::timeline::TIMELINE_FILE).display()
-            ))
-        })?;
-        let logs = exp.logs_dir();
-        let mut ranks = Vec::new();
-        for k in herd_exp::logs::attempts(&logs).unwrap_or_default() {
-            let dir = herd_exp::logs::attempt_dir(&logs, k);
-            let all = store::read_attempt(&dir).map_err(|e| CliError::Input(e.to_string()))?;
-            ranks.extend(all.into_iter().map(|(_, s)| s));
-        }
-        runs.push((name.clone(), nodes, gpus, ranks));
-    }
-    let rows = rows(runs);
-    if args.json {
-        let doc = json!({
-            "format": 1,
-            "runs": rows.iter().map(|r| row_json(r, args.epochs)).collect::<Vec<_>>(),
-        });
-        writeln!(
-            out,
-            "{}",
-            serde_json::to_string_pretty(&doc).map_err(std::io::Error::other)?
-        )?;
-    } else {
-        write!(out, "{}", markdown(&rows, args.epochs))?;
-    }
-    Ok(ExitStatus::Success)
 }
 
 #[cfg(test)]

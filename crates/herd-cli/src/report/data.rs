@@ -1,0 +1,219 @@
+//! One experiment as the report reads it: every attempt's per-rank readings
+//! (`logs/attempt-K/rank-R.metrics`), the timeline, the manifest's runs and the failure
+//! report (`logs/failure.json`).
+
+use std::collections::BTreeSet;
+
+use herd_agent::report::FailureReport;
+use herd_exp::logs::{Began, History};
+use herd_exp::Experiment;
+use herd_metrics::store::{self, Series};
+use serde_json::{Map, Value};
+
+use crate::CliError;
+
+/// One attempt (`logs/attempt-K`) and its ranks' readings.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AttemptData {
+    /// K.
+    pub number: u32,
+    /// Each rank's readings, in rank order.
+    pub ranks: Vec<(u32, Series)>,
+}
+
+/// The failure report, as `logs/failure.json` has it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Failure {
+    /// The report.
+    Report(Box<FailureReport>),
+    /// The file is there but is no report this herd reads (why).
+    Unreadable(String),
+}
+
+/// Everything `herd report` shows of one experiment.
+#[derive(Debug, Clone)]
+pub struct ExpData {
+    /// The experiment's name.
+    pub name: String,
+    /// Nodes and workers of the newest rendezvous (`None`: the agents never met).
+    pub size: Option<(u32, u32)>,
+    /// Every attempt with a log folder, in order.
+    pub attempts: Vec<AttemptData>,
+    /// The timeline's events, in order.
+    pub events: Vec<Map<String, Value>>,
+    /// What the timeline says about each attempt.
+    pub history: History,
+    /// The manifest's runs of every submission, in order (one per attempt that ended).
+    pub runs: Vec<herd_exp::Run>,
+    /// `logs/failure.json`, when there is one.
+    pub failure: Option<Failure>,
+}
+
+/// Nodes and workers of the newest `rendezvous` event (the agents' count, not the plan's:
+/// a run with a node left out counts what ran).
+pub fn size(events: &[Map<String, Value>]) -> Option<(u32, u32)> {
+    let r = events.iter().rev().find(|e| e["event"] == "rendezvous")?;
+    let world = u32::try_from(r.get("world_size")?.as_u64()?).ok()?;
+    let nodes = r
+        .get("nodes")
+        .and_then(Value::as_array)
+        .map_or(1, |n| u32::try_from(n.len()).unwrap_or(1));
+    Some((nodes, world))
+}
+
+/// Reads `exp`. A timeline or manifest that cannot be read counts as empty (the report
+/// says what it can); metrics that cannot be read are an error.
+pub fn load(exp: &Experiment) -> Result<ExpData, CliError> {
+    let events = herd_exp::timeline::read(exp.dir()).unwrap_or_default();
+    let history = History::from_events(&events);
+    let logs = exp.logs_dir();
+    let mut attempts = Vec::new();
+    for k in herd_exp::logs::attempts(&logs).unwrap_or_default() {
+        let dir = herd_exp::logs::attempt_dir(&logs, k);
+        let ranks = store::read_attempt(&dir).map_err(|e| CliError::Input(e.to_string()))?;
+        attempts.push(AttemptData { number: k, ranks });
+    }
+    let runs = exp
+        .manifest()
+        .map(|m| m.attempts.into_iter().flat_map(|a| a.runs).collect())
+        .unwrap_or_default();
+    let failure = match std::fs::read(logs.join("failure.json")) {
+        Ok(bytes) => Some(match serde_json::from_slice::<FailureReport>(&bytes) {
+            Ok(r) => Failure::Report(Box::new(r)),
+            Err(e) => Failure::Unreadable(format!("logs/failure.json: {e}")),
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => Some(Failure::Unreadable(format!("logs/failure.json: {e}"))),
+    };
+    Ok(ExpData {
+        name: exp.name().to_owned(),
+        size: size(&events),
+        attempts,
+        events,
+        history,
+        runs,
+        failure,
+    })
+}
+
+/// The word for how an attempt began, as its marker in the plots says it: `restart`,
+/// `requeue`, `resume`, `first` or `attempt` (the timeline does not say).
+pub fn began_word(began: &Began) -> &'static str {
+    match began {
+        Began::First => "first",
+        Began::Restart(_) => "restart",
+        Began::Requeue(_) => "requeue",
+        Began::Resume(_) => "resume",
+        Began::Unknown => "attempt",
+    }
+}
+
+/// One line of an experiment's attempt table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttemptRow {
+    /// K.
+    pub number: u32,
+    /// How it began: `first`, `restart 1`, `requeue (preemption)`, `resume (submission 2)`.
+    pub began: String,
+    /// When its workers started (RFC 3339), when known.
+    pub started: Option<String>,
+    /// When they were gone, when known.
+    pub ended: Option<String>,
+    /// How it ended: `restart`, `requeue`, `finished`, `failed`, each with its cause when
+    /// there is one; `—` while running or when nothing says.
+    pub how: String,
+    /// The hosts it ran on.
+    pub nodes: Vec<String>,
+}
+
+fn attempt_of(e: &Map<String, Value>) -> Option<u32> {
+    e.get("attempt")
+        .and_then(Value::as_u64)
+        .and_then(|n| u32::try_from(n).ok())
+}
+
+fn event_time(e: &Map<String, Value>) -> Option<String> {
+    e.get("time").and_then(Value::as_str).map(str::to_owned)
+}
+
+impl ExpData {
+    /// Every reading of every rank of every attempt.
+    pub fn all_series(&self) -> Vec<&Series> {
+        self.attempts
+            .iter()
+            .flat_map(|a| a.ranks.iter().map(|(_, s)| s))
+            .collect()
+    }
+
+    /// The attempt table, from the timeline and the manifest's runs: every attempt that has
+    /// a log folder, an `attempt_started` event or a run.
+    pub fn attempt_rows(&self) -> Vec<AttemptRow> {
+        let mut numbers: BTreeSet<u32> = self.attempts.iter().map(|a| a.number).collect();
+        numbers.extend(self.history.attempts.keys().copied());
+        numbers.extend(self.runs.iter().map(|r| r.attempt));
+        let ms = |s: u64| herd_exp::timeline::rfc3339(s.saturating_mul(1000));
+        numbers
+            .into_iter()
+            .map(|k| {
+                let info = self.history.attempts.get(&k);
+                let run = self.runs.iter().rev().find(|r| r.attempt == k);
+                let began = match info.map(|i| &i.began) {
+                    Some(Began::Restart(n)) => format!("restart {n}"),
+                    Some(Began::Requeue(Some(c))) => format!("requeue ({c})"),
+                    Some(b @ Began::Requeue(None)) => began_word(b).to_owned(),
+                    Some(Began::Resume(n)) => format!("resume (submission {n})"),
+                    Some(b) => began_word(b).to_owned(),
+                    None => "—".to_owned(),
+                };
+                let mine = || self.events.iter().filter(move |e| attempt_of(e) == Some(k));
+                let named = |name: &str| mine().rfind(|e| e["event"] == name);
+                let started = named("attempt_started")
+                    .and_then(event_time)
+                    .or_else(|| run.map(|r| ms(r.started_unix)));
+                let ended = run.map(|r| ms(r.ended_unix)).or_else(|| {
+                    ["finished", "teardown", "failed"]
+                        .iter()
+                        .find_map(|n| named(n))
+                        .and_then(event_time)
+                });
+                let with_cause = |word: &str, cause: Option<&str>| match cause {
+                    Some(c) => format!("{word} ({c})"),
+                    None => word.to_owned(),
+                };
+                let how = match run {
+                    Some(r) => match r.then.as_str() {
+                        "end" if r.cause.is_none() => "finished".to_owned(),
+                        "end" => with_cause("failed", r.cause.as_deref()),
+                        then => with_cause(then, r.cause.as_deref()),
+                    },
+                    None => {
+                        if let Some(f) = named("finished") {
+                            if f.get("ok").and_then(Value::as_bool).unwrap_or(false) {
+                                "finished".to_owned()
+                            } else {
+                                with_cause("failed", f.get("cause").and_then(Value::as_str))
+                            }
+                        } else if let Some(f) = named("failed") {
+                            with_cause("failed", f.get("kind").and_then(Value::as_str))
+                        } else {
+                            "—".to_owned()
+                        }
+                    }
+                };
+                let nodes = info
+                    .and_then(|i| i.nodes.as_ref())
+                    .map(|n| n.iter().map(|n| n.host.clone()).collect())
+                    .or_else(|| run.map(|r| r.nodes.clone()))
+                    .unwrap_or_default();
+                AttemptRow {
+                    number: k,
+                    began,
+                    started,
+                    ended,
+                    how,
+                    nodes,
+                }
+            })
+            .collect()
+    }
+}

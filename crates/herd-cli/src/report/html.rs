@@ -1,0 +1,214 @@
+//! `herd report --html FILE`: one self-contained page: inline CSS, every plot as inline
+//! SVG, no script, nothing fetched (no `src=`, no `href=`). Per experiment: its attempts
+//! (from the timeline and the manifest), the failure report when there is one, its plots;
+//! then the scaling table when there are several experiments. Everything that comes from
+//! the experiments (names, causes, exception text, stderr) is HTML-escaped.
+
+use super::data::{ExpData, Failure};
+use super::plot::{self, Plot, PlotError};
+use super::table::{hms, num, Row};
+
+/// `text` with `&`, `<`, `>`, `"` and `'` as character references.
+pub fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// An SVG document as an element inside HTML: without its namespace attribute (HTML puts
+/// `<svg>` in SVG's namespace by itself), so the page names no address at all.
+pub fn inline_svg(svg: &str) -> String {
+    let body = match svg.find("<svg") {
+        Some(i) => &svg[i..],
+        None => svg,
+    };
+    body.replacen(" xmlns=\"http://www.w3.org/2000/svg\"", "", 1)
+}
+
+const STYLE: &str = "body{font-family:sans-serif;margin:2em;color:#222;max-width:1250px}\
+table{border-collapse:collapse;margin:0.5em 0 1em}\
+th,td{border:1px solid #ccc;padding:0.25em 0.6em;text-align:left}\
+td.n{text-align:right}th{background:#f3f3f3}\
+pre{background:#f7f7f7;border:1px solid #ddd;padding:0.6em;overflow-x:auto}\
+.plot svg{max-width:100%;height:auto}.note{color:#666}\
+section{border-top:2px solid #ddd;margin-top:2em}";
+
+fn td(s: &str) -> String {
+    format!("<td>{}</td>", escape(s))
+}
+
+fn attempts_table(exp: &ExpData, html: &mut String) {
+    let rows = exp.attempt_rows();
+    html.push_str("<h3>Attempts</h3>\n");
+    if rows.is_empty() {
+        html.push_str("<p class=\"note\">No attempt has started.</p>\n");
+        return;
+    }
+    html.push_str(
+        "<table class=\"attempts\"><tr><th>attempt</th><th>began</th><th>started</th>\
+         <th>ended</th><th>how it ended</th><th>nodes</th></tr>\n",
+    );
+    for r in rows {
+        html.push_str(&format!(
+            "<tr><td class=\"n\">{}</td>{}{}{}{}{}</tr>\n",
+            r.number,
+            td(&r.began),
+            td(r.started.as_deref().unwrap_or("—")),
+            td(r.ended.as_deref().unwrap_or("—")),
+            td(&r.how),
+            td(&if r.nodes.is_empty() {
+                "—".to_owned()
+            } else {
+                r.nodes.join(", ")
+            }),
+        ));
+    }
+    html.push_str("</table>\n");
+}
+
+fn failure(exp: &ExpData, html: &mut String) {
+    let Some(f) = &exp.failure else {
+        return;
+    };
+    html.push_str("<h3>Failure report</h3>\n");
+    let r = match f {
+        Failure::Unreadable(why) => {
+            html.push_str(&format!("<p class=\"note\">{}</p>\n", escape(why)));
+            return;
+        }
+        Failure::Report(r) => r,
+    };
+    html.push_str("<table class=\"failure\">\n");
+    let mut row = |k: &str, v: String| {
+        html.push_str(&format!("<tr><th>{k}</th>{}</tr>\n", td(&v)));
+    };
+    row("cause", r.cause.clone());
+    row("attempt", r.attempt.to_string());
+    row(
+        "rank",
+        r.rank.map_or_else(|| "—".to_owned(), |n| n.to_string()),
+    );
+    row("node", format!("{} ({})", r.node_rank, r.host));
+    row(
+        "exit",
+        r.exit
+            .as_ref()
+            .map_or_else(|| "—".to_owned(), ToString::to_string),
+    );
+    if let Some(e) = &r.error {
+        row(
+            "exception",
+            match &e.exception {
+                Some(x) => format!("{x}: {}", e.message),
+                None => e.message.clone(),
+            },
+        );
+    }
+    row("time", r.time.clone());
+    html.push_str("</table>\n");
+    if let Some(tb) = r.error.as_ref().and_then(|e| e.traceback.as_ref()) {
+        html.push_str(&format!(
+            "<h4>Traceback</h4>\n<pre class=\"traceback\">{}</pre>\n",
+            escape(tb)
+        ));
+    }
+    if !r.stderr_tail.is_empty() {
+        html.push_str(&format!(
+            "<h4>Last lines of stderr</h4>\n<pre class=\"stderr\">{}</pre>\n",
+            escape(&r.stderr_tail.join("\n"))
+        ));
+    }
+}
+
+/// The scaling table as an HTML table (the markdown table's columns).
+pub fn scaling_table(rows: &[Row], epochs: Option<u32>) -> String {
+    let mut s = String::from(
+        "<table class=\"scaling\"><tr><th>run</th><th>nodes</th><th>GPUs</th>\
+         <th>samples/s</th><th>per GPU</th><th>efficiency</th><th>time/epoch</th>",
+    );
+    if let Some(e) = epochs {
+        s.push_str(&format!("<th>{e} epochs</th>"));
+    }
+    s.push_str("</tr>\n");
+    for r in rows {
+        let n = |v: String| format!("<td class=\"n\">{}</td>", escape(&v));
+        s.push_str(&format!(
+            "<tr>{}{}{}{}{}{}{}",
+            td(&r.name),
+            n(r.nodes.to_string()),
+            n(r.gpus.to_string()),
+            n(num(r.samples_per_s, 1)),
+            n(num(r.per_gpu, 1)),
+            n(if r.efficiency.is_finite() {
+                format!("{:.0}%", r.efficiency * 100.0)
+            } else {
+                "—".into()
+            }),
+            n(r.epoch_time_s
+                .map_or_else(|| "—".into(), |t| format!("{t:.1} s"))),
+        ));
+        if let Some(e) = epochs {
+            s.push_str(&n(r
+                .epoch_time_s
+                .map_or_else(|| "—".into(), |t| hms(t * f64::from(e)))));
+        }
+        s.push_str("</tr>\n");
+    }
+    s.push_str("</table>\n");
+    s
+}
+
+/// The page: `exps[i]` with its plots `plots[i]` and notes `notes[i]` (plots not drawn);
+/// the scaling table of `rows` when there are several experiments.
+pub fn page(
+    exps: &[ExpData],
+    plots: &[Vec<Plot>],
+    notes: &[Vec<String>],
+    rows: &[Row],
+    epochs: Option<u32>,
+) -> Result<String, PlotError> {
+    let names: Vec<&str> = exps.iter().map(|e| e.name.as_str()).collect();
+    let title = escape(&format!("herd report: {}", names.join(", ")));
+    let mut html = format!(
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
+         <title>{title}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n<h1>{title}</h1>\n"
+    );
+    if exps.len() > 1 {
+        html.push_str("<h2>Scaling</h2>\n");
+        html.push_str(&scaling_table(rows, epochs));
+    }
+    for (i, exp) in exps.iter().enumerate() {
+        html.push_str(&format!("<section>\n<h2>{}</h2>\n", escape(&exp.name)));
+        if let Some((nodes, gpus)) = exp.size {
+            html.push_str(&format!(
+                "<p>{nodes} node{}, {gpus} worker{}</p>\n",
+                if nodes == 1 { "" } else { "s" },
+                if gpus == 1 { "" } else { "s" }
+            ));
+        }
+        attempts_table(exp, &mut html);
+        failure(exp, &mut html);
+        html.push_str("<h3>Plots</h3>\n");
+        for p in plots.get(i).map_or(&[][..], Vec::as_slice) {
+            html.push_str(&format!(
+                "<div class=\"plot\">\n{}\n</div>\n",
+                inline_svg(&plot::svg(p)?)
+            ));
+        }
+        for n in notes.get(i).map_or(&[][..], Vec::as_slice) {
+            html.push_str(&format!("<p class=\"note\">{}</p>\n", escape(n)));
+        }
+        html.push_str("</section>\n");
+    }
+    html.push_str("</body>\n</html>\n");
+    Ok(html)
+}

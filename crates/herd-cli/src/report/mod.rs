@@ -1,0 +1,137 @@
+//! `herd report NAME…`: the scaling table of runs of one job at different sizes, from the
+//! metrics the agents stored; with `--plots DIR` each experiment's loss and throughput per
+//! rank as PNG and SVG; with `--html FILE` one self-contained page with the attempts, the
+//! failure report, the plots and the table (docs/report.md).
+//!
+//! [`data`] reads an experiment, [`table`] makes the table, [`plot`] draws, [`html`] writes
+//! the page.
+
+pub mod data;
+pub mod html;
+pub mod plot;
+pub mod table;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use clap::Args;
+use serde_json::json;
+
+pub use table::{markdown, measure, row_json, rows, Row};
+
+use crate::{CliError, ExitStatus};
+
+/// `herd report` arguments.
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// The experiments: runs of one job at different sizes (one is enough for its line).
+    #[arg(value_name = "NAME", required = true)]
+    pub names: Vec<String>,
+    /// Where the experiments are (as for `herd status`).
+    #[arg(long, value_name = "DIR")]
+    pub exp_root: Option<PathBuf>,
+    /// Also project the time of this many epochs from each run's time per epoch.
+    #[arg(long, value_name = "N")]
+    pub epochs: Option<u32>,
+    /// Print JSON instead of a markdown table.
+    #[arg(long)]
+    pub json: bool,
+    /// Write each experiment's plots into DIR (created when missing): NAME.loss.png,
+    /// NAME.loss.svg, NAME.throughput.png, NAME.throughput.svg.
+    #[arg(long, value_name = "DIR")]
+    pub plots: Option<PathBuf>,
+    /// Write one self-contained HTML page: attempts, failure report, plots, table.
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
+}
+
+/// Writes `bytes` to `path` through a temporary file beside it and a rename: a failed run
+/// leaves the old file or none, never half a file.
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), CliError> {
+    let name = path
+        .file_name()
+        .map_or_else(|| "out".into(), |n| n.to_string_lossy().into_owned());
+    let tmp = path.with_file_name(format!(".{name}.tmp-{}", std::process::id()));
+    let fail = CliError::system(format!("cannot write {}", path.display()));
+    let result = std::fs::write(&tmp, bytes).and_then(|()| std::fs::rename(&tmp, path));
+    if let Err(e) = result {
+        // Best effort: the temporary file may not exist.
+        std::fs::remove_file(&tmp).ok();
+        return Err(fail(e));
+    }
+    Ok(())
+}
+
+/// Run `herd report`.
+pub fn run(args: ReportArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
+    let root = crate::status::exp_root(args.exp_root.as_deref())?;
+    let mut exps = Vec::new();
+    for name in &args.names {
+        let exp = herd_exp::Experiment::open(&root, name)?;
+        let loaded = data::load(&exp)?;
+        if loaded.size.is_none() {
+            return Err(CliError::Input(format!(
+                "{name}: its agents never met (no rendezvous in {}): no run to report",
+                exp.dir().join(herd_exp::timeline::TIMELINE_FILE).display()
+            )));
+        }
+        exps.push(loaded);
+    }
+    let rows = rows(
+        exps.iter()
+            .map(|e| {
+                let (nodes, gpus) = e.size.unwrap_or((1, 1));
+                (e.name.clone(), nodes, gpus, e.all_series())
+            })
+            .collect(),
+    );
+    if args.json {
+        let doc = json!({
+            "format": 1,
+            "runs": rows.iter().map(|r| row_json(r, args.epochs)).collect::<Vec<_>>(),
+        });
+        writeln!(
+            out,
+            "{}",
+            serde_json::to_string_pretty(&doc).map_err(std::io::Error::other)?
+        )?;
+    } else {
+        write!(out, "{}", markdown(&rows, args.epochs))?;
+    }
+    if args.plots.is_none() && args.html.is_none() {
+        return Ok(ExitStatus::Success);
+    }
+    let (plots, notes): (Vec<_>, Vec<_>) = exps.iter().map(plot::build_all).unzip();
+    let mut lines = Vec::new();
+    for n in notes.iter().flatten() {
+        lines.push(format!("note: {n}"));
+    }
+    if let Some(dir) = &args.plots {
+        for p in &plots {
+            for f in plot::write_files(p, dir)? {
+                lines.push(f.display().to_string());
+            }
+        }
+    }
+    if let Some(file) = &args.html {
+        let page = html::page(&exps, &plots, &notes, &rows, args.epochs)?;
+        write_atomic(file, page.as_bytes())?;
+        lines.push(file.display().to_string());
+    }
+    // The table's JSON stays alone on stdout; the files go to stderr then.
+    if args.json {
+        let mut err = std::io::stderr().lock();
+        for l in &lines {
+            writeln!(err, "{l}")?;
+        }
+    } else {
+        writeln!(out)?;
+        for l in &lines {
+            writeln!(out, "{l}")?;
+        }
+    }
+    Ok(ExitStatus::Success)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,533 @@
+//! Plots of one experiment's loss and throughput, PNG and SVG (docs/report.md).
+//!
+//! One line per rank, each rank its own colour ([`rank_colour`]), every attempt on one
+//! axis: x is the global step (seconds since the experiment's first reading when a
+//! reading has no step), and each attempt after the first is marked by a dashed vertical
+//! line labelled with what started it (`restart`, `requeue`, `resume`). Long series are cut
+//! to at most [`MAX_POINTS`] points a rank ([`downsample`]: the smallest and the largest
+//! reading of each bucket, so spikes stay). The font (DejaVu Sans) is in the binary: no
+//! font is looked up on the system.
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use plotters::style::FontStyle;
+
+use super::data::{began_word, ExpData};
+use crate::CliError;
+
+/// Width of a plot, pixels.
+pub const WIDTH: u32 = 1200;
+/// Height of a plot, pixels.
+pub const HEIGHT: u32 = 600;
+/// The most points drawn of one rank's line.
+pub const MAX_POINTS: usize = 2000;
+/// The most ranks the legend names (then `+N more`).
+pub const LEGEND_MAX: usize = 16;
+/// Width of the legend at the right of the chart, pixels.
+const LEGEND_WIDTH: u32 = 140;
+/// Stroke width of a rank's line, pixels. Two or more: the bitmap backend fills lines that
+/// wide without antialiasing, so every pixel of a line is exactly its rank's colour.
+pub const LINE_WIDTH: u32 = 2;
+/// Colour of the attempt markers and their labels.
+pub const MARKER_COLOUR: (u8, u8, u8) = (90, 90, 90);
+
+/// The rank colours, in order: distinct for the first 16 ranks, then they repeat.
+pub const PALETTE: [(u8, u8, u8); 16] = [
+    (31, 119, 180),
+    (255, 127, 14),
+    (44, 160, 44),
+    (214, 39, 40),
+    (148, 103, 189),
+    (140, 86, 75),
+    (227, 119, 194),
+    (188, 189, 34),
+    (23, 190, 207),
+    (0, 0, 128),
+    (255, 215, 0),
+    (0, 128, 128),
+    (128, 0, 0),
+    (255, 0, 255),
+    (0, 200, 120),
+    (128, 128, 255),
+];
+
+/// The colour of rank `rank`'s line: [`PALETTE`], cycling after 16 ranks.
+pub fn rank_colour(rank: u32) -> (u8, u8, u8) {
+    PALETTE[rank as usize % PALETTE.len()]
+}
+
+/// What a plot shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Metric {
+    /// `loss`.
+    Loss,
+    /// `samples_per_s`, or `tokens_per_s` when the job reports no samples.
+    Throughput,
+}
+
+impl Metric {
+    /// Both, in the order they are written.
+    pub const ALL: [Metric; 2] = [Metric::Loss, Metric::Throughput];
+
+    /// `loss` or `throughput`: the middle of the file names.
+    pub fn word(self) -> &'static str {
+        match self {
+            Metric::Loss => "loss",
+            Metric::Throughput => "throughput",
+        }
+    }
+}
+
+/// One rank's line.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RankLine {
+    /// The rank.
+    pub rank: u32,
+    /// Its points (x, y), every attempt in order, downsampled.
+    pub points: Vec<(f64, f64)>,
+}
+
+/// The start of an attempt after the first.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Marker {
+    /// K.
+    pub attempt: u32,
+    /// Where on the x axis: the attempt's first reading.
+    pub x: f64,
+    /// What started it: `restart`, `requeue`, `resume` (`attempt` when the timeline does
+    /// not say).
+    pub label: String,
+}
+
+/// One plot, ready to draw.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plot {
+    /// The experiment.
+    pub name: String,
+    /// What it shows.
+    pub metric: Metric,
+    /// The column drawn: `loss`, `samples_per_s` or `tokens_per_s`.
+    pub column: String,
+    /// `NAME: loss`.
+    pub title: String,
+    /// `step`, or `seconds since the first reading`.
+    pub x_label: String,
+    /// The y axis: the column's name.
+    pub y_label: String,
+    /// One line per rank with readings, in rank order.
+    pub lines: Vec<RankLine>,
+    /// One per attempt after the first that has readings.
+    pub markers: Vec<Marker>,
+}
+
+/// At most `max` of `points`, in order: when there are more, they are cut into `max / 2`
+/// buckets of consecutive points and each bucket keeps its smallest and largest y (once
+/// when they are the same point), so a spike stays in the plot.
+pub fn downsample(points: &[(f64, f64)], max: usize) -> Vec<(f64, f64)> {
+    let max = max.max(2);
+    if points.len() <= max {
+        return points.to_vec();
+    }
+    let buckets = max / 2;
+    let n = points.len();
+    let mut out = Vec::with_capacity(buckets * 2);
+    for b in 0..buckets {
+        let chunk = &points[b * n / buckets..(b + 1) * n / buckets];
+        let (mut lo, mut hi) = (0, 0);
+        for (i, p) in chunk.iter().enumerate() {
+            if p.1 < chunk[lo].1 {
+                lo = i;
+            }
+            if p.1 > chunk[hi].1 {
+                hi = i;
+            }
+        }
+        if lo == hi {
+            out.push(chunk[lo]);
+        } else {
+            out.push(chunk[lo.min(hi)]);
+            out.push(chunk[lo.max(hi)]);
+        }
+    }
+    out
+}
+
+/// The plot of `metric` for `exp`; `None` when no rank has a reading of it.
+pub fn build(exp: &ExpData, metric: Metric) -> Option<Plot> {
+    let has = |col: &str| {
+        exp.all_series().iter().any(|s| {
+            s.column(col)
+                .is_some_and(|c| c.iter().any(|v| v.is_finite()))
+        })
+    };
+    let (column, y_label) = match metric {
+        Metric::Loss => ("loss", "loss"),
+        Metric::Throughput if has("samples_per_s") => ("samples_per_s", "samples/s"),
+        Metric::Throughput => ("tokens_per_s", "tokens/s"),
+    };
+    if !has(column) {
+        return None;
+    }
+    // Steps when every reading drawn has one; else seconds since the first reading.
+    let by_step = exp.all_series().iter().all(|s| {
+        s.column(column).is_none_or(|c| {
+            c.iter()
+                .zip(&s.step)
+                .all(|(v, step)| !v.is_finite() || step.is_some())
+        })
+    });
+    let t0 = exp
+        .all_series()
+        .iter()
+        .flat_map(|s| s.time_ms.iter().copied())
+        .filter(|&t| t > 0)
+        .min()
+        .unwrap_or(0);
+    let mut per_rank: std::collections::BTreeMap<u32, Vec<(f64, f64)>> = Default::default();
+    let mut markers = Vec::new();
+    let mut first_with_data = true;
+    for attempt in &exp.attempts {
+        let mut start: Option<f64> = None;
+        for (rank, s) in &attempt.ranks {
+            let Some(col) = s.column(column) else {
+                continue;
+            };
+            let line = per_rank.entry(*rank).or_default();
+            for (i, &y) in col.iter().enumerate() {
+                if !y.is_finite() {
+                    continue;
+                }
+                let x = if by_step {
+                    s.step[i].map_or(0.0, |st| st as f64)
+                } else {
+                    s.time_ms[i].saturating_sub(t0) as f64 / 1000.0
+                };
+                start = Some(start.map_or(x, |s0| s0.min(x)));
+                line.push((x, y));
+            }
+        }
+        if let Some(x) = start {
+            if !first_with_data {
+                let label = exp
+                    .history
+                    .attempts
+                    .get(&attempt.number)
+                    .map_or("attempt", |i| began_word(&i.began));
+                markers.push(Marker {
+                    attempt: attempt.number,
+                    x,
+                    label: label.to_owned(),
+                });
+            }
+            first_with_data = false;
+        }
+    }
+    let lines: Vec<RankLine> = per_rank
+        .into_iter()
+        .filter(|(_, p)| !p.is_empty())
+        .map(|(rank, points)| RankLine {
+            rank,
+            points: downsample(&points, MAX_POINTS),
+        })
+        .collect();
+    Some(Plot {
+        name: exp.name.clone(),
+        metric,
+        column: column.to_owned(),
+        title: format!("{}: {}", exp.name, metric.word()),
+        x_label: if by_step {
+            "step".to_owned()
+        } else {
+            "seconds since the first reading".to_owned()
+        },
+        y_label: y_label.to_owned(),
+        lines,
+        markers,
+    })
+}
+
+impl Plot {
+    /// `NAME.loss` or `NAME.throughput`: the file names without `.png`/`.svg`.
+    pub fn file_stem(&self) -> String {
+        format!("{}.{}", self.name, self.metric.word())
+    }
+
+    /// Points drawn over all lines.
+    pub fn point_count(&self) -> usize {
+        self.lines.iter().map(|l| l.points.len()).sum()
+    }
+
+    /// The axes' ranges: (x0, x1, y0, y1), never empty.
+    fn bounds(&self) -> (f64, f64, f64, f64) {
+        let mut b = (
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+        );
+        for (x, y) in self.lines.iter().flat_map(|l| l.points.iter()) {
+            b = (b.0.min(*x), b.1.max(*x), b.2.min(*y), b.3.max(*y));
+        }
+        if !b.0.is_finite() {
+            return (0.0, 1.0, 0.0, 1.0);
+        }
+        if b.1 <= b.0 {
+            b.1 = b.0 + 1.0;
+        }
+        if b.3 <= b.2 {
+            let pad = (b.2.abs() * 0.05).max(1e-9);
+            (b.2, b.3) = (b.2 - pad, b.3 + pad);
+        } else {
+            let pad = (b.3 - b.2) * 0.03;
+            (b.2, b.3) = (b.2 - pad, b.3 + pad);
+        }
+        b
+    }
+}
+
+/// Drawing failed (the backend's word).
+#[derive(Debug, thiserror::Error)]
+#[error("cannot draw {what}: {why}")]
+pub struct PlotError {
+    /// The plot.
+    pub what: String,
+    /// Why.
+    pub why: String,
+}
+
+impl From<PlotError> for CliError {
+    fn from(e: PlotError) -> CliError {
+        CliError::system(format!("cannot draw {}", e.what))(std::io::Error::other(e.why))
+    }
+}
+
+static FONT: OnceLock<Result<(), String>> = OnceLock::new();
+
+/// Registers the embedded DejaVu Sans as `sans-serif` (once).
+fn font() -> Result<(), String> {
+    FONT.get_or_init(|| {
+        plotters::style::register_font("sans-serif", FontStyle::Normal, dejavu::sans::regular())
+            .map_err(|_| "the embedded font does not load".to_owned())
+    })
+    .clone()
+}
+
+fn rgb((r, g, b): (u8, u8, u8)) -> RGBColor {
+    RGBColor(r, g, b)
+}
+
+/// Draws `plot` on `root`. `segments`: each line as its own two-point segments (for the
+/// bitmap: wide segments are filled without antialiasing blends at the joints); else one
+/// path per rank (for SVG: one `<polyline>` a rank).
+fn draw<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    plot: &Plot,
+    segments: bool,
+) -> Result<(), String> {
+    let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
+    font()?;
+    root.fill(&WHITE).map_err(e)?;
+    let (area, legend) = root.split_horizontally(WIDTH - LEGEND_WIDTH);
+    let (x0, x1, y0, y1) = plot.bounds();
+    let mut chart = ChartBuilder::on(&area)
+        .caption(&plot.title, ("sans-serif", 22))
+        .margin(12)
+        .x_label_area_size(50)
+        .y_label_area_size(80)
+        .build_cartesian_2d(x0..x1, y0..y1)
+        .map_err(e)?;
+    let whole = |v: &f64| format!("{v:.0}");
+    let mut mesh = chart.configure_mesh();
+    if plot.x_label == "step" {
+        mesh.x_label_formatter(&whole);
+    }
+    mesh.x_desc(plot.x_label.as_str())
+        .y_desc(plot.y_label.as_str())
+        .label_style(("sans-serif", 14))
+        .axis_desc_style(("sans-serif", 16))
+        .bold_line_style(RGBColor(225, 225, 225))
+        .light_line_style(RGBColor(244, 244, 244))
+        .draw()
+        .map_err(e)?;
+    for line in &plot.lines {
+        let style = ShapeStyle {
+            color: rgb(rank_colour(line.rank)).to_rgba(),
+            filled: false,
+            stroke_width: LINE_WIDTH,
+        };
+        if segments {
+            chart
+                .draw_series(
+                    line.points
+                        .windows(2)
+                        .map(|w| PathElement::new(vec![w[0], w[1]], style)),
+                )
+                .map_err(e)?;
+        } else {
+            chart
+                .draw_series(LineSeries::new(line.points.iter().copied(), style))
+                .map_err(e)?;
+        }
+    }
+    let marker = rgb(MARKER_COLOUR);
+    for m in &plot.markers {
+        chart
+            .draw_series(DashedLineSeries::new(
+                vec![(m.x, y0), (m.x, y1)],
+                8,
+                6,
+                ShapeStyle {
+                    color: marker.to_rgba(),
+                    filled: false,
+                    stroke_width: 1,
+                },
+            ))
+            .map_err(e)?;
+        chart
+            .draw_series(std::iter::once(
+                EmptyElement::at((m.x, y1))
+                    + Text::new(
+                        m.label.clone(),
+                        (4, 4),
+                        TextStyle::from(("sans-serif", 14).into_font()).color(&marker),
+                    ),
+            ))
+            .map_err(e)?;
+    }
+    let font = ("sans-serif", 14).into_font();
+    let mut y = 50;
+    for line in plot.lines.iter().take(LEGEND_MAX) {
+        legend
+            .draw(&Rectangle::new(
+                [(8, y + 5), (30, y + 9)],
+                rgb(rank_colour(line.rank)).filled(),
+            ))
+            .map_err(e)?;
+        legend
+            .draw(&Text::new(
+                format!("rank {}", line.rank),
+                (36, y),
+                font.clone(),
+            ))
+            .map_err(e)?;
+        y += 22;
+    }
+    if plot.lines.len() > LEGEND_MAX {
+        legend
+            .draw(&Text::new(
+                format!("+{} more", plot.lines.len() - LEGEND_MAX),
+                (8, y),
+                font,
+            ))
+            .map_err(e)?;
+    }
+    root.present().map_err(e)?;
+    Ok(())
+}
+
+/// `plot` as an SVG document.
+pub fn svg(plot: &Plot) -> Result<String, PlotError> {
+    let mut out = String::new();
+    {
+        let root = SVGBackend::with_string(&mut out, (WIDTH, HEIGHT)).into_drawing_area();
+        draw(&root, plot, false).map_err(|why| PlotError {
+            what: plot.title.clone(),
+            why,
+        })?;
+    }
+    Ok(out)
+}
+
+/// `plot` as RGB pixels, `WIDTH × HEIGHT × 3` bytes, row by row.
+pub fn pixels(plot: &Plot) -> Result<Vec<u8>, PlotError> {
+    let mut buf = vec![255u8; (WIDTH * HEIGHT * 3) as usize];
+    {
+        let root = BitMapBackend::with_buffer(&mut buf, (WIDTH, HEIGHT)).into_drawing_area();
+        draw(&root, plot, true).map_err(|why| PlotError {
+            what: plot.title.clone(),
+            why,
+        })?;
+    }
+    Ok(buf)
+}
+
+/// `plot` as a PNG file's bytes.
+pub fn png(plot: &Plot) -> Result<Vec<u8>, PlotError> {
+    let rgb = pixels(plot)?;
+    let err = |e: png::EncodingError| PlotError {
+        what: plot.title.clone(),
+        why: e.to_string(),
+    };
+    let mut out = Vec::new();
+    {
+        let mut enc = png::Encoder::new(&mut out, WIDTH, HEIGHT);
+        enc.set_color(png::ColorType::Rgb);
+        enc.set_depth(png::BitDepth::Eight);
+        let mut w = enc.write_header().map_err(err)?;
+        w.write_image_data(&rgb).map_err(err)?;
+        w.finish().map_err(err)?;
+    }
+    Ok(out)
+}
+
+/// What [`write`] did for one experiment.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Written {
+    /// The files written, in order.
+    pub files: Vec<PathBuf>,
+    /// A line for each plot not written: `NAME: no loss readings`.
+    pub notes: Vec<String>,
+}
+
+/// Both plots of `exp` that have readings, and a note for each that has none
+/// (`NAME: no loss readings: no loss plot`).
+pub fn build_all(exp: &ExpData) -> (Vec<Plot>, Vec<String>) {
+    let mut plots = Vec::new();
+    let mut notes = Vec::new();
+    for metric in Metric::ALL {
+        match build(exp, metric) {
+            Some(p) => plots.push(p),
+            None => notes.push(format!(
+                "{}: no {} readings: no {} plot",
+                exp.name,
+                match metric {
+                    Metric::Loss => "loss",
+                    Metric::Throughput => "samples_per_s or tokens_per_s",
+                },
+                metric.word()
+            )),
+        }
+    }
+    (plots, notes)
+}
+
+/// Writes `DIR/STEM.png` and `DIR/STEM.svg` for each of `plots` (`dir` created when
+/// missing), each through a temporary file and a rename; the paths written, in order.
+pub fn write_files(plots: &[Plot], dir: &Path) -> Result<Vec<PathBuf>, CliError> {
+    std::fs::create_dir_all(dir)
+        .map_err(CliError::system(format!("cannot create {}", dir.display())))?;
+    let mut files = Vec::new();
+    for plot in plots {
+        let stem = plot.file_stem();
+        let path = dir.join(format!("{stem}.png"));
+        super::write_atomic(&path, &png(plot)?)?;
+        files.push(path);
+        let path = dir.join(format!("{stem}.svg"));
+        super::write_atomic(&path, svg(plot)?.as_bytes())?;
+        files.push(path);
+    }
+    Ok(files)
+}
+
+/// Writes `DIR/NAME.loss.{png,svg}` and `DIR/NAME.throughput.{png,svg}` for `exp`
+/// ([`build_all`], [`write_files`]): a metric without readings is no file but a note.
+pub fn write(exp: &ExpData, dir: &Path) -> Result<Written, CliError> {
+    let (plots, notes) = build_all(exp);
+    Ok(Written {
+        files: write_files(&plots, dir)?,
+        notes,
+    })
+}
