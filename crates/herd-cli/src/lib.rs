@@ -18,6 +18,9 @@ pub mod status;
 pub mod submit;
 pub mod top;
 
+#[cfg(test)]
+mod test_support;
+
 /// Exit codes of `herd`, documented in `docs/cli.md`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ExitStatus {

@@ -1,4 +1,5 @@
 use super::*;
+use crate::test_support::Exp;
 use clap::Parser;
 use serde_json::json;
 use std::sync::{Arc, Mutex};
@@ -9,37 +10,7 @@ struct Cmd {
     logs: LogsArgs,
 }
 
-/// An experiment `train` under a temporary root, submitted as job 4242.
-struct Exp {
-    _tmp: tempfile::TempDir,
-    root: PathBuf,
-    dir: PathBuf,
-}
-
 impl Exp {
-    fn new() -> Exp {
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let project = tmp.path().join("project");
-        std::fs::create_dir_all(&project).expect("project");
-        let root = tmp.path().join("exps");
-        let created = herd_exp::NewExperiment::new(
-            &root,
-            "train",
-            &project,
-            json!({"nodes": 2}),
-            herd_exp::Invocation::current("test"),
-        )
-        .create()
-        .expect("experiment");
-        created.experiment.record_job_id(1, "4242").expect("job id");
-        let dir = created.experiment.dir().to_owned();
-        Exp {
-            _tmp: tmp,
-            root,
-            dir,
-        }
-    }
-
     fn event(&self, fields: serde_json::Value) {
         let mut fields = fields;
         let name = fields
@@ -48,12 +19,6 @@ impl Exp {
             .and_then(|e| e.as_str().map(str::to_owned))
             .expect("event name");
         herd_exp::timeline::append(&self.dir, &name, fields).expect("event");
-    }
-
-    fn attempt_dir(&self, k: u32) -> PathBuf {
-        let d = exp_logs::attempt_dir(&self.dir.join("logs"), k);
-        std::fs::create_dir_all(&d).expect("attempt dir");
-        d
     }
 
     /// Appends `lines` to rank `rank`'s `stream` of attempt `k`, each with a mark at its

@@ -1,5 +1,6 @@
 //! The scaling table: one row per experiment, as markdown or JSON (docs/report.md).
 
+use herd_metrics::median;
 use std::borrow::Borrow;
 
 use herd_metrics::store::Series;
@@ -24,20 +25,6 @@ pub struct Row {
     pub epoch_time_s: Option<f64>,
     /// Readings the rates came from.
     pub readings: usize,
-}
-
-fn median(mut v: Vec<f64>) -> Option<f64> {
-    v.retain(|x| x.is_finite());
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    Some(if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    })
 }
 
 /// A run's rate and epoch time from its ranks' readings: each rank's median

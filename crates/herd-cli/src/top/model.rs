@@ -5,6 +5,7 @@
 //! stopped ([`store::Tail`]), its `.times` file only at its end and only when its size
 //! changed, the timeline and the manifest only when the timeline's size changed.
 
+use herd_metrics::median;
 use std::collections::{BTreeMap, VecDeque};
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
@@ -346,20 +347,6 @@ impl Metrics {
             }
         }
     }
-}
-
-fn median(values: impl IntoIterator<Item = f64>) -> Option<f64> {
-    let mut v: Vec<f64> = values.into_iter().collect();
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    Some(if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    })
 }
 
 #[derive(Debug)]

@@ -1,5 +1,6 @@
 use super::model::{sort_rows, Reader, Sort, State, Thresholds};
 use super::*;
+use crate::test_support::Exp;
 use herd_exp::logs::{self as exp_logs, Stream};
 use herd_metrics::store;
 use herd_metrics::Record;
@@ -10,60 +11,24 @@ use std::path::PathBuf;
 /// "Now" in these tests: every time is relative to it.
 const NOW: u64 = 1_796_060_000_000;
 
-/// An experiment `train` under a temporary root, submitted as job 4242.
-struct Exp {
-    _tmp: tempfile::TempDir,
-    root: PathBuf,
-    dir: PathBuf,
-}
-
 impl Exp {
-    fn new() -> Exp {
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let project = tmp.path().join("project");
-        std::fs::create_dir_all(&project).expect("project");
-        let root = tmp.path().join("exps");
-        let created = herd_exp::NewExperiment::new(
-            &root,
-            "train",
-            &project,
-            json!({"nodes": 2}),
-            herd_exp::Invocation::current("test"),
-        )
-        .create()
-        .expect("experiment");
-        created.experiment.record_job_id(1, "4242").expect("job id");
-        let dir = created.experiment.dir().to_owned();
-        Exp {
-            _tmp: tmp,
-            root,
-            dir,
-        }
-    }
-
-    fn event(&self, name: &str, fields: serde_json::Value) {
+    fn record(&self, name: &str, fields: serde_json::Value) {
         herd_exp::timeline::append(&self.dir, name, fields).expect("event");
     }
 
     /// `started`, a `rendezvous` of `ranks` ranks on two nodes, `attempt_started` K.
     fn start(&self, k: u32, ranks: u32) {
         let half = ranks.div_ceil(2);
-        self.event("started", json!({"job_id": "4242"}));
-        self.event(
+        self.record("started", json!({"job_id": "4242"}));
+        self.record(
             "rendezvous",
             json!({"world_size": ranks, "nodes": [
                 {"node": 0, "host": "gpu-a01", "ranks": (0..half).collect::<Vec<_>>()},
                 {"node": 1, "host": "gpu-a02", "ranks": (half..ranks).collect::<Vec<_>>()},
             ]}),
         );
-        self.event("attempt_started", json!({"attempt": k}));
+        self.record("attempt_started", json!({"attempt": k}));
         self.attempt_dir(k);
-    }
-
-    fn attempt_dir(&self, k: u32) -> PathBuf {
-        let d = exp_logs::attempt_dir(&self.dir.join("logs"), k);
-        std::fs::create_dir_all(&d).expect("attempt dir");
-        d
     }
 
     /// A stdout line of rank `rank` marked at `ms`.
@@ -142,12 +107,12 @@ fn states_come_from_the_files_and_the_timeline() {
     e.readings(1, 3, &steady, NOW - 120_000);
     // Rank 4: nothing yet.
     e.readings(1, 5, &steady, NOW - 5000);
-    e.event(
+    e.record(
         "worker_exit",
         json!({"attempt": 1, "rank": 5, "how": "rank 5 (local rank 1 on gpu-a02) exited with code 3"}),
     );
     e.readings(1, 6, &steady, NOW - 5000);
-    e.event(
+    e.record(
         "worker_exit",
         json!({"attempt": 1, "rank": 6, "how": "rank 6 (local rank 2 on gpu-a02) killed by SIGKILL (killed: out of memory, or by hand)"}),
     );
@@ -189,7 +154,7 @@ fn states_come_from_the_files_and_the_timeline() {
     assert_eq!(state_of(&frame, 0), State::Running);
 
     // The attempt finishes well: every rank that did not fail is done.
-    e.event("finished", json!({"attempt": 1, "ok": true}));
+    e.record("finished", json!({"attempt": 1, "ok": true}));
     let frame = reader.frame(NOW);
     assert_eq!(state_of(&frame, 0), State::Done);
     assert_eq!(state_of(&frame, 3), State::Done);
@@ -204,7 +169,7 @@ fn a_failed_attempt_stops_the_others_and_a_new_attempt_is_followed() {
     for r in 0..3 {
         e.readings(1, r, &[100.0], NOW - 1000);
     }
-    e.event(
+    e.record(
         "failed",
         json!({"attempt": 1, "cause": "rank 1 (local rank 1 on gpu-a01) exited with code 7", "kind": "worker_failure"}),
     );
@@ -213,8 +178,8 @@ fn a_failed_attempt_stops_the_others_and_a_new_attempt_is_followed() {
     assert_eq!(state_of(&frame, 1), State::Failed(7));
     assert_eq!(state_of(&frame, 0), State::Running);
 
-    e.event("restart", json!({"attempt": 2}));
-    e.event("attempt_started", json!({"attempt": 2}));
+    e.record("restart", json!({"attempt": 2}));
+    e.record("attempt_started", json!({"attempt": 2}));
     e.attempt_dir(2);
     let frame = reader.frame(NOW);
     assert_eq!(frame.attempt, Some(2));

@@ -1,0 +1,47 @@
+//! What the commands' unit tests share: an experiment folder under a temporary root.
+
+use std::path::PathBuf;
+
+use serde_json::json;
+
+/// An experiment `train` under a temporary root, submitted as job 4242. Each command's
+/// tests add the methods they need (events, log lines, readings) in their own `impl`.
+pub(crate) struct Exp {
+    _tmp: tempfile::TempDir,
+    /// The experiment root.
+    pub root: PathBuf,
+    /// The experiment folder.
+    pub dir: PathBuf,
+}
+
+impl Exp {
+    pub(crate) fn new() -> Exp {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let project = tmp.path().join("project");
+        std::fs::create_dir_all(&project).expect("project");
+        let root = tmp.path().join("exps");
+        let created = herd_exp::NewExperiment::new(
+            &root,
+            "train",
+            &project,
+            json!({"nodes": 2}),
+            herd_exp::Invocation::current("test"),
+        )
+        .create()
+        .expect("experiment");
+        created.experiment.record_job_id(1, "4242").expect("job id");
+        let dir = created.experiment.dir().to_owned();
+        Exp {
+            _tmp: tmp,
+            root,
+            dir,
+        }
+    }
+
+    /// `logs/attempt-K`, made.
+    pub(crate) fn attempt_dir(&self, k: u32) -> PathBuf {
+        let d = herd_exp::logs::attempt_dir(&self.dir.join("logs"), k);
+        std::fs::create_dir_all(&d).expect("attempt dir");
+        d
+    }
+}
