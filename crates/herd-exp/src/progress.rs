@@ -92,14 +92,16 @@ impl Progress {
             submissions,
             ..Progress::default()
         };
-        let of_job = |e: &Map<String, Value>| {
-            job_id.is_some() && e.get("job_id").and_then(Value::as_str) == job_id.as_deref()
+        // The agents write the id as a number, `herd submit` as a string.
+        let of_job = |e: &Map<String, Value>| match (&job_id, e.get("job_id")) {
+            (Some(id), Some(Value::String(s))) => s == id,
+            (Some(id), Some(Value::Number(n))) => n.to_string() == *id,
+            _ => false,
         };
-        // Events after the current job was queued are its own.
-        let start = events
-            .iter()
-            .rposition(|e| e["event"] == "queued" && of_job(e))
-            .unwrap_or(0);
+        // The current job's events start with its first event: `queued`, written by
+        // `herd submit` once sbatch answered, or the agents' `started` when the job
+        // started before that.
+        let start = events.iter().position(of_job).unwrap_or(0);
         for (i, e) in events.iter().enumerate() {
             let event = e.get("event").and_then(Value::as_str).unwrap_or("");
             match event {
@@ -239,6 +241,24 @@ mod tests {
         assert_eq!(p.finished, None, "the first job's end is not this one's");
         assert_eq!(p.ended, None);
         assert_eq!(p.last_failure.as_deref(), Some("rank 1 exited with code 3"));
+
+        // A job that started before `herd submit` wrote `queued` (sbatch answered late),
+        // its id a number as the agents write it.
+        let mut raced = events.clone();
+        raced.swap(6, 7);
+        raced[6].insert("job_id".into(), json!(11));
+        let p = Progress::from_events(Some("11".into()), 2, &raced);
+        assert_eq!(p.started_ms, Some(13), "{p:?}");
+        assert_eq!(p.requeues, 1, "{p:?}");
+        assert_eq!(p.queued_ms, Some(7));
+        assert_eq!(p.finished, None, "the first job's end is not this one's");
+        let p = Progress::from_events(Some("11".into()), 2, &raced[..9]);
+        assert_eq!(
+            p.started_ms,
+            Some(8),
+            "started before queued was written: {p:?}"
+        );
+        assert_eq!(p.rendezvous_ms, Some(9));
 
         let requeued = Progress::from_events(Some("11".into()), 2, &events[..12]);
         assert_eq!(
