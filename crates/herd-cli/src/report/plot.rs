@@ -28,9 +28,14 @@ pub const MAX_POINTS: usize = 2000;
 pub const LEGEND_MAX: usize = 16;
 /// Width of the legend at the right of the chart, pixels.
 const LEGEND_WIDTH: u32 = 140;
-/// Stroke width of a rank's line, pixels. Two or more: the bitmap backend fills lines that
-/// wide without antialiasing, so every pixel of a line is exactly its rank's colour.
+/// Stroke width of a rank's line, pixels, in a plot of at most [`LEGEND_MAX`] ranks (each
+/// named in the legend, each to be seen). The bitmap backend draws lines without
+/// antialiasing, so every pixel of a line is exactly its rank's colour.
 pub const LINE_WIDTH: u32 = 2;
+/// Stroke width with more ranks than that: one pixel. Sixty-four 2-pixel lines are a solid
+/// band anyway, and the bitmap backend fills each wide segment as a polygon: 64 ranks ×
+/// 2,000 points took 8 s to draw that way, 2 s in 1-pixel lines.
+pub const THIN_LINE_WIDTH: u32 = 1;
 /// Colour of the attempt markers and their labels.
 pub const MARKER_COLOUR: (u8, u8, u8) = (90, 90, 90);
 
@@ -352,11 +357,16 @@ fn draw<DB: DrawingBackend>(
         .light_line_style(RGBColor(244, 244, 244))
         .draw()
         .map_err(e)?;
+    let width = if plot.lines.len() <= LEGEND_MAX {
+        LINE_WIDTH
+    } else {
+        THIN_LINE_WIDTH
+    };
     for line in &plot.lines {
         let style = ShapeStyle {
             color: rgb(rank_colour(line.rank)).to_rgba(),
             filled: false,
-            stroke_width: LINE_WIDTH,
+            stroke_width: width,
         };
         if segments {
             chart

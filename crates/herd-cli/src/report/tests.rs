@@ -481,23 +481,3 @@ fn without_plots_the_output_is_the_table_alone() {
     assert_eq!(doc["runs"][0]["gpus"], 4);
     assert_eq!(doc["runs"][0]["nodes"], 2);
 }
-
-/// `cargo test --release -p herd-cli -- --ignored --nocapture plot_time`
-#[test]
-#[ignore = "a timing, run by hand in release"]
-fn plot_time_64_ranks_100k_steps() {
-    let exp = big(64, 100_000);
-    let t = std::time::Instant::now();
-    let (plots, _) = plot::build_all(&exp);
-    let built = t.elapsed();
-    let mut bytes = 0;
-    for p in &plots {
-        bytes += plot::png(p).expect("png").len();
-        bytes += plot::svg(p).expect("svg").len();
-    }
-    let all = t.elapsed();
-    println!(
-        "64 ranks x 100k steps: built {built:?}, drawn (2 plots, PNG and SVG, {bytes} bytes) {all:?}; {} points a plot",
-        plots[0].point_count()
-    );
-}
