@@ -1,12 +1,12 @@
 //! Plots of one experiment's loss and throughput, PNG and SVG (docs/report.md).
 //!
 //! One line per rank, each rank its own colour ([`rank_colour`]), every attempt on one
-//! axis: x is the global step (seconds since the experiment's first reading when a
-//! reading has no step), and each attempt after the first is marked by a dashed vertical
-//! line labelled with what started it (`restart`, `requeue`, `resume`). Long series are cut
-//! to at most [`MAX_POINTS`] points a rank ([`downsample`]: the smallest and the largest
-//! reading of each bucket, so spikes stay). The font (DejaVu Sans) is in the binary: no
-//! font is looked up on the system.
+//! axis: x is the global step (readings without one left out; seconds since the
+//! experiment's first reading when no reading has a step), and each attempt after the
+//! first is marked by a dashed vertical line labelled with what started it (`restart`,
+//! `requeue`, `resume`). Long series are cut to at most [`MAX_POINTS`] points a rank
+//! ([`downsample`]: the smallest and the largest reading of each bucket, so spikes stay).
+//! The font (DejaVu Sans) is in the binary: no font is looked up on the system.
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -176,12 +176,15 @@ pub fn build(exp: &ExpData, metric: Metric) -> Option<Plot> {
     if !has(column) {
         return None;
     }
-    // Steps when every reading drawn has one; else seconds since the first reading.
-    let by_step = exp.all_series().iter().all(|s| {
-        s.column(column).is_none_or(|c| {
+    // Steps when any reading has one (the readings without a step are left out: a trainer
+    // printing its own line beside the convention's, such as SwAV's `Epoch: [E][I]`
+    // before its first JSON line, must not turn the axis into seconds); else seconds since
+    // the first reading.
+    let by_step = exp.all_series().iter().any(|s| {
+        s.column(column).is_some_and(|c| {
             c.iter()
                 .zip(&s.step)
-                .all(|(v, step)| !v.is_finite() || step.is_some())
+                .any(|(v, step)| v.is_finite() && step.is_some())
         })
     });
     let t0 = exp
@@ -206,7 +209,8 @@ pub fn build(exp: &ExpData, metric: Metric) -> Option<Plot> {
                     continue;
                 }
                 let x = if by_step {
-                    s.step[i].map_or(0.0, |st| st as f64)
+                    let Some(step) = s.step[i] else { continue };
+                    step as f64
                 } else {
                     s.time_ms[i].saturating_sub(t0) as f64 / 1000.0
                 };

@@ -371,6 +371,28 @@ fn tokens_when_no_samples_and_seconds_when_no_steps() {
     assert_eq!(p.lines[0].points[9], (9.0, 909.0));
 }
 
+/// SwAV's own `Epoch: [E][I]` line (no step) read before the job's first convention line:
+/// the plot stays on steps and leaves that reading out.
+#[test]
+fn a_reading_without_a_step_among_stepped_ones_keeps_the_step_axis() {
+    let root = Root::new();
+    let e = root.exp("swav");
+    e.event("rendezvous", json!({"world_size": 1, "nodes": []}));
+    let mut rows = vec![(5_000, None, vec![("loss", 4.6)])];
+    rows.extend((0..5).map(|i| {
+        (
+            6_000 + i * 1000,
+            Some(i * 10),
+            vec![("loss", 4.5 - i as f64 * 0.1)],
+        )
+    }));
+    e.metrics(0, 0, &rows);
+    let p = plot::build(&e.data(), Metric::Loss).expect("a plot");
+    assert_eq!(p.x_label, "step");
+    assert_eq!(p.lines[0].points.len(), 5, "{:?}", p.lines[0].points);
+    assert_eq!(p.lines[0].points[0], (0.0, 4.5));
+}
+
 #[test]
 fn the_page_is_self_contained_and_escapes_what_the_job_wrote() {
     let root = Root::new();

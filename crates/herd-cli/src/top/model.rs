@@ -579,8 +579,14 @@ impl Reader {
             .filter(|r| running(r))
             .filter_map(|r| r.rate)
             .collect();
-        frame.median_rate = median(rates.iter().copied());
-        frame.total_rate = (!rates.is_empty()).then(|| rates.iter().sum());
+        // Once no rank runs (the attempt ended), the header keeps the rates they ended at.
+        let shown: Vec<f64> = if rates.is_empty() {
+            rows.iter().filter_map(|r| r.rate).collect()
+        } else {
+            rates.clone()
+        };
+        frame.median_rate = median(shown.iter().copied());
+        frame.total_rate = (!shown.is_empty()).then(|| shown.iter().sum());
         if let (Some(med), true) = (frame.median_rate, rates.len() >= 2) {
             for row in &mut rows {
                 if let (State::Running, Some(rate)) = (&row.state, row.rate) {

@@ -160,6 +160,10 @@ fn states_come_from_the_files_and_the_timeline() {
     assert_eq!(state_of(&frame, 3), State::Done);
     assert_eq!(state_of(&frame, 5), State::Failed(3));
     assert_eq!(frame.ended.as_deref(), Some("finished ok"));
+    // No rank runs any more: the header keeps the rates the ranks ended at (2 at 40; 0, 1,
+    // 3, 5 and 6 at 100; 4 and 7 never reported one).
+    assert_eq!(frame.median_rate, Some(100.0));
+    assert_eq!(frame.total_rate, Some(540.0), "{:?}", frame.rows);
 }
 
 #[test]
