@@ -8,6 +8,7 @@ use std::io::Write;
 use clap::{Parser, Subcommand};
 
 pub mod cancel;
+pub mod completions;
 pub mod env;
 pub mod exec;
 pub mod hostlist;
@@ -289,6 +290,10 @@ pub enum Command {
     /// Print where this SLURM task sits (nodes, master, ranks) and the variables herd gives
     /// a worker.
     Env(env::EnvArgs),
+    /// Print a shell completion script: `source <(herd completions bash)`.
+    Completions(completions::CompletionsArgs),
+    /// Print the man page herd(1): `herd man > ~/.local/share/man/man1/herd.1`.
+    Man(completions::ManArgs),
 }
 
 impl Command {
@@ -307,6 +312,8 @@ impl Command {
             Command::Check(_) => "check",
             Command::Hostlist(_) => "hostlist",
             Command::Env(_) => "env",
+            Command::Completions(_) => "completions",
+            Command::Man(_) => "man",
         }
     }
 }
@@ -326,6 +333,8 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
         Command::Cancel(args) => cancel::run(args, out),
         Command::Report(args) => report::run(args, out),
         Command::Top(args) => top::run(args, out),
+        Command::Completions(args) => completions::completions(args, out),
+        Command::Man(args) => completions::man(args, out),
     }
 }
 
@@ -389,6 +398,7 @@ mod tests {
                 "cancel" => &["x"],
                 "logs" => &["NAME"],
                 "report" | "top" => &["NAME"],
+                "completions" => &["bash"],
                 _ => &[],
             };
             let mut argv = vec!["herd", name.as_str()];

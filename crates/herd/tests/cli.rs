@@ -10,9 +10,21 @@ fn herd(args: &[&str]) -> std::process::Output {
 }
 
 /// docs/design.md §1's commands, in the order `herd --help` lists them.
-const COMMANDS: [&str; 12] = [
-    "submit", "run", "launch", "exec", "status", "logs", "cancel", "top", "report", "check",
-    "hostlist", "env",
+const COMMANDS: [&str; 14] = [
+    "submit",
+    "run",
+    "launch",
+    "exec",
+    "status",
+    "logs",
+    "cancel",
+    "top",
+    "report",
+    "check",
+    "hostlist",
+    "env",
+    "completions",
+    "man",
 ];
 
 #[test]
@@ -932,4 +944,81 @@ fn logs_into_a_closed_pipe_exits_0() {
     let out = child.wait_with_output().expect("waits");
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert!(out.stderr.is_empty(), "{out:?}");
+}
+
+/// The completion script loads in bash and registers `herd`, offering its commands.
+#[test]
+fn bash_completions_load_and_complete_the_commands() {
+    let script = format!(
+        "source <({} completions bash) && complete -p herd && \
+         COMP_WORDS=(herd st) COMP_CWORD=1 COMP_LINE='herd st' COMP_POINT=7 && \
+         _herd herd st herd && printf '%s\\n' \"${{COMPREPLY[@]}}\"",
+        env!("CARGO_BIN_EXE_herd")
+    );
+    let out = Command::new("bash")
+        .args(["--norc", "-c", &script])
+        .output()
+        .expect("bash runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        text.contains("complete") && text.contains(" herd"),
+        "{text}"
+    );
+    let offered: Vec<&str> = text.lines().skip(1).collect();
+    assert_eq!(offered, ["status"], "herd st<TAB>: {text}");
+}
+
+#[test]
+fn zsh_and_fish_completions_name_every_command() {
+    for shell in ["zsh", "fish"] {
+        let out = herd(&["completions", shell]);
+        assert!(out.status.success(), "{shell}: {out:?}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        for c in COMMANDS {
+            assert!(text.contains(c), "{shell}: no {c}");
+        }
+    }
+    let out = herd(&["completions", "tcsh"]);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "an unknown shell is a usage error"
+    );
+}
+
+/// `herd man` is a roff page man renders: a section per command, nested ones included,
+/// each with the options its `--help` lists.
+#[test]
+fn the_man_page_has_a_section_per_command_with_its_options() {
+    let out = herd(&["man"]);
+    assert!(out.status.success(), "{out:?}");
+    let page = String::from_utf8_lossy(&out.stdout);
+    assert!(page.contains(".TH herd 1"), "{page}");
+    for c in COMMANDS {
+        assert!(
+            page.contains(&format!(".SH \"HERD {}\"", c.to_uppercase())),
+            "no section for {c}"
+        );
+    }
+    assert!(page.contains(".SH \"HERD HOSTLIST EXPAND\""));
+    assert!(page.contains("silent\\-after"), "herd top's options");
+    // man renders it without complaint.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("herd.1");
+    std::fs::write(&path, page.as_bytes()).expect("write");
+    let rendered = Command::new("man")
+        .arg("-l")
+        .arg(&path)
+        .env("MANPAGER", "cat")
+        .env("MANWIDTH", "80")
+        .output()
+        .expect("man runs");
+    assert!(rendered.status.success(), "{rendered:?}");
+    let text = String::from_utf8_lossy(&rendered.stdout);
+    assert!(text.contains("HERD TOP"), "{text}");
+    assert!(
+        String::from_utf8_lossy(&rendered.stderr).trim().is_empty(),
+        "{rendered:?}"
+    );
 }
