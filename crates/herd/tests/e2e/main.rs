@@ -20,3 +20,4 @@ mod support;
 mod swav_mini;
 mod top;
 mod train_ddp_contract;
+mod wheel;
