@@ -49,6 +49,15 @@ pub fn median(values: impl IntoIterator<Item = f64>) -> Option<f64> {
     })
 }
 
+/// A record of `step` and `values`, for the tests.
+#[cfg(test)]
+pub(crate) fn rec(step: impl Into<Option<u64>>, values: &[(&str, f64)]) -> Record {
+    Record {
+        step: step.into(),
+        values: values.iter().map(|(n, v)| (n.to_string(), *v)).collect(),
+    }
+}
+
 #[cfg(test)]
 mod median_tests {
     use super::median;

@@ -669,13 +669,7 @@ pub fn read_attempt(dir: &Path) -> Result<Vec<(u32, Series)>, StoreError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn rec(step: Option<u64>, values: &[(&str, f64)]) -> Record {
-        Record {
-            step,
-            values: values.iter().map(|(n, v)| (n.to_string(), *v)).collect(),
-        }
-    }
+    use crate::rec;
 
     #[test]
     fn written_readings_read_back_column_by_column() {

@@ -153,13 +153,7 @@ fn first_number(s: &str) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn rec(step: u64, values: &[(&str, f64)]) -> Record {
-        Record {
-            step: Some(step),
-            values: values.iter().map(|(n, v)| (n.to_string(), *v)).collect(),
-        }
-    }
+    use crate::rec;
 
     #[test]
     fn report_progress() {

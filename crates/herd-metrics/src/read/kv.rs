@@ -58,13 +58,7 @@ pub(crate) fn line(line: &str) -> Option<Record> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn rec(step: u64, values: &[(&str, f64)]) -> Record {
-        Record {
-            step: Some(step),
-            values: values.iter().map(|(n, v)| (n.to_string(), *v)).collect(),
-        }
-    }
+    use crate::rec;
 
     #[test]
     fn train_ddp() {

@@ -116,13 +116,7 @@ fn validation(t: &str) -> Option<Record> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn rec(step: u64, values: &[(&str, f64)]) -> Record {
-        Record {
-            step: Some(step),
-            values: values.iter().map(|(n, v)| (n.to_string(), *v)).collect(),
-        }
-    }
+    use crate::rec;
 
     #[test]
     fn training_log() {

@@ -2,13 +2,7 @@
 //! [`Auto`]'s detection.
 
 use super::*;
-
-fn rec(step: Option<u64>, values: &[(&str, f64)]) -> Record {
-    Record {
-        step,
-        values: values.iter().map(|(n, v)| (n.to_string(), *v)).collect(),
-    }
-}
+use crate::rec;
 
 const KV: &str = "rank=0 step=10 loss=0.530095 samples_per_s=1557.1";
 const TORCHTITAN: &str = "[rank0]:[titan] 2025-10-30 14:32:58,897 - root - INFO - \x1b[31mstep:  1  \x1b[32mloss:  8.16610  \x1b[38;2;180;60;0mgrad_norm:  3.6855  \x1b[38;2;54;234;195mmemory:  2.47GiB(3.12%)  \x1b[34mtps: 3,502  \x1b[36mtflops: 1.90  \x1b[35mmfu: 0.19%\x1b[39m";

@@ -63,13 +63,7 @@ pub(crate) fn line(line: &str) -> Option<Record> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn rec(step: u64, values: &[(&str, f64)]) -> Record {
-        Record {
-            step: Some(step),
-            values: values.iter().map(|(n, v)| (n.to_string(), *v)).collect(),
-        }
-    }
+    use crate::rec;
 
     /// The colours of torchtitan/tools/utils.py `Color`.
     fn coloured(step: &str, rest: &str) -> String {
