@@ -260,9 +260,17 @@ impl Attempt {
         procs::forward(&self.groups, sig);
     }
 
-    /// End every process of this attempt on this node, then flush its output.
+    /// End every process of this attempt on this node (SIGTERM, SIGKILL after `grace`),
+    /// then flush its output.
     pub(crate) async fn teardown(&mut self, grace: Duration) {
-        procs::terminate_all(&self.groups, &self.managed, grace).await;
+        self.teardown_with(Signal::SIGTERM, grace).await;
+    }
+
+    /// [`Attempt::teardown`] with `first` instead of SIGTERM: a job cancelled by SIGINT or
+    /// SIGHUP ends its workers with that signal, as torchrun's agent does, so a worker
+    /// that handles it (KeyboardInterrupt) has the grace to do so.
+    pub(crate) async fn teardown_with(&mut self, first: Signal, grace: Duration) {
+        procs::terminate_all(&self.groups, &self.managed, first, grace).await;
         self.running.clear();
         // Those groups are gone; never signal their ids again (they may be reused).
         self.groups.clear();

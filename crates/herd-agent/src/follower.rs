@@ -154,12 +154,14 @@ pub(crate) async fn follow(
                 }
             }
             Event::Peer {
-                msg: Some(Msg::Teardown { attempt: n }),
+                msg: Some(Msg::Teardown { attempt: n, signal }),
                 ..
             } => {
                 on_my_own = None;
                 if let Some(a) = attempt.as_mut() {
-                    a.teardown(cfg.kill_grace).await;
+                    let first = signal.and_then(|s| s.parse::<Signal>().ok());
+                    a.teardown_with(first.unwrap_or(Signal::SIGTERM), cfg.kill_grace)
+                        .await;
                 }
                 stopped = true;
                 let _ = send(&mut w, &Msg::TornDown { attempt: n }).await;
@@ -245,8 +247,7 @@ pub(crate) async fn follow(
                         continue;
                     }
                     if let Some(a) = attempt.as_mut() {
-                        a.forward(sig);
-                        a.teardown(cfg.kill_grace).await;
+                        a.teardown_with(sig, cfg.kill_grace).await;
                     }
                     say(format!(
                         "node {} ({host}): {}; the leader cannot be told: tore down this node's workers",

@@ -109,12 +109,13 @@ pub fn forward(groups: &[i32], signal: Signal) {
     }
 }
 
-/// End every descendant of this process: SIGTERM to the workers' groups and all
-/// descendants, up to `grace` for them to exit, then SIGKILL to whatever is left, until
-/// nothing is. `managed` are pids whose exit status someone else collects.
-pub async fn terminate_all(groups: &[i32], managed: &HashSet<i32>, grace: Duration) {
+/// End every descendant of this process: `first` (SIGTERM; the signal that cancelled the
+/// job) to the workers' groups and all descendants, up to `grace` for them to exit, then
+/// SIGKILL to whatever is left, until nothing is. `managed` are pids whose exit status
+/// someone else collects.
+pub async fn terminate_all(groups: &[i32], managed: &HashSet<i32>, first: Signal, grace: Duration) {
     let me = std::process::id() as i32;
-    signal_all(groups, Signal::SIGTERM);
+    signal_all(groups, first);
     let deadline = tokio::time::Instant::now() + grace;
     loop {
         let (live, zombies) = descendants(me);

@@ -34,8 +34,14 @@ pub(crate) enum Msg {
     Failed { report: FailureReport },
     /// All of a follower's workers exited 0.
     NodeDone { attempt: u32 },
-    /// Leader → followers: end your workers now.
-    Teardown { attempt: u32 },
+    /// Leader → followers: end your workers now, with `signal` instead of SIGTERM when the
+    /// job was cancelled by one (SIGTERM, SIGINT, SIGHUP), as the leader ends its own: every
+    /// worker of the job sees the signal that cancelled it.
+    Teardown {
+        attempt: u32,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        signal: Option<String>,
+    },
     /// Follower → leader: my workers are gone.
     TornDown { attempt: u32 },
     /// Leader → followers: the job is over.

@@ -192,6 +192,7 @@ impl CliError {
                 // What was asked for is wrong: another name, exclude or experiment root.
                 Exp::Name(_)
                 | Exp::NotFound { .. }
+                | Exp::NotAnExperiment { .. }
                 | Exp::BadExclude { .. }
                 | Exp::ExpRootIsProject { .. } => ExitStatus::Usage,
                 // Taken meanwhile: as when submit's check finds the folder (exit 1).

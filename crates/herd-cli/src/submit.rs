@@ -147,6 +147,9 @@ pub fn dependency(after: &[String]) -> Result<Option<String>, Vec<String>> {
                 continue;
             }
             _ => {
+                // Oldest first, as the user submitted them (squeue's order is its own).
+                let mut ids = ids;
+                ids.sort_by_key(|id| (id.len(), id.clone()));
                 problems.push(format!(
                     "--after {entry}: {} jobs are named {target:?} (ids {}); give the id instead",
                     ids.len(),

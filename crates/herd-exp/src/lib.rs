@@ -130,10 +130,16 @@ pub enum Error {
         /// The existing folder.
         path: PathBuf,
     },
-    /// No experiment folder (with a manifest) at this path.
-    #[error("experiment folder {} does not exist (no {MANIFEST_FILE} in it)", path.display())]
+    /// No experiment folder at this path.
+    #[error("experiment folder {} does not exist: give the name of an experiment `herd submit` made", path.display())]
     NotFound {
         /// The folder looked for.
+        path: PathBuf,
+    },
+    /// A folder without a manifest: not one `herd submit` made (or one it is still making).
+    #[error("{} is not an experiment folder: it has no {MANIFEST_FILE} (only `herd submit` makes experiment folders)", path.display())]
+    NotAnExperiment {
+        /// The folder.
         path: PathBuf,
     },
     /// A file system operation failed.
@@ -521,6 +527,21 @@ fn rename_noreplace(from: &Path, to: &Path) -> io::Result<()> {
     }
 }
 
+/// `dir` is an experiment folder: it holds a manifest. Else why not, in the user's words.
+fn check_manifest(dir: &Path) -> Result<(), Error> {
+    if dir.join(MANIFEST_FILE).is_file() {
+        Ok(())
+    } else if dir.is_dir() {
+        Err(Error::NotAnExperiment {
+            path: dir.to_owned(),
+        })
+    } else {
+        Err(Error::NotFound {
+            path: dir.to_owned(),
+        })
+    }
+}
+
 /// An existing experiment folder.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Experiment {
@@ -532,9 +553,7 @@ impl Experiment {
     /// Opens `<exp_root>/<name>/`, which must hold a manifest (`herd submit --resume`).
     pub fn open(exp_root: &Path, name: &str) -> Result<Experiment, Error> {
         let dir = experiment_dir(exp_root, name)?;
-        if !dir.join(MANIFEST_FILE).is_file() {
-            return Err(Error::NotFound { path: dir });
-        }
+        check_manifest(&dir)?;
         Ok(Experiment {
             name: name.to_owned(),
             dir,
@@ -550,11 +569,7 @@ impl Experiment {
             .ok_or_else(|| Error::NotFound {
                 path: dir.to_owned(),
             })?;
-        if !dir.join(MANIFEST_FILE).is_file() {
-            return Err(Error::NotFound {
-                path: dir.to_owned(),
-            });
-        }
+        check_manifest(dir)?;
         Ok(Experiment {
             name: name.to_owned(),
             dir: dir.to_owned(),

@@ -171,30 +171,41 @@ fn failure_in_the_middle_leaves_nothing_behind() {
     );
 }
 
+/// A file the user cannot read (mode 000) among 200 fails the snapshot, naming the file,
+/// and leaves nothing. Root reads every file, so that part runs as user `nobody`; root
+/// itself snapshots the same project whole.
 #[test]
 fn unreadable_file_leaves_nothing_behind() {
+    const NAME: &str = "unreadable_file_leaves_nothing_behind";
+    if std::env::var_os("HERD_TEST_AS_NOBODY").is_some() {
+        let var = |k: &str| std::path::PathBuf::from(std::env::var_os(k).expect(k));
+        let (root, proj) = (var("T_ROOT"), var("T_PROJ"));
+        let err = request(&root, "run", &proj)
+            .create()
+            .expect_err("an unreadable file fails the snapshot");
+        let msg = err.to_string();
+        assert!(
+            msg.contains("secret.key") && msg.contains("ermission denied"),
+            "{msg}"
+        );
+        assert!(names(&root).is_empty(), "left behind: {:?}", names(&root));
+        return;
+    }
     let proj = project();
     for i in 0..200 {
         write(proj.path(), &format!("a/b{}/f{i}.py", i % 7), "pass\n");
     }
     write(proj.path(), "a/secret.key", "secret\n");
     common::chmod(proj.path(), "a/secret.key", 0o000);
+    common::chmod(proj.path(), ".", 0o755);
     let exp = TempDir::new().expect("tempdir");
-    let result = request(exp.path(), "run", proj.path()).create();
-    if fs::read(proj.path().join("a/secret.key")).is_ok() {
-        // Root reads files of mode 000: the snapshot succeeds, and the file is in it.
-        // (`failure_in_the_middle_leaves_nothing_behind` fails the snapshot as root too.)
-        let created = result.expect("readable as root");
-        assert!(created.experiment.code_dir().join("a/secret.key").exists());
-        return;
-    }
-    let err = result.expect_err("an unreadable file fails the snapshot");
-    let msg = err.to_string();
-    assert!(
-        msg.contains("secret.key") && msg.contains("ermission denied"),
-        "{msg}"
-    );
+    common::chmod(exp.path(), ".", 0o777);
+    common::as_nobody(NAME, &[("T_ROOT", exp.path()), ("T_PROJ", proj.path())]);
     assert!(names(exp.path()).is_empty(), "{:?}", names(exp.path()));
+    let created = request(exp.path(), "run", proj.path())
+        .create()
+        .expect("root reads files of mode 000");
+    assert!(created.experiment.code_dir().join("a/secret.key").exists());
 }
 
 #[test]

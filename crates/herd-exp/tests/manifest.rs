@@ -268,6 +268,9 @@ fn job_ids_are_recorded_once_and_resume_adds_attempts() {
 
     let err = Experiment::open(exp.path(), "nope").expect_err("missing");
     assert!(matches!(err, Error::NotFound { .. }), "{err:?}");
+    std::fs::create_dir(exp.path().join("plain")).expect("mkdir");
+    let err = Experiment::open(exp.path(), "plain").expect_err("no manifest");
+    assert!(matches!(err, Error::NotAnExperiment { .. }), "{err:?}");
     let err = Experiment::open(exp.path(), "../run").expect_err("bad name");
     assert!(matches!(err, Error::Name(_)), "{err:?}");
 }

@@ -10,7 +10,7 @@ use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 
-use common::{ino, names, request, settle, write};
+use common::{as_nobody, ino, names, request, settle, write};
 use tempfile::TempDir;
 
 /// Per path: kind, and for files mode, mtime and contents; for symlinks the target. What
@@ -72,7 +72,7 @@ fn nlink(path: &Path) -> u64 {
 #[test]
 fn an_unchanged_project_copies_nothing_and_edits_after_submit_change_nothing() {
     let proj = project();
-    settle();
+    settle(proj.path());
     let exp = TempDir::new().expect("tempdir");
     let first = request(exp.path(), "first", proj.path())
         .create()
@@ -121,13 +121,13 @@ fn an_unchanged_project_copies_nothing_and_edits_after_submit_change_nothing() {
 #[test]
 fn deleting_an_experiment_frees_only_what_no_other_links() {
     let proj = project();
-    settle();
+    settle(proj.path());
     let exp = TempDir::new().expect("tempdir");
     let first = request(exp.path(), "first", proj.path())
         .create()
         .expect("first");
     write(proj.path(), "train.py", "print('v2')\n");
-    settle();
+    settle(proj.path());
     let second = request(exp.path(), "second", proj.path())
         .create()
         .expect("second");
@@ -159,7 +159,7 @@ fn deleting_an_experiment_frees_only_what_no_other_links() {
 #[test]
 fn a_copy_changed_in_place_is_not_linked_again() {
     let proj = project();
-    settle();
+    settle(proj.path());
     let exp = TempDir::new().expect("tempdir");
     let first = request(exp.path(), "first", proj.path())
         .create()
@@ -185,32 +185,6 @@ fn a_copy_changed_in_place_is_not_linked_again() {
     assert_eq!((second.snapshot.linked, second.snapshot.copied), (4, 1));
 }
 
-/// Runs this test binary's test `name` again as user `nobody` (uid 65534), with `env`:
-/// the test sees `HERD_TEST_AS_NOBODY` and does the other user's part.
-fn as_nobody(name: &str, env: &[(&str, &Path)]) {
-    let exe = std::env::current_exe().expect("test binary");
-    let mut cmd = std::process::Command::new("setpriv");
-    cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-        .arg(exe)
-        .args(["--exact", name, "--nocapture", "--test-threads=1"])
-        .env("HERD_TEST_AS_NOBODY", "1");
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let out = cmd.output().expect("setpriv runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "as nobody: {stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    // A renamed test would match nothing and pass: the child ran exactly this one.
-    assert!(
-        stdout.contains("running 1 test") && stdout.contains(&format!("test {name} ... ok")),
-        "as nobody, test {name} did not run:\n{stdout}"
-    );
-}
-
 /// Root's part of a test that runs a part as `nobody`: a [`project`] `nobody` can read
 /// (after `prepare` has its say, settled) and a folder `nobody` can enter, for experiment
 /// roots.
@@ -224,7 +198,7 @@ fn for_nobody(prepare: impl FnOnce(&Path)) -> (TempDir, TempDir) {
     let proj = project();
     fs::set_permissions(proj.path(), fs::Permissions::from_mode(0o755)).expect("chmod");
     prepare(proj.path());
-    settle();
+    settle(proj.path());
     let parent = TempDir::new().expect("tempdir");
     fs::set_permissions(parent.path(), fs::Permissions::from_mode(0o755)).expect("chmod");
     (proj, parent)

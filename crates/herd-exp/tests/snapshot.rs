@@ -8,7 +8,7 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::process::Command;
 
-use common::{chmod, fingerprint, ino, listing, request, settle, write};
+use common::{chmod, fingerprint, ino, just_written, listing, request, settle, write};
 use herd_exp::Error;
 use tempfile::TempDir;
 
@@ -212,7 +212,7 @@ fn second_snapshot_links_unchanged_files_and_copies_changed_ones() {
     write(p, "chmod.sh", "#!/bin/sh\n");
     write(p, "deleted.py", "gone later\n");
     write(p, "tampered.py", "original\n");
-    settle();
+    settle(p);
     let exp = TempDir::new().expect("tempdir");
     let first = request(exp.path(), "one", p).create().expect("first");
     assert_eq!(first.snapshot.copied, 7);
@@ -224,6 +224,10 @@ fn second_snapshot_links_unchanged_files_and_copies_changed_ones() {
     chmod(p, "chmod.sh", 0o755);
     fs::remove_file(p.join("deleted.py")).expect("rm");
     write(p, "new.py", "new\n");
+    // Written just before `two` copies them, whatever the machine's speed.
+    for rel in ["edited.py", "same-size.py", "new.py"] {
+        just_written(p, rel);
+    }
     // Someone makes a file of the first snapshot writable and edits it in place: it must
     // not spread to the second.
     chmod(&c1, "tampered.py", 0o644);
@@ -272,7 +276,6 @@ fn second_snapshot_links_unchanged_files_and_copies_changed_ones() {
     // written just before `two` copied it (the files edited just before `two` are copied
     // again; chmod.sh's contents are older, only its mode changed: linked, like
     // tampered.py, whose copy in `two` is fresh).
-    settle();
     let third = request(exp.path(), "three", p).create().expect("third");
     assert_eq!(third.snapshot.linked_from.as_deref(), Some("two"));
     let c3 = third.experiment.code_dir();
@@ -285,6 +288,7 @@ fn second_snapshot_links_unchanged_files_and_copies_changed_ones() {
     assert_eq!((third.snapshot.linked, third.snapshot.copied), (4, 3));
 
     // Without reuse everything is copied.
+    settle(p);
     let mut req = request(exp.path(), "four", p);
     req.snapshot.reuse_previous = false;
     let fourth = req.create().expect("fourth");
@@ -300,10 +304,11 @@ fn files_changed_just_before_a_snapshot_are_not_linked_from_it() {
     let proj = TempDir::new().expect("tempdir");
     let p = proj.path();
     write(p, "old.py", "old\n");
-    settle();
+    settle(p);
     // Written within 2 s of the first snapshot: it might change again unnoticed within
     // the file system's timestamp granularity, so the next snapshot copies it.
     write(p, "racy.py", "just written\n");
+    just_written(p, "racy.py");
     let exp = TempDir::new().expect("tempdir");
     let first = request(exp.path(), "one", p).create().expect("first");
     let second = request(exp.path(), "two", p).create().expect("second");
@@ -318,8 +323,8 @@ fn only_snapshots_of_the_same_project_are_linked_from() {
     let b = TempDir::new().expect("tempdir");
     for p in [a.path(), b.path()] {
         write(p, "same.py", "identical in both projects\n");
+        settle(p);
     }
-    settle();
     let exp = TempDir::new().expect("tempdir");
     let first = request(exp.path(), "a1", a.path()).create().expect("a1");
     let other = request(exp.path(), "b1", b.path()).create().expect("b1");
@@ -345,7 +350,7 @@ fn only_snapshots_of_the_same_project_are_linked_from() {
 fn a_broken_previous_manifest_means_copying_not_failing() {
     let proj = TempDir::new().expect("tempdir");
     write(proj.path(), "a.py", "a\n");
-    settle();
+    settle(proj.path());
     let exp = TempDir::new().expect("tempdir");
     let first = request(exp.path(), "one", proj.path())
         .create()
@@ -374,7 +379,7 @@ fn editing_the_project_after_the_snapshot_changes_nothing_in_it() {
     let p = proj.path();
     write(p, "train.py", "lr = 0.1\n");
     write(p, "conf/a.yaml", "epochs: 10\n");
-    settle();
+    settle(p);
     let exp = TempDir::new().expect("tempdir");
     let first = request(exp.path(), "one", p).create().expect("one");
     let second = request(exp.path(), "two", p).create().expect("two");

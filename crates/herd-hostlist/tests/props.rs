@@ -105,12 +105,28 @@ fn item() -> impl Strategy<Value = Vec<Piece>> {
     })
 }
 
-/// Render one piece; a range's width is the lower bound's written width (padded to `w`).
-fn render(items: &[Vec<Piece>], seps: &[&str]) -> String {
+/// What may stand between two items: commas, whitespace (newlines included: herd's
+/// deliberate difference from SLURM, which makes a newline part of a name) and empty items.
+fn separator() -> impl Strategy<Value = &'static str> {
+    prop_oneof![
+        Just(","),
+        Just(" "),
+        Just(", "),
+        Just("\n"),
+        Just("\r\n"),
+        Just("\t"),
+        Just(",,"),
+        Just(" ,\n "),
+    ]
+}
+
+/// Render the items, each after its separator (the first one's is not written); a range's
+/// width is the lower bound's written width (padded to `w`).
+fn render(items: &[(Vec<Piece>, &str)]) -> String {
     let mut out = String::new();
-    for (i, pieces) in items.iter().enumerate() {
+    for (i, (pieces, sep)) in items.iter().enumerate() {
         if i > 0 {
-            out.push_str(seps[i % seps.len()]);
+            out.push_str(sep);
         }
         for p in pieces {
             match p {
@@ -137,9 +153,9 @@ fn render(items: &[Vec<Piece>], seps: &[&str]) -> String {
 /// The model: every combination of the groups' values, each padded to its range's written
 /// lower-bound width, in SLURM's order: the last group varies fastest, then the first, the
 /// second, …, and the group before the last varies slowest.
-fn model(items: &[Vec<Piece>]) -> Vec<String> {
+fn model(items: &[(Vec<Piece>, &str)]) -> Vec<String> {
     let mut all = Vec::new();
-    for pieces in items {
+    for (pieces, _) in items {
         let groups: Vec<Vec<String>> = pieces
             .iter()
             .filter_map(|p| match p {
@@ -201,8 +217,8 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(2000))]
 
     #[test]
-    fn random_expressions_expand_like_the_model(items in proptest::collection::vec(item(), 0..4)) {
-        let expr = render(&items, &[",", " ", ", ", "\n"]);
+    fn random_expressions_expand_like_the_model(items in proptest::collection::vec((item(), separator()), 0..6)) {
+        let expr = render(&items);
         let want = model(&items);
         prop_assert_eq!(expand(&expr).map_err(|e| e.to_string()), Ok(want.clone()), "expr: {}", expr);
         prop_assert_eq!(count(&expr).ok(), Some(want.len() as u64));
@@ -222,8 +238,8 @@ proptest! {
     }
 
     #[test]
-    fn packed_hosts_equal_owned_hosts(items in proptest::collection::vec(item(), 0..4)) {
-        let expr = render(&items, &[","]);
+    fn packed_hosts_equal_owned_hosts(items in proptest::collection::vec((item(), separator()), 0..4)) {
+        let expr = render(&items);
         let list = herd_hostlist::HostList::parse(&expr).map_err(|e| TestCaseError::fail(e.to_string()))?;
         let packed = list.to_hosts();
         prop_assert_eq!(packed.len() as u64, list.len());

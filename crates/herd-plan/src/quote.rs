@@ -78,7 +78,10 @@ mod tests {
     }
 
     /// What bash makes of `printf '%s\0' WORDS…`: the words as the program received them.
+    /// Bash runs in a fresh folder that must still be empty afterwards: no word ran a
+    /// command (`$(touch pwned)`) or redirected output (`>out`).
     fn through_bash(words: &[String]) -> Vec<String> {
+        let cwd = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         // A first word so that printf runs its format at least once even for no words.
         let script = format!(
             "printf '%s\\0' start {}",
@@ -87,9 +90,14 @@ mod tests {
         let out = Command::new("bash")
             .arg("-c")
             .arg(&script)
+            .current_dir(cwd.path())
             .output()
             .unwrap_or_else(|e| panic!("cannot run bash: {e}"));
         assert!(out.status.success(), "bash failed on {script:?}");
+        let made: Vec<_> = std::fs::read_dir(cwd.path())
+            .unwrap_or_else(|e| panic!("{e}"))
+            .collect();
+        assert!(made.is_empty(), "{script:?} made {made:?}");
         let mut got: Vec<String> = out
             .stdout
             .split(|b| *b == 0)
@@ -113,7 +121,8 @@ mod tests {
             "\"",
             "\\",
             "\\'",
-            "$(touch /tmp/herd-plan-pwned)",
+            "$(touch pwned)",
+            "`touch ticked`",
             "`id`",
             "${HOME}",
             "$HOME",
@@ -144,7 +153,6 @@ mod tests {
         .collect();
         // printf with `%s` takes `-e`/`-n`/`--` as data only after the format; they are.
         assert_eq!(through_bash(&words), words);
-        assert!(!std::path::Path::new("/tmp/herd-plan-pwned").exists());
     }
 
     proptest! {

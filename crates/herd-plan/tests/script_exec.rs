@@ -68,6 +68,11 @@ struct Ran {
 }
 
 fn run(bed: &Bed, plan: &Plan) -> Ran {
+    run_as_job(bed, plan, 4242)
+}
+
+/// Runs the script as job `job_id` would (`SLURM_JOB_ID`).
+fn run_as_job(bed: &Bed, plan: &Plan, job_id: u32) -> Ran {
     let script = render_script(
         plan,
         &ScriptParams {
@@ -84,7 +89,7 @@ fn run(bed: &Bed, plan: &Plan) -> Ran {
         .arg(&path)
         .env_clear()
         .env("PATH", format!("{}:/usr/bin:/bin", bed.bin.display()))
-        .env("SLURM_JOB_ID", "4242")
+        .env("SLURM_JOB_ID", job_id.to_string())
         .env("SLURM_JOB_NODELIST", "gpu-a[01-02]")
         .env("HERD_TEST_OUT", &bed.out)
         .status()
@@ -255,15 +260,29 @@ fn torchrun_mode_renders_the_seed_line() {
 
 #[test]
 fn a_busy_port_is_skipped() {
+    use herd_plan::render::{PORT_BASE, PORT_SPAN};
     let bed = bed();
-    // Hold the port the job id leads to; the script must move past it.
-    let Ok(listener) = std::net::TcpListener::bind(("127.0.0.1", 24242)) else {
-        return; // something else holds it already: the skip is exercised anyway
-    };
-    let ran = run(&bed, &plan("torchrun", vec!["x".into()]));
+    // A port the OS says is free, held here, in the scripts' range (not its last 32 ports,
+    // so the ones above it are in range too); the job whose id leads to it must move past it.
+    let range = PORT_BASE..PORT_BASE + PORT_SPAN - 32;
+    let listener = (0..1000)
+        .map(|_| std::net::TcpListener::bind(("127.0.0.1", 0)).expect("bind a free port"))
+        .find(|l| range.contains(&l.local_addr().expect("local addr").port()))
+        .expect("the OS gave no free port in the scripts' range in 1000 tries");
+    let held = listener.local_addr().expect("local addr").port();
+    let ran = run_as_job(
+        &bed,
+        &plan("torchrun", vec!["x".into()]),
+        u32::from(held - PORT_BASE),
+    );
     drop(listener);
-    let port: u32 = ran.env["MASTER_PORT"].parse().unwrap_or(0);
-    assert!((24243..24242 + 32).contains(&port), "{port}");
+    let port: u16 = ran.env["MASTER_PORT"]
+        .parse()
+        .expect("MASTER_PORT is a port");
+    assert!(
+        port > held && port < held + 32,
+        "the job's own port {held} is held: MASTER_PORT={port}"
+    );
 }
 
 proptest! {

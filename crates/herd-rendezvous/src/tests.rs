@@ -28,6 +28,19 @@ fn unique(name: &str) -> String {
     )
 }
 
+/// A fresh job id and its first candidate port, held by a listener bound here: new ids are
+/// tried until the OS grants one, so the port is certainly held while the test runs.
+async fn id_with_first_candidate_held(name: &str) -> (String, u16, TcpListener) {
+    for _ in 0..100 {
+        let id = unique(name);
+        let first = port_candidates(&id, 1)[0];
+        if let Ok(l) = TcpListener::bind(SocketAddr::new(LOOPBACK, first)).await {
+            return (id, first, l);
+        }
+    }
+    panic!("100 job ids in a row found their first candidate port taken on this machine");
+}
+
 #[test]
 fn candidates_are_stable_distinct_and_in_range() {
     let a = port_candidates("slurm-42.0", 16);
@@ -83,49 +96,48 @@ async fn a_follower_with_the_wrong_secret_is_refused_and_told_why() {
 
 #[tokio::test]
 async fn a_leader_of_another_job_on_a_shared_port_is_skipped() {
-    let mine = unique("mine");
     // Another job's leader sits on my first candidate.
-    let squatter_key = JobKey {
-        id: "someone-else".into(),
-        secret: b"x".to_vec(),
-    };
-    let first = port_candidates(&mine, 1)[0];
-    let squatter = TcpListener::bind(SocketAddr::new(LOOPBACK, first)).await;
+    let (mine, first, squatter) = id_with_first_candidate_held("mine").await;
     let leader = Leader::bind(key(&mine, "k"), LOOPBACK, 32)
         .await
         .expect("bind");
-    if squatter.is_ok() {
-        assert_ne!(leader.port, first, "the busy first candidate is skipped");
-    }
-    // Serve the squatter as a leader of another job.
-    let squatter_task = squatter.ok().map(|l| {
-        let other = Leader {
-            listener: l,
-            key: squatter_key,
-            port: first,
-        };
-        tokio::spawn(async move {
-            let _ = other.accept().await;
-        })
+    assert_ne!(leader.port, first, "the busy first candidate is skipped");
+    // Serve the squatter as a leader of another job: the follower must pass it by.
+    let other = Leader {
+        listener: squatter,
+        key: JobKey {
+            id: "someone-else".into(),
+            secret: b"x".to_vec(),
+        },
+        port: first,
+    };
+    let squatter_task = tokio::spawn(async move {
+        let _ = other.accept().await;
     });
-    let (k, n) = (key(&mine, "k"), node(1));
-    let follower = connect(&k, LOOPBACK, &n, 32, Duration::from_secs(10));
-    let (link, accepted) = tokio::join!(follower, leader.accept());
-    assert_eq!(link.expect("follower").peer.port(), leader.port);
+    let port = leader.port;
+    let accept = tokio::spawn(async move { leader.accept().await });
+    let link = connect(
+        &key(&mine, "k"),
+        LOOPBACK,
+        &node(1),
+        32,
+        Duration::from_secs(10),
+    )
+    .await
+    .expect("the follower passes the other job's leader by");
+    assert_eq!(link.peer.port(), port);
+    let accepted = tokio::time::timeout(Duration::from_secs(10), accept)
+        .await
+        .expect("the leader accepts the follower")
+        .expect("join");
     assert_eq!(accepted.expect("leader").1.node_rank, 1);
-    if let Some(t) = squatter_task {
-        t.abort();
-    }
+    squatter_task.abort();
 }
 
 #[tokio::test]
 async fn a_silent_program_on_the_preferred_port_costs_a_timeout_not_a_hang() {
-    let mine = unique("silent");
-    let first = port_candidates(&mine, 1)[0];
     // Holds the port, accepts, never speaks.
-    let Ok(silent) = TcpListener::bind(SocketAddr::new(LOOPBACK, first)).await else {
-        panic!("candidate port {first} is already taken on this machine; rerun");
-    };
+    let (mine, first, silent) = id_with_first_candidate_held("silent").await;
     let hold = tokio::spawn(async move {
         let mut held = Vec::new();
         while let Ok((s, _)) = silent.accept().await {

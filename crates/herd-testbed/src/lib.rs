@@ -3,13 +3,17 @@
 //! [`Bed::require`] reaches the cluster or fails the test with a message saying how to bring
 //! it up: a test against the bed never passes by skipping. Everything else is thin, logged
 //! wrappers around the real SLURM commands (`sbatch`, `scontrol`, `scancel`) with deadlines.
+//!
+//! The bed has two real cores: tests that use it run one at a time whatever runs them
+//! (nextest's `bed` group, plain `cargo test` threads, two test binaries at once), because
+//! [`Bed::require`] and [`exclusive`] hold it for the calling test alone.
 
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::sync::OnceLock;
+use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use herd_slurm::commands;
@@ -296,6 +300,94 @@ pub fn repo_root() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
 }
 
+/// The calling test's turn on the bed: other tests of this process wait for it to end
+/// (dropped), other processes for this process to end. Hold it for the whole test.
+#[derive(Debug)]
+pub struct BedTurn {
+    _thread: MutexGuard<'static, ()>,
+}
+
+/// Waits for, then takes, the calling test's turn on the bed ([`BedTurn`]): the bed is
+/// shared by the whole machine, and its two real cores cannot run two bed tests at once.
+/// Across processes an exclusive lock on `herd-testbed.lock` in the temporary folder is
+/// taken once and held until the process exits (nextest runs each test in a process of
+/// its own); within a process, one test at a time.
+pub fn exclusive() -> BedTurn {
+    static PROCESS: OnceLock<std::fs::File> = OnceLock::new();
+    static THREAD: Mutex<()> = Mutex::new(());
+    PROCESS.get_or_init(|| {
+        let path = std::env::temp_dir().join("herd-testbed.lock");
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .unwrap_or_else(|e| panic!("cannot open the bed's lock {}: {e}", path.display()));
+        if file.try_lock().is_err() {
+            eprintln!(
+                "waiting for another test process to finish with the bed ({})",
+                path.display()
+            );
+            file.lock()
+                .unwrap_or_else(|e| panic!("cannot lock {}: {e}", path.display()));
+        }
+        file
+    });
+    assert!(
+        !HOLDS_TURN.get(),
+        "this test holds the bed already: pass its Bed on instead of taking it again"
+    );
+    let turn = BedTurn {
+        // A test that panicked while it held the bed leaves the bed usable: take it anyway.
+        _thread: THREAD.lock().unwrap_or_else(PoisonError::into_inner),
+    };
+    HOLDS_TURN.set(true);
+    turn
+}
+
+thread_local! {
+    /// Whether this thread (a test) holds its [`BedTurn`]: taking it twice would wait forever.
+    static HOLDS_TURN: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+impl Drop for BedTurn {
+    fn drop(&mut self) {
+        HOLDS_TURN.set(false);
+    }
+}
+
+/// The bed, the calling test's alone while this lives ([`Bed::require`]); dropped, it
+/// cancels the jobs the test left behind.
+#[derive(Debug)]
+pub struct ExclusiveBed {
+    bed: Bed,
+    _turn: BedTurn,
+}
+
+impl Drop for ExclusiveBed {
+    /// The test is over, passed or failed: its jobs that still wait or run are cancelled,
+    /// so the next test starts with an empty queue (a failed test's job would otherwise
+    /// hold the nodes until its time limit).
+    fn drop(&mut self) {
+        use std::os::unix::fs::MetadataExt;
+        let Ok(me) = std::fs::metadata("/proc/self").map(|m| m.uid()) else {
+            return;
+        };
+        let _ = Command::new("scancel")
+            .arg(format!("--user={me}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+impl std::ops::Deref for ExclusiveBed {
+    type Target = Bed;
+    fn deref(&self) -> &Bed {
+        &self.bed
+    }
+}
+
 /// The reachable test bed.
 #[derive(Debug, Clone)]
 pub struct Bed {
@@ -332,12 +424,17 @@ impl Bed {
         Ok(Bed { nodes, python })
     }
 
-    /// [`Bed::connect`], or fail the calling test with a message saying what to do.
+    /// [`Bed::connect`], or fail the calling test with a message saying what to do; the
+    /// bed is the calling test's alone until the returned value is dropped ([`exclusive`]).
     /// Connects once per test binary; later calls reuse it.
-    pub fn require() -> Bed {
+    pub fn require() -> ExclusiveBed {
         static BED: OnceLock<Result<Bed, String>> = OnceLock::new();
+        let turn = exclusive();
         match BED.get_or_init(|| Bed::connect().map_err(|e| e.to_string())) {
-            Ok(bed) => bed.clone(),
+            Ok(bed) => ExclusiveBed {
+                bed: bed.clone(),
+                _turn: turn,
+            },
             Err(e) => panic!(
                 "the SLURM test bed is not reachable: {e}\n\
                  bring it up with `sudo testbed/up` (tests against the bed never skip)"
@@ -424,13 +521,28 @@ impl Bed {
 
     /// Processes on the bed's nodes whose command line contains `needle`, as
     /// `node pid cmdline` lines (every node's process table, read through its namespace).
-    pub fn node_processes(&self, needle: &str) -> Vec<String> {
+    /// A namespace that cannot be listed is an error, never an empty list: "nothing left"
+    /// must mean the tables were read. A process that ends while they are read is left out.
+    pub fn node_processes(&self, needle: &str) -> Result<Vec<String>, BedError> {
         let mut found = Vec::new();
         for node in &self.nodes {
             let ns = format!("herd-{node}");
-            let Ok(out) = Command::new("ip").args(["netns", "pids", &ns]).output() else {
-                continue;
-            };
+            // Polled every few milliseconds by teardown tests: not logged like run_cmd.
+            let command = format!("ip netns pids {ns}");
+            let out = Command::new("ip")
+                .args(["netns", "pids", &ns])
+                .output()
+                .map_err(|source| BedError::Spawn {
+                    command: command.clone(),
+                    source,
+                })?;
+            if !out.status.success() {
+                return Err(BedError::Failed {
+                    command,
+                    status: out.status.to_string(),
+                    stderr: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+                });
+            }
             for pid in String::from_utf8_lossy(&out.stdout).split_whitespace() {
                 let Ok(raw) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
                     continue;
@@ -441,7 +553,7 @@ impl Bed {
                 }
             }
         }
-        found
+        Ok(found)
     }
 
     /// The id the next submitted job will get (`scontrol show config`: NEXT_JOB_ID).

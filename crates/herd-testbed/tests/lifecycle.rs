@@ -58,12 +58,25 @@ fn pid_of(pidfile: &str) -> i32 {
         .unwrap_or_else(|| panic!("no pid in {pidfile}"))
 }
 
+/// `kill -9 PID`, then waits until the process is gone (or a zombie), 10 s at most.
 fn kill9(pid: i32) {
     let status = Command::new("kill")
         .args(["-9", &pid.to_string()])
         .status()
         .expect("kill runs");
     assert!(status.success(), "kill -9 {pid}");
+    let start = std::time::Instant::now();
+    // `/proc/PID/stat`: "PID (COMM) STATE …"; COMM may hold spaces, STATE follows its `)`.
+    while std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        s.rsplit_once(") ")
+            .is_some_and(|(_, rest)| !rest.starts_with('Z'))
+    }) {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "process {pid} still runs 10 s after kill -9"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 /// `srun -N n hostname -I` style probe: the distinct (hostname, address) pairs the nodes report.
@@ -86,6 +99,8 @@ fn node_identities(n: usize) -> BTreeSet<String> {
 
 #[test]
 fn up_is_idempotent_recovers_from_crashes_resizes_and_down_leaves_nothing() {
+    // The bed is this test's alone: no end-to-end test may run while it goes down and up.
+    let _turn = herd_testbed::exclusive();
     // Start from a healthy default bed; a second `up` keeps it (same controller process).
     ok("up", &["--no-venv"]);
     let ctld = pid_of("slurmctld.pid");
@@ -96,7 +111,6 @@ fn up_is_idempotent_recovers_from_crashes_resizes_and_down_leaves_nothing() {
     // A crashed run: controller and one node daemon die hard, namespaces stay behind.
     kill9(ctld);
     kill9(pid_of("slurmd-gpu-a02.pid"));
-    std::thread::sleep(Duration::from_millis(300));
     let status = script("status", &[]);
     assert!(
         !status.status.success(),

@@ -565,6 +565,50 @@ fn left_in(exp_root: &std::path::Path) -> Vec<String> {
         .collect()
 }
 
+/// `herd submit --resume NAME` and `herd report NAME` of a folder that is there but holds no
+/// manifest say it is no experiment folder (not that it does not exist), and of a missing
+/// one that it does not exist; exit 2, nothing submitted, the folder left as it was.
+#[test]
+fn resume_of_a_folder_that_is_no_experiment_says_so_and_touches_nothing() {
+    let dir = submit_project(&[("train.py", 10)]);
+    let exps = dir.path().join("exps");
+    std::fs::create_dir_all(exps.join("half")).expect("mkdir");
+    std::fs::write(exps.join("half/notes.txt"), "mine\n").expect("write");
+    let exp_root = exps.to_str().expect("utf-8");
+    let report = |name: &str| {
+        Command::new(env!("CARGO_BIN_EXE_herd"))
+            .args(["report", name, "--exp-root", exp_root])
+            .output()
+            .expect("herd runs")
+    };
+    for out in [
+        submit_here(dir.path(), &["--resume", "half", "--exp-root", exp_root]),
+        report("half"),
+    ] {
+        assert_eq!(out.status.code(), Some(2), "{out:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("/half is not an experiment folder: it has no manifest.json (only `herd submit` makes experiment folders)"),
+            "{stderr}"
+        );
+        assert!(!stderr.contains("does not exist"), "{stderr}");
+    }
+    for out in [
+        submit_here(dir.path(), &["--resume", "gone", "--exp-root", exp_root]),
+        report("gone"),
+    ] {
+        assert_eq!(out.status.code(), Some(2), "{out:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("/gone does not exist"), "{stderr}");
+    }
+    assert_eq!(left_in(&exps), ["half"]);
+    assert_eq!(left_in(&exps.join("half")), ["notes.txt"]);
+    assert!(
+        !slurm_called(dir.path()).contains("sbatch"),
+        "sbatch was called"
+    );
+}
+
 /// A full disk while `herd submit` snapshots the code is a failure (1), not a usage error:
 /// the message says what failed and where, sbatch is never called, nothing is left behind.
 #[test]

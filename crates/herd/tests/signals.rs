@@ -45,19 +45,90 @@ fn signal(pid: i32, name: &str) {
         .status();
 }
 
-/// `herd run` of 2 simulated nodes x 2 `sleep` workers, ended whatever happens to the test.
+/// `herd run` of 2 simulated nodes x 2 workers, ended whatever happens to the test.
 struct Run {
     herd: Child,
     dir: tempfile::TempDir,
-    /// The workers' command line: a duration no other process here sleeps for.
-    worker: [String; 2],
+    /// The workers' command line, which no other process here has.
+    worker: Vec<String>,
+    /// A folder the workers write into, kept until the run is dropped.
+    keep: Option<tempfile::TempDir>,
 }
 
+/// A worker that writes each signal it gets (USR1, USR2, TERM, INT, HUP) as a line into
+/// `DIR/signals-RANK`, and exits 0 after TERM, INT or HUP; `DIR/ready-RANK` once its traps
+/// are set.
+const RECORDER: &str = r#"dir=$1
+log="$dir/signals-$RANK"
+trap 'echo USR1 >> "$log"' USR1
+trap 'echo USR2 >> "$log"' USR2
+trap 'echo TERM >> "$log"; exit 0' TERM
+trap 'echo INT >> "$log"; exit 0' INT
+trap 'echo HUP >> "$log"; exit 0' HUP
+: > "$dir/ready-$RANK"
+while :; do sleep 0.05 & wait $!; done
+"#;
+
 impl Run {
-    /// Start it (through `wrapper`, such as `nohup`, when given) and wait for its 4 workers.
+    /// Start it (through `wrapper`, such as `nohup`, when given) with `sleep` workers and
+    /// wait for its 4 workers.
     fn start(wrapper: Option<&str>) -> Run {
+        let worker = vec!["sleep".to_owned(), format!("1000.{}", std::process::id())];
+        Run::start_with(wrapper, worker, |_| true)
+    }
+
+    /// Start it with [`RECORDER`] workers and wait until each has set its traps.
+    fn start_recording() -> Run {
+        let tag = format!("recorder-{}", std::process::id());
         let dir = tempfile::tempdir().expect("temp dir");
-        let worker = ["sleep".to_owned(), format!("1000.{}", std::process::id())];
+        let out = dir.path().join("signals");
+        std::fs::create_dir(&out).expect("mkdir");
+        let worker = vec![
+            "bash".to_owned(),
+            "-c".to_owned(),
+            RECORDER.to_owned(),
+            tag,
+            out.display().to_string(),
+        ];
+        let mut run = Run::start_with(None, worker, move |_| {
+            (0..4).all(|r| out.join(format!("ready-{r}")).exists())
+        });
+        run.keep = Some(dir);
+        run
+    }
+
+    /// The lines rank `rank`'s [`RECORDER`] wrote.
+    fn recorded(&self, rank: u32) -> Vec<String> {
+        let dir = self.keep.as_ref().expect("a recording run").path();
+        std::fs::read_to_string(dir.join(format!("signals/signals-{rank}")))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// Waits (5 s at most) until every rank recorded `name` `times` times.
+    fn wait_recorded(&self, name: &str, times: usize) {
+        let start = Instant::now();
+        loop {
+            let counts: Vec<usize> = (0..4)
+                .map(|r| self.recorded(r).iter().filter(|l| *l == name).count())
+                .collect();
+            if counts.iter().all(|&c| c == times) {
+                return;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(5),
+                "{name} recorded {counts:?} times by ranks 0-3, want {times} each:\n{}",
+                self.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Start it with `worker`, and wait until its 4 workers run and `ready(&run)` holds.
+    fn start_with(wrapper: Option<&str>, worker: Vec<String>, ready: impl Fn(&Run) -> bool) -> Run {
+        let dir = tempfile::tempdir().expect("temp dir");
         let mut cmd = match wrapper {
             Some(w) => {
                 let mut c = Command::new(w);
@@ -81,12 +152,13 @@ impl Run {
             herd: cmd.spawn().expect("herd run starts"),
             dir,
             worker,
+            keep: None,
         };
         let start = Instant::now();
-        while run.workers().len() < 4 {
+        while run.workers().len() < 4 || !ready(&run) {
             assert!(
                 start.elapsed() < Duration::from_secs(30),
-                "the 4 workers did not start: {:?}\n{}",
+                "the 4 workers did not start (or get ready): {:?}\n{}",
                 run.workers(),
                 run.stderr()
             );
@@ -101,7 +173,8 @@ impl Run {
     }
 
     fn workers(&self) -> Vec<i32> {
-        processes(&[&self.worker[0], &self.worker[1]])
+        let argv: Vec<&str> = self.worker.iter().map(String::as_str).collect();
+        processes(&argv)
     }
 
     fn stderr(&self) -> String {
@@ -157,11 +230,12 @@ impl Drop for Run {
 }
 
 /// SIGHUP (the terminal or ssh session of a `herd run` closes, `scancel --signal=HUP`)
-/// ends the job like SIGTERM: herd run passes it on, every agent forwards it and tears its
-/// workers down, herd run exits 1 instead of dying by the signal, and no worker is left.
+/// ends the job like SIGTERM: herd run passes it on, every worker on every node gets it
+/// (and nothing else before it), herd run exits 1 instead of dying by the signal, and no
+/// worker is left.
 #[test]
 fn sighup_tears_the_job_down_like_sigterm() {
-    let mut run = Run::start(None);
+    let mut run = Run::start_recording();
     run.signal("HUP");
     let sent = Instant::now();
     let status = run.wait(Duration::from_secs(10));
@@ -177,6 +251,13 @@ fn sighup_tears_the_job_down_like_sigterm() {
         stderr.contains("received SIGHUP: job cancelled"),
         "the report says why:\n{stderr}"
     );
+    for rank in 0..4 {
+        assert_eq!(
+            run.recorded(rank),
+            ["HUP"],
+            "rank {rank} got the signal itself"
+        );
+    }
     eprintln!("SIGHUP: herd run and every worker gone {took:.3} s after the signal");
 }
 
@@ -202,4 +283,64 @@ fn sighup_under_nohup_is_ignored() {
         "{}",
         run.stderr()
     );
+}
+
+/// SIGUSR1 and SIGUSR2 (SLURM's warning, `scancel --signal`) reach every worker, each
+/// once, and the job goes on; then SIGTERM (`scancel`, the time limit's end) reaches every
+/// worker too and ends the job: herd run exits 1, saying why, and no worker is left, even
+/// though every worker exited 0 on it.
+#[test]
+fn usr1_and_usr2_reach_every_worker_and_sigterm_ends_the_job() {
+    let mut run = Run::start_recording();
+    run.signal("USR1");
+    run.wait_recorded("USR1", 1);
+    run.signal("USR2");
+    run.wait_recorded("USR2", 1);
+    run.wait_recorded("USR1", 1);
+    assert!(
+        run.herd.try_wait().expect("try_wait").is_none(),
+        "herd run ended on SIGUSR1 or SIGUSR2:\n{}",
+        run.stderr()
+    );
+    assert_eq!(run.workers().len(), 4, "every worker still runs");
+    run.signal("TERM");
+    let status = run.wait(Duration::from_secs(10));
+    run.wait_recorded("TERM", 1);
+    let stderr = run.stderr();
+    assert_eq!(
+        (status.code(), status.signal()),
+        (Some(1), None),
+        "herd run exits 1 on SIGTERM:\n{stderr}"
+    );
+    run.assert_no_worker_left();
+    assert!(
+        stderr.contains("received SIGTERM: job cancelled"),
+        "the report says why:\n{stderr}"
+    );
+    for rank in 0..4 {
+        assert_eq!(run.recorded(rank), ["USR1", "USR2", "TERM"], "rank {rank}");
+    }
+}
+
+/// SIGINT (Ctrl-C on a `herd run`) is forwarded to every worker and ends the job like
+/// SIGTERM: exit 1, the reason said, no worker left.
+#[test]
+fn sigint_reaches_every_worker_and_ends_the_job() {
+    let mut run = Run::start_recording();
+    run.signal("INT");
+    let status = run.wait(Duration::from_secs(10));
+    let stderr = run.stderr();
+    assert_eq!(
+        (status.code(), status.signal()),
+        (Some(1), None),
+        "herd run exits 1 on SIGINT:\n{stderr}"
+    );
+    run.assert_no_worker_left();
+    assert!(
+        stderr.contains("received SIGINT: job cancelled"),
+        "the report says why:\n{stderr}"
+    );
+    for rank in 0..4 {
+        assert_eq!(run.recorded(rank), ["INT"], "rank {rank}");
+    }
 }

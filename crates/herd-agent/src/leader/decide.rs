@@ -49,6 +49,8 @@ pub(super) struct Lead<'a> {
     pub(super) warn_at: Option<tokio::time::Instant>,
     /// Each follower rank's last progress report: (node rank, pid, silent ms, when heard).
     pub(super) progress: HashMap<u32, (u32, i32, u64, tokio::time::Instant)>,
+    /// The signal that cancelled this attempt: the followers pass it on before teardown.
+    pub(super) cancelled_by: Option<Signal>,
 }
 
 impl Lead<'_> {
@@ -160,8 +162,9 @@ impl Lead<'_> {
                 None
             }
             (Action::Terminate, _) => {
+                // Passed on to the workers by the teardown, on every node.
                 record("terminate");
-                a.forward(sig);
+                self.cancelled_by = Some(sig);
                 let who = match from {
                     None => self.host.clone(),
                     Some(n) => followers

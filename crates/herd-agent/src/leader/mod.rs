@@ -160,6 +160,7 @@ pub(crate) async fn lead(
         stopping: None,
         warn_at: None,
         progress: HashMap::new(),
+        cancelled_by: None,
     };
     loop {
         let number = lead.number;
@@ -448,9 +449,18 @@ pub(crate) async fn lead(
             report.iter().for_each(record_failed);
         }
         // Teardown everywhere: followers first (they work in parallel), then this node.
-        broadcast(&mut followers, &Msg::Teardown { attempt: number }).await;
+        let cancelled_by = lead.cancelled_by.take();
+        broadcast(
+            &mut followers,
+            &Msg::Teardown {
+                attempt: number,
+                signal: cancelled_by.map(|s| s.as_str().to_owned()),
+            },
+        )
+        .await;
         if let Some(a) = attempt.as_mut() {
-            a.teardown(cfg.kill_grace).await;
+            a.teardown_with(cancelled_by.unwrap_or(Signal::SIGTERM), cfg.kill_grace)
+                .await;
         }
         wait_torn_down(
             &mut followers,

@@ -24,10 +24,44 @@ pub fn chmod(root: &Path, rel: &str, mode: u32) {
     fs::set_permissions(root.join(rel), fs::Permissions::from_mode(mode)).expect("chmod");
 }
 
-/// Waits until files written now are no longer "racily new" for a snapshot taken after
-/// (herd links only files last changed more than 2 s before the earlier snapshot began).
-pub fn settle() {
-    std::thread::sleep(Duration::from_millis(2200));
+/// Makes every file under `root` written in the last minute (or ahead of the clock) an
+/// hour old, by its mtime (nothing sleeps; older files keep theirs): written long before
+/// any snapshot taken next, so a later snapshot may link its copies (herd links only files
+/// last changed 2 s or more before the earlier snapshot copied them).
+pub fn settle(root: &Path) {
+    let now = std::time::SystemTime::now();
+    set_mtimes(
+        root,
+        now - Duration::from_secs(60),
+        now - Duration::from_secs(3600),
+    );
+}
+
+/// Makes `root/rel` as new as a file can be for herd's snapshots: its mtime an hour ahead
+/// (as a file server's clock can be), never 2 s older than a snapshot's copy of it, however
+/// long the test took to get there. A snapshot that copies it now must copy it again.
+pub fn just_written(root: &Path, rel: &str) {
+    let now = std::time::SystemTime::now();
+    set_mtimes(
+        &root.join(rel),
+        std::time::UNIX_EPOCH,
+        now + Duration::from_secs(3600),
+    );
+}
+
+/// Sets to `mtime` the mtime of the file `path`, or of every file under the folder `path`,
+/// whose mtime is after `newer_than` (symbolic links are left alone).
+fn set_mtimes(path: &Path, newer_than: std::time::SystemTime, mtime: std::time::SystemTime) {
+    let md = fs::symlink_metadata(path).expect("lstat");
+    if md.is_dir() {
+        for entry in fs::read_dir(path).expect("read_dir") {
+            set_mtimes(&entry.expect("entry").path(), newer_than, mtime);
+        }
+    } else if md.is_file() && md.modified().expect("mtime") > newer_than {
+        fs::File::open(path)
+            .and_then(|f| f.set_modified(mtime))
+            .unwrap_or_else(|e| panic!("set the mtime of {}: {e}", path.display()));
+    }
 }
 
 /// A new-experiment request with a fixed invocation and plan.
@@ -116,4 +150,36 @@ pub fn names(dir: &Path) -> Vec<String> {
 /// The inode of `path` (not following symlinks).
 pub fn ino(path: &Path) -> u64 {
     fs::symlink_metadata(path).expect("lstat").ino()
+}
+
+/// Runs this test binary's test `name` again as user `nobody` (uid 65534), with `env`:
+/// the test sees `HERD_TEST_AS_NOBODY` and does the other user's part.
+pub fn as_nobody(name: &str, env: &[(&str, &Path)]) {
+    // Switching users needs root; CI runs the tests as root.
+    assert_eq!(
+        fs::metadata("/proc/self").expect("/proc/self").uid(),
+        0,
+        "test {name} runs part of itself as user nobody with setpriv, which needs root"
+    );
+    let exe = std::env::current_exe().expect("test binary");
+    let mut cmd = std::process::Command::new("setpriv");
+    cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(exe)
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env("HERD_TEST_AS_NOBODY", "1");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("setpriv runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "as nobody: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // A renamed test would match nothing and pass: the child ran exactly this one.
+    assert!(
+        stdout.contains("running 1 test") && stdout.contains(&format!("test {name} ... ok")),
+        "as nobody, test {name} did not run:\n{stdout}"
+    );
 }

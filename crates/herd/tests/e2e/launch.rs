@@ -242,6 +242,45 @@ fn now_secs() -> f64 {
         .unwrap_or(0.0)
 }
 
+/// Waits for every rank of a fault.py job to write `up-RANK` ("HOST PID"), then finds each
+/// of them in its node's process table (they sleep until the test says go); returns the
+/// table's lines for them.
+fn workers_seen(bed: &Bed, dir: &Path, marker: &str, world: u32) -> Vec<String> {
+    let start = Instant::now();
+    let mut ups = BTreeMap::new();
+    while ups.len() < world as usize {
+        for rank in 0..world {
+            if let Ok(text) = std::fs::read_to_string(dir.join(format!("up-{rank}"))) {
+                ups.insert(rank, text);
+            }
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(180),
+            "only ranks {:?} of {world} came up",
+            ups.keys()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let table = bed
+        .node_processes(marker)
+        .expect("the nodes' process tables");
+    ups.iter()
+        .map(|(rank, up)| {
+            let (host, pid) = up.split_once(' ').expect("up-RANK holds HOST PID");
+            table
+                .iter()
+                .find(|l| l.starts_with(&format!("{host} {pid} ")) && l.contains("fault.py"))
+                .unwrap_or_else(|| {
+                    panic!(
+                        "rank {rank} (pid {pid} on {host}) is not in its node's process table:\n{}",
+                        table.join("\n")
+                    )
+                })
+                .clone()
+        })
+        .collect()
+}
+
 /// (c) One worker on the last node fails in `mode`; every process of the job on every node
 /// is gone within 2 s, the job fails, and the report names rank 5 and the cause.
 fn fault(mode: &str, want_exit: Value) {
@@ -269,9 +308,19 @@ fn fault(mode: &str, want_exit: Value) {
             &cmd,
         ),
     );
+    // Every worker seen in its node's process table before the fault, so that "every
+    // process gone" below is about processes this test has seen.
+    let seen = workers_seen(&bed, &dir, &marker, 6);
+    eprintln!(
+        "fault {mode}: every worker seen before the fault:\n{}",
+        seen.join("\n")
+    );
+    std::fs::write(dir.join("go"), "").expect("go");
     let failed_at = marker_time(&dir, Duration::from_secs(120));
     let gone_at = loop {
-        let left = bed.node_processes(&marker);
+        let left = bed
+            .node_processes(&marker)
+            .expect("the nodes' process tables");
         if left.is_empty() {
             break now_secs();
         }
@@ -383,9 +432,24 @@ fn d_busy_preferred_port_does_not_stop_the_job() {
     let _ = squatter.wait();
     let output = result.unwrap_or_else(|e| std::panic::resume_unwind(e));
     assert_eq!(probes(&dir, 0).len(), 3, "{output}");
+    // The leader announced a port of its own: another of the job's candidates.
+    let announced: Vec<u16> = output
+        .lines()
+        .filter_map(|l| {
+            l.split_once("rendezvous port ")?
+                .1
+                .split_once(',')?
+                .0
+                .parse()
+                .ok()
+        })
+        .collect();
+    let candidates = herd_rendezvous::port_candidates(&format!("slurm-{next}.0"), 32);
+    assert_eq!(announced.len(), 1, "one leader announcement:\n{output}");
     assert!(
-        !output.contains(&format!("rendezvous port {preferred},")),
-        "the leader cannot have bound the held port:\n{output}"
+        announced[0] != preferred && candidates.contains(&announced[0]),
+        "the leader must take another candidate than the held {preferred}, took {}:\n{output}",
+        announced[0]
     );
 }
 
@@ -627,7 +691,9 @@ fn sleeping_job(bed: &Bed, name: &str) -> (Job, PathBuf) {
 
 /// The `herd launch` agent on `node` (its command line carries the marker too).
 fn agent_pid(bed: &Bed, node: &str, marker: &str) -> i32 {
-    let procs = bed.node_processes(marker);
+    let procs = bed
+        .node_processes(marker)
+        .expect("the nodes' process tables");
     let agent = procs
         .iter()
         .find(|l| l.starts_with(&format!("{node} ")) && l.contains(" launch "))
@@ -642,7 +708,9 @@ fn agent_pid(bed: &Bed, node: &str, marker: &str) -> i32 {
 fn all_gone_within(bed: &Bed, marker: &str, limit: f64) -> f64 {
     let start = now_secs();
     loop {
-        let left = bed.node_processes(marker);
+        let left = bed
+            .node_processes(marker)
+            .expect("the nodes' process tables");
         let took = now_secs() - start;
         if left.is_empty() {
             return took;

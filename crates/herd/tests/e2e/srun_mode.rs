@@ -12,6 +12,7 @@ use crate::support::{local_herd_run, train_command, Job};
 
 const HERD: &str = env!("CARGO_BIN_EXE_herd");
 
+/// The `MASTER_PORT` the probes are given and must report back (nothing binds it).
 fn port() -> u16 {
     20_000 + (std::process::id() % 20_000) as u16
 }
@@ -132,9 +133,12 @@ fn srun_mode_trains_to_the_same_checksum_as_agent_mode() {
             "--gres=gpu:2",
             "--time=10",
         ],
+        // The batch script runs on the first node, the master: a port the OS says is free
+        // there, as torchrun's standalone mode takes one.
         &format!(
-            "export MASTER_PORT={}\nsrun --kill-on-bad-exit=1 --label {}",
-            port(),
+            "export MASTER_PORT=$({} -c 'import socket; s = socket.socket(); s.bind((\"\", 0)); print(s.getsockname()[1])')\n\
+             srun --kill-on-bad-exit=1 --label {}",
+            shell_join(&[bed.python().display().to_string()]),
             shell_join(&argv)
         ),
     );

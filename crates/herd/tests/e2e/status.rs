@@ -176,13 +176,14 @@ fn status_shows_queued_running_finished_failed_and_cancelled() {
         &["--nodes", "2"],
         &waiter(&["--exit", "3", "--fail-rank", "1"]),
     );
+    let never = project.join("never").display().to_string();
     let victim = submit_job(
         &bed,
         &project,
         &exps,
         "victim",
-        &["--nodes", "1"],
-        &waiter(&["--go", &project.join("never").display().to_string()]),
+        &["--nodes", "2"],
+        &waiter(&["--go", &never]),
     );
 
     let failed = wait_status(
@@ -211,6 +212,18 @@ fn status_shows_queued_running_finished_failed_and_cancelled() {
         Duration::from_secs(120),
         |e| e["phase"] == "output",
     );
+    // Its workers on both nodes, seen before the cancel.
+    let workers = |bed: &Bed| -> Vec<String> {
+        bed.node_processes(&never)
+            .expect("the nodes' process tables")
+            .into_iter()
+            .filter(|l| !l.contains(" launch "))
+            .collect()
+    };
+    let before = workers(&bed);
+    let hosts: std::collections::BTreeSet<&str> =
+        before.iter().filter_map(|l| l.split(' ').next()).collect();
+    assert_eq!(hosts.len(), 2, "workers on 2 nodes: {before:#?}");
     let root = exps.display().to_string();
     let out = herd(
         &project,
@@ -242,6 +255,29 @@ fn status_shows_queued_running_finished_failed_and_cancelled() {
             .ends_with(", by herd cancel"),
         "{cancelled:#}"
     );
+    // scancel's SIGTERM reached the agents: the leader took it for a cancel (not a
+    // preemption, not the time limit) and said so; nothing of the job is left.
+    let signalled = events(&exps.join("victim"), "signal");
+    assert!(
+        signalled
+            .iter()
+            .any(|e| e["signal"] == "SIGTERM" && e["action"] == "terminate"),
+        "{signalled:#?}"
+    );
+    let said = read_lossy(exps.join(format!("victim/logs/{victim}.err")));
+    assert!(said.contains("received SIGTERM: job cancelled"), "{said}");
+    let start = Instant::now();
+    loop {
+        let left = workers(&bed);
+        if left.is_empty() {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(15),
+            "left 15 s after the cancel: {left:#?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
 
     // Released: runs on 2 nodes with output, then finishes when told.
     let released = Command::new("scontrol")

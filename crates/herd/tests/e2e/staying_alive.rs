@@ -237,11 +237,14 @@ fn time_limits_requeue_within_budget_and_the_job_finishes_with_no_lost_step() {
         );
     }
     assert_eq!(attempt_dirs(&exp).len(), 2);
+    let left = |needle: &str| {
+        bed.node_processes(needle)
+            .expect("the nodes' process tables")
+    };
     assert!(
-        bed.node_processes("stubborn.py").is_empty()
-            && bed.node_processes("while True: time.sleep").is_empty(),
+        left("stubborn.py").is_empty() && left("while True: time.sleep").is_empty(),
         "nothing of the stubborn worker is left: {:?}",
-        bed.node_processes("stubborn")
+        left("stubborn")
     );
 
     // --- the time-limited training: finished across requeues ---------------------------
@@ -638,6 +641,7 @@ fn frozen_node(node: usize) {
     let host = started[node].as_str().expect("the node").to_owned();
     let frozen: Vec<String> = bed
         .node_processes("")
+        .expect("the nodes' process tables")
         .into_iter()
         .filter(|l| {
             l.starts_with(&format!("{host} "))
@@ -723,10 +727,12 @@ fn frozen_node(node: usize) {
     );
     let out = read_lossy(exp.join(format!("logs/{job}.out")));
     assert_eq!(checksum(&out), checksum(&reference));
+    let left = bed
+        .node_processes("train_ddp.py")
+        .expect("the nodes' process tables");
     assert!(
-        bed.node_processes("train_ddp.py").is_empty(),
-        "nothing of the frozen attempt is left: {:?}",
-        bed.node_processes("train_ddp.py")
+        left.is_empty(),
+        "nothing of the frozen attempt is left: {left:?}"
     );
 }
 

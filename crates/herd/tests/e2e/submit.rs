@@ -19,6 +19,7 @@ fn project(bed: &Bed, name: &str) -> (PathBuf, PathBuf) {
         &[
             ("examples/train_ddp.py", "train_ddp.py"),
             ("crates/herd/tests/e2e/workers/probe.py", "probe.py"),
+            ("crates/herd/tests/e2e/workers/waiter.py", "waiter.py"),
         ],
     )
 }
@@ -170,6 +171,138 @@ fn existing_names_and_unknown_dependencies_are_refused_writing_nothing() {
     assert!(
         !exps.join("eval").exists(),
         "nothing written after a failed check"
+    );
+}
+
+/// `sbatch --hold --job-name=NAME --wrap=true` from `dir`: a job that waits, by name.
+fn held_job(dir: &Path, name: &str) -> JobId {
+    let out = Command::new("sbatch")
+        .args(["--parsable", "--hold", "--job-name", name, "--wrap=true"])
+        .current_dir(dir)
+        .output()
+        .expect("sbatch runs");
+    assert!(out.status.success(), "sbatch: {out:?}");
+    JobId(
+        String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse()
+            .expect("job id"),
+    )
+}
+
+/// What sbatch itself refuses (a node the cluster does not have, which herd does not
+/// check) leaves no experiment folder behind: the one just created is removed, and the
+/// error is sbatch's own.
+#[test]
+fn a_job_sbatch_refuses_leaves_no_experiment_folder() {
+    let bed = Bed::require();
+    let (project, exps) = project(&bed, "submit_sbatch_refuses");
+    let exp_root = exps.display().to_string();
+    let out = submit(
+        &bed,
+        &project,
+        &[
+            "-J",
+            "refused",
+            "--nodes",
+            "1",
+            "--sbatch-arg=--nodelist=gpu-z99",
+            "--exp-root",
+            &exp_root,
+            "--",
+            "true",
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("Invalid node name specified"),
+        "sbatch's own words: {stderr}"
+    );
+    let left: Vec<_> = std::fs::read_dir(&exps)
+        .map(|d| d.map(|e| e.expect("entry").file_name()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "left in the experiment root: {left:?}");
+}
+
+/// `--after NAME:any` and `NAME:notok` become SLURM's afterany and afternotok on the jobs
+/// of those names; a name that several jobs have is refused, listing their ids, and
+/// nothing is written or submitted.
+#[test]
+fn after_kinds_by_name_and_a_name_of_several_jobs() {
+    let bed = Bed::require();
+    let (project, exps) = project(&bed, "submit_after_kinds");
+    let exp_root = exps.display().to_string();
+    let scratch = project.parent().expect("scratch").to_path_buf();
+    let (pa, pb) = (
+        held_job(&scratch, "after-pa"),
+        held_job(&scratch, "after-pb"),
+    );
+    let dups = [
+        held_job(&scratch, "after-dup"),
+        held_job(&scratch, "after-dup"),
+    ];
+
+    let out = submit(
+        &bed,
+        &project,
+        &[
+            "-J",
+            "kinds",
+            "--nodes",
+            "1",
+            "--after",
+            "after-pa:any",
+            "--after",
+            "after-pb:notok",
+            "--exp-root",
+            &exp_root,
+            "--",
+            "true",
+        ],
+    );
+    let kinds = job_id(&out);
+    let info = bed.job(kinds).expect("the job");
+    let dependency = info.fields.get("Dependency").cloned().unwrap_or_default();
+    assert!(
+        dependency.contains(&format!("afterany:{pa}(unfulfilled)"))
+            && dependency.contains(&format!("afternotok:{pb}(unfulfilled)")),
+        "{dependency}"
+    );
+
+    let out = submit(
+        &bed,
+        &project,
+        &[
+            "-J",
+            "ambiguous",
+            "--nodes",
+            "1",
+            "--after",
+            "after-dup",
+            "--exp-root",
+            &exp_root,
+            "--",
+            "true",
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "--after after-dup: 2 jobs are named \"after-dup\" (ids {}, {}); give the id instead",
+            dups[0], dups[1]
+        )),
+        "{stderr}"
+    );
+    assert!(!exps.join("ambiguous").exists(), "nothing written");
+    let queued = Command::new("squeue")
+        .args(["-h", "-n", "ambiguous", "-o", "%i"])
+        .output()
+        .expect("squeue");
+    assert!(
+        String::from_utf8_lossy(&queued.stdout).trim().is_empty(),
+        "nothing submitted"
     );
 }
 
@@ -429,6 +562,8 @@ fn a_dependency_by_name_runs_the_chain_in_order() {
     let bed = Bed::require();
     let (project, exps) = project(&bed, "submit_chain");
     let exp_root = exps.display().to_string();
+    // pretrain runs until the test says go: the dependency is unfulfilled while it checks.
+    let go = project.with_file_name("go");
     let pre = job_id(&submit(
         &bed,
         &project,
@@ -440,8 +575,12 @@ fn a_dependency_by_name_runs_the_chain_in_order() {
             "--exp-root",
             &exp_root,
             "--",
-            "sleep",
-            "4",
+            "python",
+            "waiter.py",
+            "--lines",
+            "0",
+            "--go",
+            go.to_str().expect("utf-8"),
         ],
     ));
     let eval = job_id(&submit(
@@ -467,6 +606,7 @@ fn a_dependency_by_name_runs_the_chain_in_order() {
         "{:?}",
         info.fields
     );
+    std::fs::write(&go, "").expect("go");
     let pre_info = bed
         .wait(pre, Duration::from_secs(120))
         .expect("pretrain ends");
@@ -481,61 +621,99 @@ fn a_dependency_by_name_runs_the_chain_in_order() {
 }
 
 /// Edits to the source after submitting change nothing the job runs; arguments with spaces,
-/// quotes, `$()`, newlines and non-ASCII reach the worker byte for byte.
+/// quotes, `$()`, newlines and non-ASCII reach every worker byte for byte, in each launch
+/// mode (agent, srun's one task per GPU, torchrun), through the real sbatch and srun.
 #[test]
 fn the_job_runs_the_snapshot_with_arguments_intact() {
     let bed = Bed::require();
     let (project, exps) = project(&bed, "submit_snapshot");
     let exp_root = exps.display().to_string();
-    std::fs::write(project.join("version.txt"), "v1").expect("write");
     std::fs::write(
         project.join("show.py"),
-        "import json, sys, time\ntime.sleep(2)\nprint('VERSION', open('version.txt').read())\nprint('ARGV', json.dumps(sys.argv[1:]))\n",
+        "import json, os, sys, time\ntime.sleep(2)\nrank = os.environ['RANK']\n\
+         print('VERSION', rank, open('version.txt').read())\n\
+         print('ARGV', rank, json.dumps(sys.argv[1:]))\n",
     )
     .expect("write");
     let args = [
         "with space",
         "it's \"q\"",
         "$(touch pwned)",
+        "`touch pwned`",
         "*",
         "new\nline",
         "ünï ✓",
         "",
-    ];
-    let mut argv: Vec<&str> = vec![
-        "-J",
-        "snap",
-        "--nodes",
-        "1",
-        "--exp-root",
-        &exp_root,
         "--",
-        "python",
-        "show.py",
+        ";|&>x",
     ];
-    argv.extend(args);
-    let job = job_id(&submit(&bed, &project, &argv));
-    std::fs::write(project.join("version.txt"), "v2").expect("edit after submit");
-    let out = wait_ok(&bed, job, &exps.join("snap"));
-    assert!(
-        out.contains("VERSION v1"),
-        "the job must run the snapshot:\n{out}"
-    );
-    let line = out
-        .lines()
-        .find_map(|l| l.split_once("ARGV ").map(|(_, a)| a))
-        .expect("argv line");
-    let got: Vec<String> = serde_json::from_str(line).expect("argv json");
-    assert_eq!(got, args);
-    assert!(!exps.join("snap/code/pwned").exists() && !project.join("pwned").exists());
+    for mode in ["agent", "srun", "torchrun"] {
+        std::fs::write(project.join("version.txt"), "v1").expect("write");
+        let name = format!("snap-{mode}");
+        let mut argv: Vec<&str> = vec![
+            "-J",
+            &name,
+            "--mode",
+            mode,
+            "--nodes",
+            "2",
+            "--gpus-per-node",
+            "2",
+            "--exp-root",
+            &exp_root,
+            "--",
+            "python",
+            "show.py",
+        ];
+        argv.extend(args);
+        let job = job_id(&submit(&bed, &project, &argv));
+        std::fs::write(project.join("version.txt"), "v2").expect("edit after submit");
+        let exp = exps.join(&name);
+        let batch = wait_ok(&bed, job, &exp);
+        // Each rank's own output: the agent's rank logs, or the batch output (srun,
+        // torchrun) with every rank's lines.
+        let mut out = batch;
+        for rank in 0..4 {
+            out.push_str(&read_lossy(
+                exp.join(format!("logs/attempt-0/rank-{rank}.out")),
+            ));
+        }
+        let versions: BTreeSet<&str> = out
+            .lines()
+            .filter_map(|l| l.strip_prefix("VERSION "))
+            .collect();
+        assert_eq!(
+            versions,
+            ["0 v1", "1 v1", "2 v1", "3 v1"].into(),
+            "{mode}: every rank runs the snapshot:\n{out}"
+        );
+        let mut ranks = BTreeSet::new();
+        for line in out.lines().filter_map(|l| l.strip_prefix("ARGV ")) {
+            let (rank, json) = line.split_once(' ').expect("ARGV RANK JSON");
+            let got: Vec<String> = serde_json::from_str(json).expect("argv json");
+            assert_eq!(got, args, "{mode}: rank {rank}'s argv");
+            ranks.insert(rank.to_owned());
+        }
+        assert_eq!(
+            ranks.len(),
+            4,
+            "{mode}: an argv line from every rank:\n{out}"
+        );
+        assert!(
+            !exp.join("code/pwned").exists() && !project.join("pwned").exists(),
+            "{mode}: an argument ran"
+        );
+    }
     // No store beside the experiments: everything is in the experiment folder.
+    let mut names: Vec<_> = std::fs::read_dir(&exps)
+        .expect("experiment root")
+        .map(|e| e.expect("entry").file_name())
+        .collect();
+    names.sort();
     assert_eq!(
-        std::fs::read_dir(&exps)
-            .expect("experiment root")
-            .map(|e| e.expect("entry").file_name())
-            .collect::<Vec<_>>(),
-        ["snap"],
-        "the experiment root holds only the experiment"
+        names,
+        ["snap-agent", "snap-srun", "snap-torchrun"],
+        "the experiment root holds only the experiments"
     );
 }
 
@@ -557,9 +735,14 @@ fn then_chains_in_one_command_and_resume_adds_an_attempt() {
     let bed = Bed::require();
     let (project, exps) = project(&bed, "submit_then");
     let exp_root = exps.display().to_string();
+    // then-pre runs until the test says go: the dependency is unfulfilled while it checks.
+    let go = project.with_file_name("go");
     std::fs::write(
         project.join("pre.toml"),
-        "job_name = \"then-pre\"\ncommand = [\"sleep\", \"3\"]\n",
+        format!(
+            "job_name = \"then-pre\"\ncommand = [\"python\", \"waiter.py\", \"--lines\", \"0\", \"--go\", {:?}]\n",
+            go.to_str().expect("utf-8")
+        ),
     )
     .expect("write");
     std::fs::write(
@@ -587,6 +770,7 @@ fn then_chains_in_one_command_and_resume_adds_an_attempt() {
         eval.fields.get("Dependency").map(String::as_str),
         Some(format!("afterok:{}(unfulfilled)", ids[0]).as_str())
     );
+    std::fs::write(&go, "").expect("go");
     let pre_info = bed
         .wait(ids[0], Duration::from_secs(120))
         .expect("pre ends");

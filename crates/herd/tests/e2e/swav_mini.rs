@@ -272,6 +272,8 @@ fn checksums(output: &str) -> BTreeSet<String> {
 
 #[test]
 fn swav_mini_trains_logs_and_resumes_bit_for_bit() {
+    // No bed, but six torch processes: one heavy test at a time, as with the bed's.
+    let _turn = herd_testbed::exclusive();
     let dir = tempfile::tempdir().expect("temp dir");
     let ckpt = dir.path().join("ckpt");
     let output = herd_run(dir.path(), "full", &swav_args(&ckpt));
