@@ -313,8 +313,12 @@ pub fn view(
                 } else {
                     format!("{}, ", lead.state)
                 };
+                // SLURM counts whole seconds: a job that failed within its first second
+                // ran 0 s, though its agents started (the timeline says so).
+                let started = progress.is_some_and(|p| p.started_ms.is_some());
                 let ran = match lead.elapsed {
                     Some(d) if !d.is_zero() => format!(" after {}", clock(d)),
+                    _ if started => " within a second of its start".to_owned(),
                     _ => " before it started".to_owned(),
                 };
                 let by_herd = progress.is_some_and(|p| p.cancelled_ms.is_some());
@@ -495,6 +499,33 @@ mod tests {
             v.detail,
             "no longer in the queue, and nothing in the folder says how it ended (last seen: agents starting)"
         );
+    }
+
+    /// SLURM counts whole seconds: a job that failed within its first second "ran 0:00",
+    /// though its agents started; one cancelled while queued never started.
+    #[test]
+    fn a_job_that_failed_in_its_first_second_had_started() {
+        let jobs = SchedJob::group(rows(
+            "9|9|N/A|FAILED|NonZeroExitCode|0:00|1:00|a01|1|256|u|(null)|N/A|x|\n\
+             10|10|N/A|CANCELLED|None|0:00|1:00||1|0|u|(null)|N/A|y|\n",
+        ));
+        let started = Progress::from_events(
+            Some("9".into()),
+            1,
+            &[
+                json!({"event": "queued", "job_id": "9", "unix_ms": 1}),
+                json!({"event": "started", "job_id": 9, "unix_ms": 2}),
+            ]
+            .map(|v| v.as_object().cloned().expect("object")),
+        );
+        let v = view(None, Some(&started), Some(&jobs[0]), true);
+        assert!(
+            v.detail.starts_with("exit 1 within a second of its start"),
+            "{}",
+            v.detail
+        );
+        let v = view(None, None, Some(&jobs[1]), true);
+        assert_eq!(v.detail, "cancelled before it started");
     }
 
     #[test]
