@@ -15,15 +15,23 @@ use crate::report::FailureReport;
 /// Ask slurmctld about job `id` without blocking the event loop; a failure is said and
 /// taken as "no facts".
 pub(crate) async fn job_facts(id: &str) -> Option<JobFacts> {
-    let id = id.to_owned();
-    match tokio::task::spawn_blocking(move || JobFacts::query(&id)).await {
-        Ok(Ok(f)) => Some(f),
-        Ok(Err(e)) => {
-            say(format!("cannot ask SLURM about the job: {e}"));
-            None
+    // When SLURM ends the job it signals every process of it, a `scontrol` just started
+    // included: ask again, a moment later, up to 5 times.
+    for tries_left in (0..5).rev() {
+        let id = id.to_owned();
+        match tokio::task::spawn_blocking(move || JobFacts::query(&id)).await {
+            Ok(Ok(f)) => return Some(f),
+            Ok(Err(e)) if e.was_killed() && tries_left > 0 => {
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+            Ok(Err(e)) => {
+                say(format!("cannot ask SLURM about the job: {e}"));
+                return None;
+            }
+            Err(_) => return None,
         }
-        Err(_) => None,
     }
+    None
 }
 
 /// The lowest attempt number not used yet in `log_dir` (`attempt-K` folders): attempts are

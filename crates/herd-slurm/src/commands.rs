@@ -68,6 +68,13 @@ impl SlurmError {
     pub fn is_not_installed(&self) -> bool {
         matches!(self, SlurmError::Start { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
     }
+
+    /// Whether the command was killed by a signal: run inside a job that SLURM is ending
+    /// (scancel, preemption, time limit), it got the signal every process of the job gets.
+    pub fn was_killed(&self) -> bool {
+        use std::os::unix::process::ExitStatusExt;
+        matches!(self, SlurmError::Failed { status, .. } if status.signal().is_some())
+    }
 }
 
 /// Runs `program args…` (in `cwd` when given) and returns its stdout; a non-zero exit is
@@ -274,6 +281,23 @@ pub fn scancel(ids: &[&str], signal: Option<&str>) -> Result<(), SlurmError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_command_killed_by_a_signal_is_told_from_one_that_failed() {
+        use std::os::unix::process::ExitStatusExt;
+        let failed = |raw: i32| SlurmError::Failed {
+            command: "scontrol",
+            status: ExitStatus::from_raw(raw),
+            stderr: String::new(),
+        };
+        assert!(failed(15).was_killed(), "killed by SIGTERM");
+        assert!(!failed(1 << 8).was_killed(), "exited 1");
+        assert!(!SlurmError::Output {
+            command: "scontrol",
+            output: String::new()
+        }
+        .was_killed());
+    }
 
     #[test]
     fn sbatch_output_is_an_id() {

@@ -5,7 +5,7 @@
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
-use herd_slurm::lifecycle::Cause;
+use herd_slurm::lifecycle::{Cause, JobFacts};
 use nix::sys::signal::Signal;
 use serde_json::json;
 use tokio::sync::mpsc;
@@ -15,8 +15,33 @@ use crate::agent::{cancelled, say, Config, Event};
 use crate::attempt::Attempt;
 use crate::keep::job_facts;
 use crate::protocol::Msg;
-use crate::report::FailureReport;
+use crate::report::{Exit, FailureReport};
 use crate::signals::{self, Action};
+
+/// The signal that killed a worker (`exit`), when it is one that ends a job: SIGTERM,
+/// SIGINT or SIGHUP, which SLURM sends every process of a job it cancels, preempts or ends
+/// at its time limit. A crash (SIGSEGV, SIGABRT), the OOM killer's SIGKILL or an exit code
+/// is the worker's own.
+pub(super) fn job_signal(exit: Option<&Exit>) -> Option<Signal> {
+    match exit {
+        Some(Exit::Signal(name)) => name
+            .parse::<Signal>()
+            .ok()
+            .filter(|s| signals::action(*s) == Some(Action::Terminate)),
+        _ => None,
+    }
+}
+
+/// Why SLURM is ending the job, from `scontrol show job` read while one of its workers was
+/// killed by SIGTERM, SIGINT or SIGHUP ([`job_signal`]): what [`JobFacts::cause`] says, and
+/// a job `COMPLETING` is one SLURM is ending by a cancel (`scancel`, `herd cancel`: while
+/// any process of a cancelled job runs, SLURM 22.05 shows it as `COMPLETING`, not
+/// `CANCELLED`; a job that ends by itself has no worker left to kill).
+pub(super) fn ended_by_slurm(facts: &JobFacts, near: Duration) -> Option<Cause> {
+    facts
+        .cause(near)
+        .or_else(|| (facts.state == "COMPLETING").then_some(Cause::Cancelled))
+}
 
 /// How one attempt ended.
 pub(super) enum End {
@@ -195,6 +220,70 @@ impl Lead<'_> {
         }
     }
 
+    /// A worker's failure, read for what it is: a worker killed by SIGTERM, SIGINT or
+    /// SIGHUP may have got it from SLURM with every other process of the job (`scancel`, a
+    /// preemption, the time limit's end) before the agents' own copies were handled. Then
+    /// what SLURM says about the job decides, as for a signal an agent receives: a cancel
+    /// ends the job as cancelled, a preemption or the time limit stops and requeues it.
+    /// Anything else stays the worker's failure. One `scontrol` call, only for such a death.
+    pub(super) async fn reread_failure(&mut self, end: End) -> End {
+        let End::Failed {
+            report,
+            cause: Cause::WorkerFailure,
+            retryable,
+        } = end
+        else {
+            return end;
+        };
+        let (Some(sig), Some(id)) = (job_signal(report.exit.as_ref()), self.job_id.as_deref())
+        else {
+            return End::Failed {
+                report,
+                retryable,
+                cause: Cause::WorkerFailure,
+            };
+        };
+        let near = self.cfg.keep.warn_before + Duration::from_secs(90);
+        let facts = job_facts(id).await;
+        let cause = facts.as_ref().and_then(|f| ended_by_slurm(f, near));
+        let record = |action: &str| {
+            self.cfg.record(
+                "signal",
+                json!({"attempt": self.number, "signal": sig.as_str(), "action": action,
+                       "cause": cause, "node": report.node_rank, "seen": "worker_exit"}),
+            );
+        };
+        match cause {
+            Some(Cause::Cancelled) => {
+                record("terminate");
+                self.cancelled_by = Some(sig);
+                let why = format!(
+                    "job cancelled: {} with the rest of the job, which SLURM is ending",
+                    report.cause
+                );
+                End::Failed {
+                    report: FailureReport::other(self.number, report.node_rank, &report.host, why),
+                    retryable: false,
+                    cause: Cause::Cancelled,
+                }
+            }
+            Some(c @ (Cause::Preemption | Cause::TimeLimit)) => {
+                record("stop");
+                say(format!(
+                    "{}: {} with the rest of the job; the job is requeued",
+                    c.words(),
+                    report.cause
+                ));
+                End::Stopped { cause: c }
+            }
+            _ => End::Failed {
+                report,
+                retryable,
+                cause: Cause::WorkerFailure,
+            },
+        }
+    }
+
     /// The hang watchdog's verdict: when no rank has made progress for the hang timeout,
     /// the rank that went silent first (rank, node rank, pid, silent for).
     /// `expected`: the nodes whose ranks still run; each must have reported.
@@ -307,4 +396,43 @@ pub(super) async fn hang_report(
     report.rank = Some(rank);
     report.stacks = stacks;
     report
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `scontrol show job -o` of a job just cancelled with `scancel`, from the test bed
+    /// (Slurm 22.05), shortened: once its processes are gone, and while one still runs.
+    const CANCELLED: &str = "JobId=1 JobName=wrap UserId=root(0) JobState=CANCELLED Reason=None Dependency=(null) Requeue=1 Restarts=0 BatchFlag=1 ExitCode=0:0 RunTime=00:00:00 TimeLimit=UNLIMITED TimeMin=N/A SubmitTime=2026-12-02T01:17:57 StartTime=2026-12-02T01:17:59 EndTime=2026-12-02T01:17:59 PreemptTime=None SuspendTime=None ExcNodeList=(null) NodeList= NumNodes=1";
+    const COMPLETING: &str = "JobId=33 JobName=wrap UserId=root(0) GroupId=root(0) MCS_label=N/A Priority=4294901731 Nice=0 Account=(null) QOS=(null) JobState=COMPLETING Reason=None Dependency=(null) Requeue=1 Restarts=0 BatchFlag=1 Reboot=0 ExitCode=0:0 RunTime=00:00:03 TimeLimit=UNLIMITED TimeMin=N/A SubmitTime=2026-12-02T01:21:36 EligibleTime=2026-12-02T01:21:36 AccrueTime=2026-12-02T01:21:36 StartTime=2026-12-02T01:21:36 EndTime=2026-12-02T01:21:39 Deadline=N/A PreemptEligibleTime=2026-12-02T01:21:36 PreemptTime=None SuspendTime=None SecsPreSuspend=0 Partition=gpu ExcNodeList=(null) NodeList=gpu-a01 BatchHost=gpu-a01 NumNodes=1";
+
+    #[test]
+    fn only_the_signals_that_end_a_job_are_read_as_the_jobs() {
+        let killed = |s: &str| job_signal(Some(&Exit::Signal(s.into())));
+        assert_eq!(killed("SIGTERM"), Some(Signal::SIGTERM));
+        assert_eq!(killed("SIGINT"), Some(Signal::SIGINT));
+        assert_eq!(killed("SIGHUP"), Some(Signal::SIGHUP));
+        // A crash, the OOM killer, a code: the worker's own failure.
+        for own in ["SIGSEGV", "SIGABRT", "SIGKILL", "SIGUSR1", "not a signal"] {
+            assert_eq!(killed(own), None, "{own}");
+        }
+        assert_eq!(job_signal(Some(&Exit::Code(143))), None);
+        assert_eq!(job_signal(None), None);
+    }
+
+    #[test]
+    fn a_worker_killed_while_slurm_cancels_the_job_is_the_cancel() {
+        let near = Duration::from_secs(210);
+        let read = |line: &str| ended_by_slurm(&JobFacts::parse(line).expect("parses"), near);
+        assert_eq!(read(CANCELLED), Some(Cause::Cancelled));
+        assert_eq!(read(COMPLETING), Some(Cause::Cancelled));
+        let running = COMPLETING.replace("JobState=COMPLETING", "JobState=RUNNING");
+        assert_eq!(read(&running), None, "a worker's own failure");
+        // Preempted or at its time limit, COMPLETING or not: a stop and a requeue.
+        let preempted = COMPLETING.replace("PreemptTime=None", "PreemptTime=2026-12-02T01:21:39");
+        assert_eq!(read(&preempted), Some(Cause::Preemption));
+        let timed_out = COMPLETING.replace("TimeLimit=UNLIMITED", "TimeLimit=00:01:00");
+        assert_eq!(read(&timed_out), Some(Cause::TimeLimit));
+    }
 }

@@ -417,6 +417,7 @@ pub(crate) async fn lead(
             retryable: false,
             cause: Cause::WorkerFailure,
         });
+        let end = lead.reread_failure(end).await;
         if let End::Success = end {
             if let Some(a) = attempt.as_mut() {
                 a.finish_output().await;

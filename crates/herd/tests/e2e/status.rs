@@ -255,8 +255,9 @@ fn status_shows_queued_running_finished_failed_and_cancelled() {
             .ends_with(", by herd cancel"),
         "{cancelled:#}"
     );
-    // scancel's SIGTERM reached the agents: the leader took it for a cancel (not a
-    // preemption, not the time limit) and said so; nothing of the job is left.
+    // scancel's SIGTERM reached the agents and the workers: the leader took it for a
+    // cancel (not a preemption, not the time limit, not a worker's failure), whichever
+    // came first, and said so; nothing of the job is left.
     let signalled = events(&exps.join("victim"), "signal");
     assert!(
         signalled
@@ -264,8 +265,17 @@ fn status_shows_queued_running_finished_failed_and_cancelled() {
             .any(|e| e["signal"] == "SIGTERM" && e["action"] == "terminate"),
         "{signalled:#?}"
     );
+    let failed = events(&exps.join("victim"), "failed");
+    assert!(
+        failed.iter().all(|e| e["kind"] == "cancelled"),
+        "a cancel, not a failure: {failed:#?}"
+    );
     let said = read_lossy(exps.join(format!("victim/logs/{victim}.err")));
-    assert!(said.contains("received SIGTERM: job cancelled"), "{said}");
+    assert!(
+        said.contains("received SIGTERM: job cancelled")
+            || said.contains("killed by SIGTERM with the rest of the job, which SLURM is ending"),
+        "{said}"
+    );
     let start = Instant::now();
     loop {
         let left = workers(&bed);
