@@ -15,6 +15,8 @@ use nix::unistd::Pid;
 struct Stat {
     pid: i32,
     ppid: i32,
+    /// Its process group.
+    pgrp: i32,
     zombie: bool,
 }
 
@@ -25,9 +27,11 @@ fn parse_stat(text: &str) -> Option<Stat> {
     let mut fields = tail.split_whitespace();
     let state = fields.next()?;
     let ppid = fields.next()?.parse().ok()?;
+    let pgrp = fields.next()?.parse().ok()?;
     Some(Stat {
         pid,
         ppid,
+        pgrp,
         zombie: state == "Z" || state == "X",
     })
 }
@@ -46,6 +50,12 @@ fn all_stats() -> Vec<Stat> {
 
 /// Live (not zombie) descendants of `root`, and zombie direct children (to reap).
 pub fn descendants(root: i32) -> (Vec<i32>, Vec<i32>) {
+    let (live, zombies) = descendant_stats(root);
+    (live.iter().map(|s| s.pid).collect(), zombies)
+}
+
+/// [`descendants`], with each live one's `/proc/PID/stat` fields.
+fn descendant_stats(root: i32) -> (Vec<Stat>, Vec<i32>) {
     let stats = all_stats();
     let mut children: HashMap<i32, Vec<Stat>> = HashMap::new();
     for s in &stats {
@@ -64,7 +74,7 @@ pub fn descendants(root: i32) -> (Vec<i32>, Vec<i32>) {
                     zombies.push(c.pid);
                 }
             } else {
-                live.push(c.pid);
+                live.push(*c);
             }
             queue.push(c.pid);
         }
@@ -90,15 +100,16 @@ fn reap_orphans(zombies: &[i32], managed: &HashSet<i32>) {
     }
 }
 
-/// Signal a worker's process group and, separately, every descendant (for those that
-/// left the group).
+/// Signal the workers' process groups and, separately, every descendant that left them
+/// (`setsid`, `setpgid`): each process gets `signal` once. (Twice would make a worker
+/// that catches SIGINT as `KeyboardInterrupt` raise it again while it cleans up.)
 pub fn signal_all(groups: &[i32], signal: Signal) {
     for &g in groups {
         let _ = killpg(Pid::from_raw(g), signal);
     }
-    let (live, _) = descendants(std::process::id() as i32);
-    for p in live {
-        let _ = kill(Pid::from_raw(p), signal);
+    let (live, _) = descendant_stats(std::process::id() as i32);
+    for s in live.iter().filter(|s| !groups.contains(&s.pgrp)) {
+        let _ = kill(Pid::from_raw(s.pid), signal);
     }
 }
 
@@ -153,6 +164,7 @@ mod tests {
             Stat {
                 pid: 4242,
                 ppid: 17,
+                pgrp: 4242,
                 zombie: false
             }
         );
