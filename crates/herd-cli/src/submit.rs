@@ -149,7 +149,7 @@ pub fn dependency(after: &[String]) -> Result<Option<String>, Vec<String>> {
             _ => {
                 // Oldest first, as the user submitted them (squeue's order is its own).
                 let mut ids = ids;
-                ids.sort_by_key(|id| (id.len(), id.clone()));
+                ids.sort_by(|a, b| a.len().cmp(&b.len()).then_with(|| a.cmp(b)));
                 problems.push(format!(
                     "--after {entry}: {} jobs are named {target:?} (ids {}); give the id instead",
                     ids.len(),

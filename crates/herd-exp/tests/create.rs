@@ -177,9 +177,7 @@ fn failure_in_the_middle_leaves_nothing_behind() {
 #[test]
 fn unreadable_file_leaves_nothing_behind() {
     const NAME: &str = "unreadable_file_leaves_nothing_behind";
-    if std::env::var_os("HERD_TEST_AS_NOBODY").is_some() {
-        let var = |k: &str| std::path::PathBuf::from(std::env::var_os(k).expect(k));
-        let (root, proj) = (var("T_ROOT"), var("T_PROJ"));
+    if let Some((root, proj)) = common::nobody_part() {
         let err = request(&root, "run", &proj)
             .create()
             .expect_err("an unreadable file fails the snapshot");

@@ -207,10 +207,8 @@ fn for_nobody(prepare: impl FnOnce(&Path)) -> (TempDir, TempDir) {
 #[test]
 fn another_users_copies_are_copied_not_linked() {
     const NAME: &str = "another_users_copies_are_copied_not_linked";
-    if std::env::var_os("HERD_TEST_AS_NOBODY").is_some() {
+    if let Some((root, proj)) = common::nobody_part() {
         // The other user's part, in a shared experiment root.
-        let var = |k: &str| std::path::PathBuf::from(std::env::var_os(k).expect(k));
-        let (root, proj) = (var("T_ROOT"), var("T_PROJ"));
         match std::env::var("T_STEP").expect("T_STEP").as_str() {
             "unreadable" => {
                 // run.sh (0750, root's) is unreadable here: the snapshot fails, naming it,
@@ -285,10 +283,8 @@ fn another_users_copies_are_copied_not_linked() {
 #[test]
 fn code_files_are_read_only_so_a_job_cannot_change_another_experiments_code() {
     const NAME: &str = "code_files_are_read_only_so_a_job_cannot_change_another_experiments_code";
-    if std::env::var_os("HERD_TEST_AS_NOBODY").is_some() {
+    if let Some((root, proj)) = common::nobody_part() {
         // A user without root's powers, whose experiments share files.
-        let var = |k: &str| std::path::PathBuf::from(std::env::var_os(k).expect(k));
-        let (root, proj) = (var("T_ROOT"), var("T_PROJ"));
         let first = request(&root, "first", &proj).create().expect("first");
         let second = request(&root, "second", &proj).create().expect("second");
         assert_eq!(second.snapshot.copied, 0, "{:?}", second.snapshot);

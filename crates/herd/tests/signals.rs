@@ -7,6 +7,14 @@ use std::time::{Duration, Instant};
 
 const HERD: &str = env!("CARGO_BIN_EXE_herd");
 
+/// Whether process `pid` runs (exists and is no zombie).
+fn alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        s.rsplit_once(')')
+            .is_some_and(|(_, t)| !t.trim_start().starts_with('Z'))
+    })
+}
+
 /// Pids of live processes whose command line is exactly `argv`.
 fn processes(argv: &[&str]) -> Vec<i32> {
     let mut found = Vec::new();
@@ -22,14 +30,7 @@ fn processes(argv: &[&str]) -> Vec<i32> {
             .unwrap_or(&raw)
             .split(|&b| b == 0)
             .collect();
-        let zombie = std::fs::read_to_string(entry.path().join("stat"))
-            .ok()
-            .and_then(|s| {
-                s.rsplit_once(')')
-                    .map(|(_, t)| t.trim_start().starts_with('Z'))
-            })
-            .unwrap_or(true);
-        if !zombie
+        if alive(pid)
             && args.len() == argv.len()
             && args.iter().zip(argv).all(|(a, b)| *a == b.as_bytes())
         {
@@ -114,12 +115,7 @@ impl Run {
         (0..4)
             .filter_map(|r| std::fs::read_to_string(dir.join(format!("signals/ready-{r}"))).ok())
             .filter_map(|pid| pid.trim().parse::<i32>().ok())
-            .filter(|pid| {
-                std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
-                    s.rsplit_once(')')
-                        .is_some_and(|(_, t)| !t.trim_start().starts_with('Z'))
-                })
-            })
+            .filter(|&pid| alive(pid))
             .count()
     }
 
@@ -217,6 +213,22 @@ impl Run {
         }
     }
 
+    /// herd run ended as a job cancelled by `SIGNAL` (`SIGTERM`…) ends: exit 1 (not killed
+    /// by the signal), the report saying so, and no worker left.
+    fn assert_cancelled_by(&self, status: std::process::ExitStatus, signal: &str) {
+        let stderr = self.stderr();
+        assert_eq!(
+            (status.code(), status.signal()),
+            (Some(1), None),
+            "herd run exits 1 on {signal}, not killed by it:\n{stderr}"
+        );
+        self.assert_no_worker_left();
+        assert!(
+            stderr.contains(&format!("received {signal}: job cancelled")),
+            "the report says why:\n{stderr}"
+        );
+    }
+
     /// Every worker is gone (the agents end them before they exit; the kernel may take a
     /// moment to remove them).
     fn assert_no_worker_left(&self) {
@@ -256,17 +268,7 @@ fn sighup_tears_the_job_down_like_sigterm() {
     let sent = Instant::now();
     let status = run.wait(Duration::from_secs(10));
     let took = sent.elapsed().as_secs_f64();
-    let stderr = run.stderr();
-    assert_eq!(
-        (status.code(), status.signal()),
-        (Some(1), None),
-        "herd run exits 1, not killed by SIGHUP:\n{stderr}"
-    );
-    run.assert_no_worker_left();
-    assert!(
-        stderr.contains("received SIGHUP: job cancelled"),
-        "the report says why:\n{stderr}"
-    );
+    run.assert_cancelled_by(status, "SIGHUP");
     for rank in 0..4 {
         assert_eq!(
             run.recorded(rank),
@@ -292,13 +294,7 @@ fn sighup_under_nohup_is_ignored() {
     assert_eq!(run.workers().len(), 4, "every worker still runs");
     run.signal("TERM");
     let status = run.wait(Duration::from_secs(10));
-    assert_eq!(status.code(), Some(1), "{}", run.stderr());
-    run.assert_no_worker_left();
-    assert!(
-        run.stderr().contains("received SIGTERM: job cancelled"),
-        "{}",
-        run.stderr()
-    );
+    run.assert_cancelled_by(status, "SIGTERM");
 }
 
 /// SIGUSR1 and SIGUSR2 (SLURM's warning, `scancel --signal`) reach every worker, each
@@ -322,17 +318,7 @@ fn usr1_and_usr2_reach_every_worker_and_sigterm_ends_the_job() {
     run.signal("TERM");
     let status = run.wait(Duration::from_secs(10));
     run.wait_recorded("TERM", 1);
-    let stderr = run.stderr();
-    assert_eq!(
-        (status.code(), status.signal()),
-        (Some(1), None),
-        "herd run exits 1 on SIGTERM:\n{stderr}"
-    );
-    run.assert_no_worker_left();
-    assert!(
-        stderr.contains("received SIGTERM: job cancelled"),
-        "the report says why:\n{stderr}"
-    );
+    run.assert_cancelled_by(status, "SIGTERM");
     for rank in 0..4 {
         assert_eq!(run.recorded(rank), ["USR1", "USR2", "TERM"], "rank {rank}");
     }
@@ -345,17 +331,7 @@ fn sigint_reaches_every_worker_and_ends_the_job() {
     let mut run = Run::start_recording();
     run.signal("INT");
     let status = run.wait(Duration::from_secs(10));
-    let stderr = run.stderr();
-    assert_eq!(
-        (status.code(), status.signal()),
-        (Some(1), None),
-        "herd run exits 1 on SIGINT:\n{stderr}"
-    );
-    run.assert_no_worker_left();
-    assert!(
-        stderr.contains("received SIGINT: job cancelled"),
-        "the report says why:\n{stderr}"
-    );
+    run.assert_cancelled_by(status, "SIGINT");
     for rank in 0..4 {
         assert_eq!(run.recorded(rank), ["INT"], "rank {rank}");
     }

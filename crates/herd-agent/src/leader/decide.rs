@@ -230,22 +230,16 @@ impl Lead<'_> {
         let End::Failed {
             report,
             cause: Cause::WorkerFailure,
-            retryable,
-        } = end
+            ..
+        } = &end
         else {
             return end;
         };
-        let (Some(sig), Some(id)) = (job_signal(report.exit.as_ref()), self.job_id.as_deref())
-        else {
-            return End::Failed {
-                report,
-                retryable,
-                cause: Cause::WorkerFailure,
-            };
+        let (Some(sig), Some(id)) = (job_signal(report.exit.as_ref()), self.job_id.clone()) else {
+            return end;
         };
         let near = self.cfg.keep.warn_before + Duration::from_secs(90);
-        let facts = job_facts(id).await;
-        let cause = facts.as_ref().and_then(|f| ended_by_slurm(f, near));
+        let cause = job_facts(&id).await.and_then(|f| ended_by_slurm(&f, near));
         let record = |action: &str| {
             self.cfg.record(
                 "signal",
@@ -256,13 +250,14 @@ impl Lead<'_> {
         match cause {
             Some(Cause::Cancelled) => {
                 record("terminate");
-                self.cancelled_by = Some(sig);
                 let why = format!(
                     "job cancelled: {} with the rest of the job, which SLURM is ending",
                     report.cause
                 );
+                let report = FailureReport::other(self.number, report.node_rank, &report.host, why);
+                self.cancelled_by = Some(sig);
                 End::Failed {
-                    report: FailureReport::other(self.number, report.node_rank, &report.host, why),
+                    report,
                     retryable: false,
                     cause: Cause::Cancelled,
                 }
@@ -276,11 +271,7 @@ impl Lead<'_> {
                 ));
                 End::Stopped { cause: c }
             }
-            _ => End::Failed {
-                report,
-                retryable,
-                cause: Cause::WorkerFailure,
-            },
+            _ => end,
         }
     }
 

@@ -152,6 +152,14 @@ pub fn ino(path: &Path) -> u64 {
     fs::symlink_metadata(path).expect("lstat").ino()
 }
 
+/// In the part of a test [`as_nobody`] runs: the experiment root and the project it was
+/// given (`T_ROOT`, `T_PROJ`). `None` in root's part.
+pub fn nobody_part() -> Option<(PathBuf, PathBuf)> {
+    std::env::var_os("HERD_TEST_AS_NOBODY")?;
+    let var = |k: &str| PathBuf::from(std::env::var_os(k).expect(k));
+    Some((var("T_ROOT"), var("T_PROJ")))
+}
+
 /// Runs this test binary's test `name` again as user `nobody` (uid 65534), with `env`:
 /// the test sees `HERD_TEST_AS_NOBODY` and does the other user's part.
 pub fn as_nobody(name: &str, env: &[(&str, &Path)]) {

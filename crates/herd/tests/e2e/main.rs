@@ -18,6 +18,7 @@ mod staying_alive;
 mod submit;
 mod support;
 mod swav_mini;
+mod teardown;
 mod top;
 mod train_ddp_contract;
 mod wheel;

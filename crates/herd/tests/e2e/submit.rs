@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output};
 use std::time::Duration;
 
 use herd_testbed::{rank_lines, read_lossy, Bed, JobId};
@@ -174,6 +174,12 @@ fn existing_names_and_unknown_dependencies_are_refused_writing_nothing() {
     );
 }
 
+/// `herd submit -J NAME --nodes 1 --exp-root ROOT FLAGS… -- true` from `project`.
+fn submit_true(bed: &Bed, project: &Path, exp_root: &str, name: &str, flags: &[&str]) -> Output {
+    let head = ["-J", name, "--nodes", "1", "--exp-root", exp_root];
+    submit(bed, project, &[&head[..], flags, &["--", "true"]].concat())
+}
+
 /// `sbatch --hold --job-name=NAME --wrap=true` from `dir`: a job that waits, by name.
 fn held_job(dir: &Path, name: &str) -> JobId {
     let out = Command::new("sbatch")
@@ -198,20 +204,12 @@ fn a_job_sbatch_refuses_leaves_no_experiment_folder() {
     let bed = Bed::require();
     let (project, exps) = project(&bed, "submit_sbatch_refuses");
     let exp_root = exps.display().to_string();
-    let out = submit(
+    let out = submit_true(
         &bed,
         &project,
-        &[
-            "-J",
-            "refused",
-            "--nodes",
-            "1",
-            "--sbatch-arg=--nodelist=gpu-z99",
-            "--exp-root",
-            &exp_root,
-            "--",
-            "true",
-        ],
+        &exp_root,
+        "refused",
+        &["--sbatch-arg=--nodelist=gpu-z99"],
     );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
@@ -243,23 +241,12 @@ fn after_kinds_by_name_and_a_name_of_several_jobs() {
         held_job(&scratch, "after-dup"),
     ];
 
-    let out = submit(
+    let out = submit_true(
         &bed,
         &project,
-        &[
-            "-J",
-            "kinds",
-            "--nodes",
-            "1",
-            "--after",
-            "after-pa:any",
-            "--after",
-            "after-pb:notok",
-            "--exp-root",
-            &exp_root,
-            "--",
-            "true",
-        ],
+        &exp_root,
+        "kinds",
+        &["--after", "after-pa:any", "--after", "after-pb:notok"],
     );
     let kinds = job_id(&out);
     let info = bed.job(kinds).expect("the job");
@@ -270,21 +257,12 @@ fn after_kinds_by_name_and_a_name_of_several_jobs() {
         "{dependency}"
     );
 
-    let out = submit(
+    let out = submit_true(
         &bed,
         &project,
-        &[
-            "-J",
-            "ambiguous",
-            "--nodes",
-            "1",
-            "--after",
-            "after-dup",
-            "--exp-root",
-            &exp_root,
-            "--",
-            "true",
-        ],
+        &exp_root,
+        "ambiguous",
+        &["--after", "after-dup"],
     );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");

@@ -4,7 +4,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use herd_testbed::{batch_script, read_lossy, repo_root, write_file, Bed, JobId, JobInfo};
+use herd_testbed::{
+    batch_script, read_lossy, repo_root, shell_join, write_file, Bed, JobId, JobInfo,
+};
 
 /// `python examples/train_ddp.py ARGS…` with the bed's venv.
 pub fn train_command(bed: &Bed, args: &[&str]) -> Vec<String> {
@@ -182,4 +184,32 @@ pub fn waiter_project(bed: &Bed, name: &str) -> (PathBuf, PathBuf) {
     );
     std::fs::create_dir_all(project.join("ready")).expect("ready dir");
     (project, exps)
+}
+
+/// The test worker `name` of `crates/herd/tests/e2e/workers/`, by absolute path.
+pub fn worker(name: &str) -> String {
+    repo_root()
+        .join("crates/herd/tests/e2e/workers")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+/// `herd run ARGS… -- CMD…` as a batch-script line (the test's own quoting).
+pub fn herd_run(args: &[&str], cmd: &[String]) -> String {
+    let mut argv: Vec<String> = vec![env!("CARGO_BIN_EXE_herd").into(), "run".into()];
+    argv.extend(args.iter().map(|a| a.to_string()));
+    argv.push("--".into());
+    argv.extend(cmd.iter().cloned());
+    shell_join(&argv)
+}
+
+/// `--nodelist=` of the bed's first 3 nodes (the bed must have them).
+pub fn three_nodes(bed: &Bed) -> String {
+    assert!(
+        bed.nodes().len() >= 3,
+        "these tests need 3 nodes: {:?}",
+        bed.nodes()
+    );
+    format!("--nodelist={}", herd_hostlist::compress(&bed.nodes()[..3]))
 }

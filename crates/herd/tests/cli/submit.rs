@@ -1,0 +1,456 @@
+//! `herd submit` and `herd check` with fake SLURM commands: dry runs, checks, and bad input
+//! or a failing file system that leave nothing behind and submit nothing.
+
+use super::*;
+
+#[test]
+fn submit_dry_run_prints_script_and_ranks_and_writes_nothing() {
+    let dir = temp_dir("dry-run");
+    let exps = dir.join("exps");
+    let out = Command::new(env!("CARGO_BIN_EXE_herd"))
+        .args([
+            "submit",
+            "--dry-run",
+            "-J",
+            "demo",
+            "--nodes",
+            "2",
+            "--gpus-per-node",
+            "2",
+            "--exp-root",
+        ])
+        .arg(&exps)
+        .args(["--", "sh", "-c", "echo $(id) 'x'"])
+        .current_dir(&dir)
+        .output()
+        .expect("herd runs");
+    let text = stdout_of(&out);
+    assert!(text.starts_with("#!/bin/bash\n"), "{text}");
+    assert!(text.contains("#SBATCH --nodes=2"), "{text}");
+    assert!(
+        text.contains("'sh' '-c' 'echo $(id) '\\''x'\\'''"),
+        "arguments are single-quoted words: {text}"
+    );
+    // Every worker sees both GPUs of its node by default.
+    assert!(
+        text.contains(
+            "node  rank  local_rank  CUDA_VISIBLE_DEVICES\n   0     0           0  0,1\n   0     1           1  0,1\n"
+        ),
+        "{text}"
+    );
+    assert!(!exps.exists(), "a dry run writes nothing");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `--gpu-bind per-rank` reaches the script and the rank table; a value that is not a binding
+/// (SLURM's own `--gpu-bind=closest`) is refused naming the two there are.
+#[test]
+fn submit_gpu_bind_per_rank_shows_each_ranks_share() {
+    let dir = temp_dir("gpu-bind");
+    let exps = dir.join("exps");
+    std::fs::write(dir.join("train.py"), "").expect("train.py");
+    let dry_run = |bind: &str| {
+        Command::new(env!("CARGO_BIN_EXE_herd"))
+            .args([
+                "submit",
+                "--dry-run",
+                "-J",
+                "bind",
+                "--nodes",
+                "1",
+                "--gpus-per-node",
+                "4",
+                "--gpu-bind",
+                bind,
+                "--exp-root",
+            ])
+            .arg(&exps)
+            .args(["--", "python", "train.py"])
+            .current_dir(&dir)
+            .output()
+            .expect("herd runs")
+    };
+    let out = dry_run("per-rank");
+    let text = stdout_of(&out);
+    assert!(
+        text.contains("launch --nproc-per-node 4 --gpu-bind per-rank"),
+        "{text}"
+    );
+    assert!(
+        text.contains("   0     1           1  1\n   0     2           2  2\n"),
+        "{text}"
+    );
+    let out = dry_run("closest");
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--gpu-bind: `closest` is not a GPU binding")
+            && err.contains("use `all`")
+            && err.contains("`per-rank`"),
+        "{err}"
+    );
+    assert!(!exps.exists(), "nothing written");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn check_names_the_key_to_change_and_fails() {
+    let dir = temp_dir("check");
+    let out = Command::new(env!("CARGO_BIN_EXE_herd"))
+        .args([
+            "check",
+            "-J",
+            "x",
+            "--gpus",
+            "3",
+            "--gpus-per-node",
+            "2",
+            "--",
+            "no-such-program-here",
+        ])
+        .current_dir(&dir)
+        .output()
+        .expect("herd runs");
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--gpus = 3 GPUs is not a multiple of --gpus-per-node = 2"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("`no-such-program-here` is not on PATH"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("nothing written, nothing submitted"),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_snapshot_store_commands_are_gone() {
+    // The code folder is made at submit and freed with its experiment: no `materialize`,
+    // no `gc`.
+    for gone in ["materialize", "gc"] {
+        let out = herd(&[gone]);
+        assert_eq!(out.status.code(), Some(2), "{gone}: {out:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains(&format!("unrecognized subcommand '{gone}'")),
+            "{gone}: {stderr}"
+        );
+    }
+}
+
+/// A tmpfs mounted on a folder for one test, unmounted when dropped.
+struct Tmpfs(std::path::PathBuf);
+
+impl Tmpfs {
+    /// Mounts a tmpfs with `options` (`size=64k`, `ro,size=64k`) on `dir`, made if missing.
+    /// Mounting needs root, as CI runs the tests: without it the test fails, never skips.
+    fn mount(dir: &std::path::Path, options: &str) -> Tmpfs {
+        std::fs::create_dir_all(dir).expect("mount point");
+        let out = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", options, "tmpfs"])
+            .arg(dir)
+            .output();
+        match out {
+            Ok(out) if out.status.success() => Tmpfs(dir.to_owned()),
+            other => panic!(
+                "this test makes the file system fail with a small tmpfs (`mount -t tmpfs -o {options}`), which needs root (CI runs the tests as root): {other:?}"
+            ),
+        }
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let done = |args: &[&str]| {
+            Command::new("umount")
+                .args(args)
+                .arg(&self.0)
+                .status()
+                .is_ok_and(|s| s.success())
+        };
+        if !done(&[]) && !done(&["--lazy"]) {
+            eprintln!(
+                "warning: cannot unmount the test's tmpfs {}",
+                self.0.display()
+            );
+        }
+    }
+}
+
+/// A project with `files` (name, size in bytes), and `bin/` holding a fake `sbatch`,
+/// `squeue` and `scontrol` that fail as with slurmctld down and write their name into
+/// `called`: `herd submit` with [`submit_here`] never reaches a cluster.
+fn submit_project(files: &[(&str, usize)]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).expect("bin");
+    for fake in ["sbatch", "squeue", "scontrol"] {
+        let path = bin.join(fake);
+        std::fs::write(
+            &path,
+            format!(
+                "#!/bin/sh\necho {fake} >> '{}'\necho '{fake}: error: Unable to contact slurm controller (connect failure)' >&2\nexit 1\n",
+                dir.path().join("called").display()
+            ),
+        )
+        .expect("fake command");
+        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .expect("chmod");
+    }
+    let project = dir.path().join("project");
+    std::fs::create_dir(&project).expect("project");
+    for (name, size) in files {
+        // Not zeros: every byte takes room on any file system.
+        let bytes: Vec<u8> = (0..*size).map(|i| (i * 7 % 251) as u8).collect();
+        std::fs::write(project.join(name), bytes).expect("project file");
+    }
+    dir
+}
+
+/// `herd submit ARGS` run in `dir`'s project with only its fake SLURM commands (and the
+/// system's) on PATH and no cluster profiles.
+fn submit_here(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_herd"))
+        .arg("submit")
+        .args(args)
+        .current_dir(dir.join("project"))
+        .env(
+            "PATH",
+            format!("{}:/usr/bin:/bin", dir.join("bin").display()),
+        )
+        .env("HOME", dir)
+        .env("XDG_CONFIG_HOME", dir.join("config"))
+        .env_remove("SLURM_JOB_ID")
+        .output()
+        .expect("herd runs")
+}
+
+/// The fake SLURM commands [`submit_here`] ran.
+fn slurm_called(dir: &std::path::Path) -> String {
+    std::fs::read_to_string(dir.join("called")).unwrap_or_default()
+}
+
+/// stderr of a [`submit_here`], less the note that the partitions were not checked (the
+/// fake scontrol fails), which must be there once, with scontrol's message.
+fn stderr_less_note(out: &std::process::Output) -> String {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let note = "herd: note: partitions not checked: scontrol: error: Unable to contact slurm controller (connect failure)\n";
+    assert_eq!(stderr.matches(note).count(), 1, "{stderr}");
+    stderr.replacen(note, "", 1)
+}
+
+/// Names in `exp_root`.
+fn left_in(exp_root: &std::path::Path) -> Vec<String> {
+    std::fs::read_dir(exp_root)
+        .expect("read_dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+/// `herd submit --resume NAME` and `herd report NAME` of a folder that is there but holds no
+/// manifest say it is no experiment folder (not that it does not exist), and of a missing
+/// one that it does not exist; exit 2, nothing submitted, the folder left as it was.
+#[test]
+fn resume_of_a_folder_that_is_no_experiment_says_so_and_touches_nothing() {
+    let dir = submit_project(&[("train.py", 10)]);
+    let exps = dir.path().join("exps");
+    std::fs::create_dir_all(exps.join("half")).expect("mkdir");
+    std::fs::write(exps.join("half/notes.txt"), "mine\n").expect("write");
+    let exp_root = exps.to_str().expect("utf-8");
+    let report = |name: &str| {
+        Command::new(env!("CARGO_BIN_EXE_herd"))
+            .args(["report", name, "--exp-root", exp_root])
+            .output()
+            .expect("herd runs")
+    };
+    for out in [
+        submit_here(dir.path(), &["--resume", "half", "--exp-root", exp_root]),
+        report("half"),
+    ] {
+        assert_eq!(out.status.code(), Some(2), "{out:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("/half is not an experiment folder: it has no manifest.json (only `herd submit` makes experiment folders)"),
+            "{stderr}"
+        );
+        assert!(!stderr.contains("does not exist"), "{stderr}");
+    }
+    for out in [
+        submit_here(dir.path(), &["--resume", "gone", "--exp-root", exp_root]),
+        report("gone"),
+    ] {
+        assert_eq!(out.status.code(), Some(2), "{out:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("/gone does not exist"), "{stderr}");
+    }
+    assert_eq!(left_in(&exps), ["half"]);
+    assert_eq!(left_in(&exps.join("half")), ["notes.txt"]);
+    assert!(
+        !slurm_called(dir.path()).contains("sbatch"),
+        "sbatch was called"
+    );
+}
+
+/// A full disk while `herd submit` snapshots the code is a failure (1), not a usage error:
+/// the message says what failed and where, sbatch is never called, nothing is left behind.
+#[test]
+fn submit_onto_a_full_disk_exits_1_naming_the_path_and_leaves_nothing() {
+    let dir = submit_project(&[("big.bin", 256 << 10), ("train.py", 10)]);
+    let exps = dir.path().join("exps");
+    let _fs = Tmpfs::mount(&exps, "size=64k");
+    let exp_root = exps.to_str().expect("utf-8");
+    let out = submit_here(
+        dir.path(),
+        &["-J", "full", "--exp-root", exp_root, "--", "true"],
+    );
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stderr = stderr_less_note(&out);
+    assert!(
+        stderr.starts_with("herd: error: cannot ")
+            && stderr.contains(&format!(" {exp_root}/"))
+            && stderr.contains("No space left on device"),
+        "{stderr}"
+    );
+    assert_eq!(
+        stderr.lines().count(),
+        1,
+        "one line, the cause once: {stderr}"
+    );
+    assert!(out.stdout.is_empty(), "no job id: {out:?}");
+    assert!(
+        !slurm_called(dir.path()).contains("sbatch"),
+        "sbatch was called"
+    );
+    assert_eq!(
+        left_in(&exps),
+        Vec::<String>::new(),
+        "no experiment folder, no .herd-new-* folder"
+    );
+}
+
+/// A read-only file system (root cannot write there either): exit 1, naming the folder.
+#[test]
+fn submit_onto_a_read_only_file_system_exits_1_naming_the_path() {
+    let dir = submit_project(&[("train.py", 10)]);
+    let ro = dir.path().join("ro");
+    let _fs = Tmpfs::mount(&ro, "ro,size=64k");
+    let exps = ro.join("exps");
+    let exp_root = exps.to_str().expect("utf-8");
+    let out = submit_here(
+        dir.path(),
+        &["-J", "ro", "--exp-root", exp_root, "--", "true"],
+    );
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stderr = stderr_less_note(&out);
+    assert_eq!(
+        stderr,
+        format!("herd: error: cannot create the experiment root {exp_root}: Read-only file system (os error 30)\n")
+    );
+    assert!(
+        !slurm_called(dir.path()).contains("sbatch"),
+        "sbatch was called"
+    );
+    assert_eq!(left_in(&ro), Vec::<String>::new(), "nothing written");
+}
+
+/// What the user got wrong still exits 2: a job name that is no folder name (found by the
+/// plan) and an experiment root that is the project itself (found making the experiment).
+#[test]
+fn submit_with_bad_input_exits_2_writing_nothing() {
+    let dir = submit_project(&[("train.py", 10)]);
+    let exps = dir.path().join("exps");
+    let exp_root = exps.to_str().expect("utf-8");
+    let out = submit_here(
+        dir.path(),
+        &["-J", "a/b", "--exp-root", exp_root, "--", "true"],
+    );
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .starts_with("herd: error: --job-name: `a/b` is not a job name"),
+        "{out:?}"
+    );
+    assert!(!exps.exists(), "nothing written");
+
+    let out = submit_here(dir.path(), &["-J", "here", "--exp-root", ".", "--", "true"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("is the project root"),
+        "{out:?}"
+    );
+    let project: Vec<_> = std::fs::read_dir(dir.path().join("project"))
+        .expect("read_dir")
+        .map(|e| e.expect("entry").file_name())
+        .collect();
+    assert_eq!(project, ["train.py"], "nothing written into the project");
+    assert!(
+        !slurm_called(dir.path()).contains("sbatch"),
+        "sbatch was called"
+    );
+}
+
+/// `herd submit --help` and `herd check --help` list every key's flag (the command as
+/// `-- <CMD>...`), and every flag they list is a key's, a `--no-KEY`, or one of the
+/// command's own.
+#[test]
+fn submit_and_check_help_list_every_key() {
+    use herd_plan::Key;
+    for (command, own) in [
+        (
+            "submit",
+            &[
+                "--dry-run",
+                "--resume",
+                "--then",
+                "--wait",
+                "--help",
+                "--version",
+            ][..],
+        ),
+        ("check", &["--help", "--version"][..]),
+    ] {
+        let out = herd(&[command, "--help"]);
+        assert!(out.status.success(), "herd {command} --help: {out:?}");
+        let help = String::from_utf8_lossy(&out.stdout);
+        // Option lines: `  -N, --nodes <N>  Nodes` or `      --requeue  …`.
+        let listed: Vec<&str> = help
+            .lines()
+            .skip_while(|l| !l.starts_with("Options:"))
+            .filter(|l| l.trim_start().starts_with('-'))
+            .filter_map(|l| {
+                l.trim_start()
+                    .split([' ', ','])
+                    .find(|w| w.starts_with("--"))
+            })
+            .collect();
+        for key in Key::ALL {
+            if key == Key::Command {
+                assert!(
+                    help.contains("[-- <CMD>...]"),
+                    "herd {command} --help:\n{help}"
+                );
+            } else {
+                assert!(
+                    listed.contains(&key.flag()),
+                    "herd {command} --help does not list {}:\n{help}",
+                    key.flag()
+                );
+            }
+        }
+        for flag in &listed {
+            let is_key = Key::ALL.iter().any(|k| k.flag() == *flag);
+            let negates_key = flag
+                .strip_prefix("--no-")
+                .is_some_and(|f| Key::ALL.iter().any(|k| k.flag() == format!("--{f}")));
+            assert!(
+                is_key || negates_key || own.contains(flag),
+                "herd {command} --help lists {flag}, which is no key:\n{help}"
+            );
+        }
+    }
+}
