@@ -18,22 +18,22 @@ use crate::protocol::Msg;
 use crate::report::{Exit, FailureReport};
 use crate::signals::{self, Action};
 
-/// The signal that killed a worker (`exit`), when it is one that ends a job: SIGTERM,
+/// The signal that ended a worker (`exit`), when it is one that ends a job: SIGTERM,
 /// SIGINT or SIGHUP, which SLURM sends every process of a job it cancels, preempts or ends
-/// at its time limit. A crash (SIGSEGV, SIGABRT), the OOM killer's SIGKILL or an exit code
-/// is the worker's own.
+/// at its time limit. Killed by it, or exited with 128 + its number (143, 130, 129): how a
+/// shell reports a child the signal killed, and what a launcher or a training script that
+/// catches the signal exits with. A crash (SIGSEGV, SIGABRT), the OOM killer's SIGKILL and
+/// any other code are the worker's own.
 pub(super) fn job_signal(exit: Option<&Exit>) -> Option<Signal> {
-    match exit {
-        Some(Exit::Signal(name)) => name
-            .parse::<Signal>()
-            .ok()
-            .filter(|s| signals::action(*s) == Some(Action::Terminate)),
-        _ => None,
-    }
+    let sig = match exit? {
+        Exit::Signal(name) => name.parse::<Signal>().ok()?,
+        Exit::Code(code) => Signal::try_from(code.checked_sub(128)?).ok()?,
+    };
+    (signals::action(sig) == Some(Action::Terminate)).then_some(sig)
 }
 
 /// Why SLURM is ending the job, from `scontrol show job` read while one of its workers was
-/// killed by SIGTERM, SIGINT or SIGHUP ([`job_signal`]): what [`JobFacts::cause`] says, and
+/// ended by SIGTERM, SIGINT or SIGHUP ([`job_signal`]): what [`JobFacts::cause`] says, and
 /// a job `COMPLETING` is one SLURM is ending by a cancel (`scancel`, `herd cancel`: while
 /// any process of a cancelled job runs, SLURM 22.05 shows it as `COMPLETING`, not
 /// `CANCELLED`; a job that ends by itself has no worker left to kill).
@@ -221,8 +221,9 @@ impl Lead<'_> {
     }
 
     /// A worker's failure, read for what it is: a worker killed by SIGTERM, SIGINT or
-    /// SIGHUP may have got it from SLURM with every other process of the job (`scancel`, a
-    /// preemption, the time limit's end) before the agents' own copies were handled. Then
+    /// SIGHUP, or exiting with 128 + one of them ([`job_signal`]), may have got it from SLURM
+    /// with every other process of the job (`scancel`, a preemption, the time limit's end)
+    /// before the agents' own copies were handled. Then
     /// what SLURM says about the job decides, as for a signal an agent receives: a cancel
     /// ends the job as cancelled, a preemption or the time limit stops and requeues it.
     /// Anything else stays the worker's failure. One `scontrol` call, only for such a death.
@@ -408,7 +409,15 @@ mod tests {
         for own in ["SIGSEGV", "SIGABRT", "SIGKILL", "SIGUSR1", "not a signal"] {
             assert_eq!(killed(own), None, "{own}");
         }
-        assert_eq!(job_signal(Some(&Exit::Code(143))), None);
+        // 128 + the signal: a shell whose child it killed, a script that caught it.
+        let exited = |code: i32| job_signal(Some(&Exit::Code(code)));
+        assert_eq!(exited(143), Some(Signal::SIGTERM));
+        assert_eq!(exited(130), Some(Signal::SIGINT));
+        assert_eq!(exited(129), Some(Signal::SIGHUP));
+        // Any other code, 128 + a crash or SIGKILL (137: the OOM killer under a shell).
+        for own in [0, 1, 2, 7, 128, 134, 137, 139, 255, 15, -1, 128 + 64] {
+            assert_eq!(exited(own), None, "exit code {own}");
+        }
         assert_eq!(job_signal(None), None);
     }
 

@@ -183,7 +183,7 @@ fn status_shows_queued_running_finished_failed_and_cancelled() {
         &exps,
         "victim",
         &["--nodes", "2"],
-        &waiter(&["--go", &never]),
+        &waiter(&["--go", &never, "--term-exit", "143"]),
     );
 
     let failed = wait_status(
@@ -255,9 +255,10 @@ fn status_shows_queued_running_finished_failed_and_cancelled() {
             .ends_with(", by herd cancel"),
         "{cancelled:#}"
     );
-    // scancel's SIGTERM reached the agents and the workers: the leader took it for a
-    // cancel (not a preemption, not the time limit, not a worker's failure), whichever
-    // came first, and said so; nothing of the job is left.
+    // scancel's SIGTERM reached the agents and the workers (which exit 143 on it, as a
+    // shell with a trap does): the leader took it for a cancel (not a preemption, not the
+    // time limit, not a worker's failure), whichever came first, and said so; nothing of
+    // the job is left.
     let signalled = events(&exps.join("victim"), "signal");
     assert!(
         signalled
@@ -273,8 +274,17 @@ fn status_shows_queued_running_finished_failed_and_cancelled() {
     let said = read_lossy(exps.join(format!("victim/logs/{victim}.err")));
     assert!(
         said.contains("received SIGTERM: job cancelled")
-            || said.contains("killed by SIGTERM with the rest of the job, which SLURM is ending"),
+            || said
+                .contains("exited with code 143 with the rest of the job, which SLURM is ending"),
         "{said}"
+    );
+    eprintln!(
+        "cancel seen first by {}",
+        if said.contains("received SIGTERM: job cancelled") {
+            "an agent"
+        } else {
+            "a worker's exit"
+        }
     );
     let start = Instant::now();
     loop {

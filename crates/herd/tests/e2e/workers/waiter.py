@@ -1,7 +1,7 @@
 """Test worker for `herd status`, `logs`, `cancel` and `--wait`.
 
 waiter.py [--lines N] [--go FILE] [--exit CODE] [--fail-rank R] [--first-attempt-only]
-          [--others-wait] [--ready DIR]
+          [--others-wait] [--ready DIR] [--term-exit CODE]
 
 Every rank prints N numbered lines on stdout and one on stderr, a few milliseconds apart
 (so ranks interleave), then waits for FILE to exist when --go is given (at most 300 s),
@@ -11,10 +11,12 @@ With --first-attempt-only the failure happens only in attempt 0 (HERD_ATTEMPT), 
 rank R fails the other ranks wait (at most 300 s) to be torn down instead of ending first.
 With --ready, each rank writes DIR/attempt-K-rank-R once its lines are out, and a failing
 rank waits (at most 60 s) until every rank of the attempt has, so no line is lost to the
-teardown.
+teardown. With --term-exit, SIGTERM makes a rank exit with CODE (143 is what a shell with a
+`trap` or a launcher that catches the signal exits with) instead of dying of it.
 """
 import argparse
 import os
+import signal
 import sys
 import time
 
@@ -26,7 +28,10 @@ p.add_argument("--fail-rank", type=int)
 p.add_argument("--first-attempt-only", action="store_true")
 p.add_argument("--others-wait", action="store_true")
 p.add_argument("--ready")
+p.add_argument("--term-exit", type=int)
 a = p.parse_args()
+if a.term_exit is not None:
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(a.term_exit))
 
 rank = int(os.environ["RANK"])
 attempt = int(os.environ.get("HERD_ATTEMPT", "0"))
