@@ -1,5 +1,8 @@
 //! Signals reaching `herd run` on this machine (no SLURM, no test bed): the workers are
-//! plain `sleep`s, so nothing but herd's own handling can end them.
+//! plain `sleep`s, so nothing but herd's own handling can end them. And the one order of a
+//! SLURM cancel the bed cannot produce on demand, a worker ending on the job's signal
+//! before any agent has its own copy: `herd launch` in a one-node allocation described by
+//! its variables, with a `scontrol` that says what SLURM would.
 
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Child, Command, Stdio};
@@ -335,4 +338,104 @@ fn sigint_reaches_every_worker_and_ends_the_job() {
     for rank in 0..4 {
         assert_eq!(run.recorded(rank), ["INT"], "rank {rank}");
     }
+}
+
+/// `herd launch` of 2 workers running `sh -c 'exit CODE'` in a one-node allocation (job 7)
+/// described by SLURM's variables, with `scontrol` a script that logs its arguments and
+/// prints `job` as `scontrol show job -o` would. Returns herd's exit status, its stderr and
+/// the `scontrol` calls.
+fn launch_exiting(code: i32, job: &str) -> (std::process::ExitStatus, String, String) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).expect("bin");
+    let calls = dir.path().join("calls");
+    let scontrol = bin.join("scontrol");
+    std::fs::write(
+        &scontrol,
+        format!(
+            "#!/bin/sh\necho \"$*\" >> '{}'\necho '{job}'\n",
+            calls.display()
+        ),
+    )
+    .expect("scontrol");
+    let mut perms = std::fs::metadata(&scontrol).expect("stat").permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+    std::fs::set_permissions(&scontrol, perms).expect("chmod");
+    let out = Command::new(HERD)
+        .args(["launch", "--nproc-per-node", "2", "--log-dir"])
+        .arg(dir.path().join("logs"))
+        .args(["--", "sh", "-c", &format!("exit {code}")])
+        .current_dir(dir.path())
+        .env_clear()
+        .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+        .envs([
+            ("SLURM_JOB_ID", "7"),
+            ("SLURM_JOB_NODELIST", "n1"),
+            ("SLURM_JOB_NUM_NODES", "1"),
+            ("SLURM_STEP_ID", "0"),
+            ("SLURM_STEP_NODELIST", "n1"),
+            ("SLURM_STEP_TASKS_PER_NODE", "1"),
+            ("SLURM_PROCID", "0"),
+            ("SLURM_LOCALID", "0"),
+            ("SLURM_NODEID", "0"),
+            ("HERD_JOB_SECRET", "0123456789abcdef0123456789abcdef"),
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .expect("herd launch runs");
+    let called = std::fs::read_to_string(&calls).unwrap_or_default();
+    (
+        out.status,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+        called,
+    )
+}
+
+/// `scontrol show job -o` of a job SLURM is cancelling, from the test bed (Slurm 22.05),
+/// shortened; and of one running with no end in sight.
+const COMPLETING: &str = "JobId=7 JobName=wrap UserId=root(0) GroupId=root(0) JobState=COMPLETING Reason=None Dependency=(null) Requeue=1 Restarts=0 BatchFlag=1 ExitCode=0:0 RunTime=00:00:03 TimeLimit=UNLIMITED TimeMin=N/A PreemptTime=None SuspendTime=None Partition=gpu NodeList=n1 NumNodes=1";
+const RUNNING: &str = "JobId=7 JobName=wrap UserId=root(0) GroupId=root(0) JobState=RUNNING Reason=None Dependency=(null) Requeue=1 Restarts=0 BatchFlag=1 ExitCode=0:0 RunTime=00:00:03 TimeLimit=UNLIMITED TimeMin=N/A PreemptTime=None SuspendTime=None Partition=gpu NodeList=n1 NumNodes=1";
+
+/// A worker that caught the SIGTERM of a `scancel` and exited 143 (a shell with a trap)
+/// before any agent handled its own copy: herd asks SLURM once, which is ending the job,
+/// and ends it as cancelled, not as that worker's failure.
+#[test]
+fn a_worker_exiting_143_while_slurm_cancels_the_job_ends_it_as_cancelled() {
+    let (status, stderr, calls) = launch_exiting(143, COMPLETING);
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert_eq!(
+        calls.lines().collect::<Vec<_>>(),
+        ["show job -o 7"],
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("job cancelled: rank ")
+            && stderr
+                .contains("exited with code 143 with the rest of the job, which SLURM is ending"),
+        "{stderr}"
+    );
+}
+
+/// The same exit while SLURM is not ending the job (a `kill -TERM` of one worker) stays
+/// that worker's failure; any other code is the worker's own without asking SLURM.
+#[test]
+fn a_worker_exiting_143_or_1_otherwise_is_its_own_failure() {
+    let (status, stderr, calls) = launch_exiting(143, RUNNING);
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert_eq!(
+        calls.lines().collect::<Vec<_>>(),
+        ["show job -o 7"],
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("cancelled") && stderr.contains("exited with code 143"),
+        "{stderr}"
+    );
+    let (status, stderr, calls) = launch_exiting(1, COMPLETING);
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert_eq!(calls, "", "no scontrol for a worker's own code: {stderr}");
+    assert!(
+        !stderr.contains("cancelled") && stderr.contains("exited with code 1"),
+        "{stderr}"
+    );
 }

@@ -143,10 +143,11 @@ pub(crate) async fn lead(
         json!({"world_size": layout.world_size(), "master_addr": master_addr,
                "nodes": node_ranks(&layout)}),
     );
+    let (workers, nodes) = (layout.world_size(), layout.nodes.len());
     say(format!(
-        "{} workers on {} nodes, master {master_addr}",
-        layout.world_size(),
-        layout.nodes.len()
+        "{workers} worker{} on {nodes} node{}, master {master_addr}",
+        if workers == 1 { "" } else { "s" },
+        if nodes == 1 { "" } else { "s" },
     ));
     let mut heartbeat = tokio::time::interval(cfg.heartbeat_timeout / 4);
     let mut watchdog = tokio::time::interval(Duration::from_secs(1));
