@@ -340,11 +340,11 @@ fn sigint_reaches_every_worker_and_ends_the_job() {
     }
 }
 
-/// `herd launch` of 2 workers running `sh -c 'exit CODE'` in a one-node allocation (job 7)
+/// `herd launch` of 2 workers running `sh -c SCRIPT` in a one-node allocation (job 7)
 /// described by SLURM's variables, with `scontrol` a script that logs its arguments and
 /// prints `job` as `scontrol show job -o` would. Returns herd's exit status, its stderr and
 /// the `scontrol` calls.
-fn launch_exiting(code: i32, job: &str) -> (std::process::ExitStatus, String, String) {
+fn launch_ending(script: &str, job: &str) -> (std::process::ExitStatus, String, String) {
     let dir = tempfile::tempdir().expect("tempdir");
     let bin = dir.path().join("bin");
     std::fs::create_dir(&bin).expect("bin");
@@ -364,7 +364,7 @@ fn launch_exiting(code: i32, job: &str) -> (std::process::ExitStatus, String, St
     let out = Command::new(HERD)
         .args(["launch", "--nproc-per-node", "2", "--log-dir"])
         .arg(dir.path().join("logs"))
-        .args(["--", "sh", "-c", &format!("exit {code}")])
+        .args(["--", "sh", "-c", script])
         .current_dir(dir.path())
         .env_clear()
         .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
@@ -396,31 +396,35 @@ fn launch_exiting(code: i32, job: &str) -> (std::process::ExitStatus, String, St
 const COMPLETING: &str = "JobId=7 JobName=wrap UserId=root(0) GroupId=root(0) JobState=COMPLETING Reason=None Dependency=(null) Requeue=1 Restarts=0 BatchFlag=1 ExitCode=0:0 RunTime=00:00:03 TimeLimit=UNLIMITED TimeMin=N/A PreemptTime=None SuspendTime=None Partition=gpu NodeList=n1 NumNodes=1";
 const RUNNING: &str = "JobId=7 JobName=wrap UserId=root(0) GroupId=root(0) JobState=RUNNING Reason=None Dependency=(null) Requeue=1 Restarts=0 BatchFlag=1 ExitCode=0:0 RunTime=00:00:03 TimeLimit=UNLIMITED TimeMin=N/A PreemptTime=None SuspendTime=None Partition=gpu NodeList=n1 NumNodes=1";
 
-/// A worker that caught the SIGTERM of a `scancel` and exited 143 (a shell with a trap)
-/// before any agent handled its own copy: herd asks SLURM once, which is ending the job,
-/// and ends it as cancelled, not as that worker's failure.
+/// A worker killed by the SIGTERM of a `scancel`, or one that caught it and exited 143 (a
+/// shell with a trap), before any agent handled its own copy: herd asks SLURM once, which
+/// is ending the job, and ends it as cancelled, not as that worker's failure.
 #[test]
-fn a_worker_exiting_143_while_slurm_cancels_the_job_ends_it_as_cancelled() {
-    let (status, stderr, calls) = launch_exiting(143, COMPLETING);
-    assert_eq!(status.code(), Some(1), "{stderr}");
-    assert_eq!(
-        calls.lines().collect::<Vec<_>>(),
-        ["show job -o 7"],
-        "{stderr}"
-    );
-    assert!(
-        stderr.contains("job cancelled: rank ")
-            && stderr
-                .contains("exited with code 143 with the rest of the job, which SLURM is ending"),
-        "{stderr}"
-    );
+fn a_worker_ended_by_slurms_sigterm_before_the_agents_ends_the_job_as_cancelled() {
+    for (script, said) in [
+        ("exit 143", "exited with code 143"),
+        ("kill -TERM $$", "killed by SIGTERM"),
+    ] {
+        let (status, stderr, calls) = launch_ending(script, COMPLETING);
+        assert_eq!(status.code(), Some(1), "{script}: {stderr}");
+        assert_eq!(
+            calls.lines().collect::<Vec<_>>(),
+            ["show job -o 7"],
+            "{script}: {stderr}"
+        );
+        let cancel = format!("{said} with the rest of the job, which SLURM is ending");
+        assert!(
+            stderr.contains("job cancelled: rank ") && stderr.contains(&cancel),
+            "{script}: {stderr}"
+        );
+    }
 }
 
 /// The same exit while SLURM is not ending the job (a `kill -TERM` of one worker) stays
 /// that worker's failure; any other code is the worker's own without asking SLURM.
 #[test]
 fn a_worker_exiting_143_or_1_otherwise_is_its_own_failure() {
-    let (status, stderr, calls) = launch_exiting(143, RUNNING);
+    let (status, stderr, calls) = launch_ending("exit 143", RUNNING);
     assert_eq!(status.code(), Some(1), "{stderr}");
     assert_eq!(
         calls.lines().collect::<Vec<_>>(),
@@ -431,7 +435,7 @@ fn a_worker_exiting_143_or_1_otherwise_is_its_own_failure() {
         !stderr.contains("cancelled") && stderr.contains("exited with code 143"),
         "{stderr}"
     );
-    let (status, stderr, calls) = launch_exiting(1, COMPLETING);
+    let (status, stderr, calls) = launch_ending("exit 1", COMPLETING);
     assert_eq!(status.code(), Some(1), "{stderr}");
     assert_eq!(calls, "", "no scontrol for a worker's own code: {stderr}");
     assert!(
