@@ -362,7 +362,14 @@ fn launch_ending(script: &str, job: &str) -> (std::process::ExitStatus, String, 
     std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
     std::fs::set_permissions(&scontrol, perms).expect("chmod");
     let out = Command::new(HERD)
-        .args(["launch", "--nproc-per-node", "2", "--log-dir"])
+        .args([
+            "launch",
+            "--nproc-per-node",
+            "2",
+            "--max-requeues",
+            "3",
+            "--log-dir",
+        ])
         .arg(dir.path().join("logs"))
         .args(["--", "sh", "-c", script])
         .current_dir(dir.path())
@@ -418,6 +425,31 @@ fn a_worker_ended_by_slurms_sigterm_before_the_agents_ends_the_job_as_cancelled(
             "{script}: {stderr}"
         );
     }
+}
+
+/// slurmctld chose the job for preemption (`PreemptTime` set) and SLURM's SIGTERM killed
+/// a worker before any agent handled its own: the job is stopped and requeued (its own id,
+/// eligible 5 s later), not failed, and the step ends 0 for its next run to go on.
+#[test]
+fn a_worker_killed_by_a_preemptions_sigterm_before_the_agents_requeues_the_job() {
+    let preempted = RUNNING.replace("PreemptTime=None", "PreemptTime=2026-12-02T04:00:00");
+    let (status, stderr, calls) = launch_ending("kill -TERM $$", &preempted);
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    assert_eq!(
+        calls.lines().collect::<Vec<_>>(),
+        [
+            "show job -o 7",
+            "requeue 7",
+            "update JobId=7 StartTime=now+5"
+        ],
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("preemption: rank ")
+            && stderr.contains("killed by SIGTERM with the rest of the job; the job is requeued")
+            && stderr.contains("requeuing job 7 (1 of 3 requeues for preemption)"),
+        "{stderr}"
+    );
 }
 
 /// The same exit while SLURM is not ending the job (a `kill -TERM` of one worker) stays
