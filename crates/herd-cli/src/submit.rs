@@ -347,9 +347,10 @@ fn create_and_submit(checked: &Checked) -> Result<(String, herd_exp::Experiment)
         _ => String::new(),
     };
     eprintln!(
-        "herd: code snapshot in {}: {} files, {:.1} MB, {} copied{linked} in {:.0} ms",
+        "herd: code snapshot in {}: {} file{}, {:.1} MB, {} copied{linked} in {:.0} ms",
         exp.code_dir().display(),
         snap.files,
+        if snap.files == 1 { "" } else { "s" },
         snap.bytes as f64 / 1e6,
         snap.copied,
         snap.elapsed.as_secs_f64() * 1e3
