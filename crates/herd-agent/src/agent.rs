@@ -224,6 +224,12 @@ pub(crate) fn say(msg: impl AsRef<str>) {
     eprintln!("herd: {}", msg.as_ref());
 }
 
+/// `n` and `noun`, plural unless one: `1 node`, `2 nodes`.
+pub(crate) fn count(n: impl Into<u64>, noun: &str) -> String {
+    let n = n.into();
+    format!("{n} {noun}{}", if n == 1 { "" } else { "s" })
+}
+
 /// Run this node's agent to the end of the job.
 pub async fn run(cfg: Config) -> Result<Outcome, AgentError> {
     procs::become_subreaper();

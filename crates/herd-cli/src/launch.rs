@@ -394,7 +394,8 @@ pub fn run(args: RunArgs) -> Result<ExitStatus, CliError> {
         .unwrap_or_else(|| PathBuf::from("herd-logs").join(&run_id));
     let log_dir = std::path::absolute(&log_dir).unwrap_or(log_dir);
     eprintln!(
-        "herd: run {run_id}: {nodes} simulated nodes on this machine, logs in {}",
+        "herd: run {run_id}: {nodes} simulated node{} on this machine, logs in {}",
+        if nodes == 1 { "" } else { "s" },
         log_dir.display()
     );
     // Handlers first: a signal while the agents start is forwarded to them once they run.

@@ -414,6 +414,10 @@ fn a_worker_ended_by_slurms_sigterm_before_the_agents_ends_the_job_as_cancelled(
     ] {
         let (status, stderr, calls) = launch_ending(script, COMPLETING);
         assert_eq!(status.code(), Some(1), "{script}: {stderr}");
+        assert!(
+            stderr.contains("herd: 2 workers on 1 node, master 127.0.0.1\n"),
+            "{stderr}"
+        );
         assert_eq!(
             calls.lines().collect::<Vec<_>>(),
             ["show job -o 7"],

@@ -14,7 +14,7 @@ use serde_json::json;
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::sync::mpsc;
 
-use crate::agent::{say, AgentError, Config, Event, OnHang, Outcome};
+use crate::agent::{count, say, AgentError, Config, Event, OnHang, Outcome};
 use crate::attempt::Attempt;
 use crate::keep::{
     job_facts, next_attempt, no_longer_running, record_run, requeue, unix_now, write_report,
@@ -65,10 +65,10 @@ async fn gather(
         )
         .await?;
         say(format!(
-            "leader on {}: rendezvous port {}, waiting for {} nodes",
+            "leader on {}: rendezvous port {}, waiting for {}",
             cfg.host(),
             leader.port,
-            nnodes - 1
+            count(nnodes - 1, "node")
         ));
         let deadline = tokio::time::Instant::now() + cfg.rendezvous_timeout;
         let mut seen = HashSet::new();
@@ -143,11 +143,10 @@ pub(crate) async fn lead(
         json!({"world_size": layout.world_size(), "master_addr": master_addr,
                "nodes": node_ranks(&layout)}),
     );
-    let (workers, nodes) = (layout.world_size(), layout.nodes.len());
     say(format!(
-        "{workers} worker{} on {nodes} node{}, master {master_addr}",
-        if workers == 1 { "" } else { "s" },
-        if nodes == 1 { "" } else { "s" },
+        "{} on {}, master {master_addr}",
+        count(layout.world_size(), "worker"),
+        count(layout.nodes.len() as u64, "node")
     ));
     let mut heartbeat = tokio::time::interval(cfg.heartbeat_timeout / 4);
     let mut watchdog = tokio::time::interval(Duration::from_secs(1));
@@ -424,7 +423,10 @@ pub(crate) async fn lead(
                 a.finish_output().await;
             }
             broadcast(&mut followers, &Msg::Finish { ok: true }).await;
-            say(format!("all {} workers finished", layout.world_size()));
+            say(match layout.world_size() {
+                1 => "the worker finished".to_owned(),
+                n => format!("all {n} workers finished"),
+            });
             record_end(None, "end");
             cfg.record("finished", json!({"attempt": number, "ok": true}));
             return Ok(Outcome::Success);
@@ -496,9 +498,10 @@ pub(crate) async fn lead(
             record_end(Some(cause), "restart");
             lead.number += 1;
             say(format!(
-                "restarting all workers: attempt {} ({} of at most {max_restarts} restarts)",
+                "restarting all workers: attempt {} ({} of at most {})",
                 lead.number,
-                lead.number - first
+                lead.number - first,
+                count(max_restarts, "restart")
             ));
             cfg.record("restart", json!({"attempt": lead.number}));
             continue;
