@@ -53,7 +53,10 @@ pub(super) fn follow(
         printer.round(&mut merge, &ctx.logs_dir, false)?;
         printer.out.flush()?;
         if let Some(ok) = over {
-            // One more round after the end was seen, with partial last lines as they are.
+            // One more round after the end was seen, with partial last lines as they are,
+            // and any rank whose files appeared since the last look.
+            let history = History::read(&ctx.exp_dir).map_err(read_error(&ctx.exp_dir))?;
+            add_new_ranks(ctx, &history, attempt, all_ranks, &mut ranks, &mut merge)?;
             printer.round(&mut merge, &ctx.logs_dir, true)?;
             printer.out.flush()?;
             return Ok(ended(ok));
@@ -68,7 +71,10 @@ pub(super) fn follow(
             last_timeline = Some(Instant::now());
             let history = History::read(&ctx.exp_dir).map_err(read_error(&ctx.exp_dir))?;
             if let Some(k) = newer {
-                // The old attempt's writers are done: its partial last lines are whole.
+                // The old attempt's writers are done: its partial last lines are whole, and
+                // ranks whose files appeared since the last look are printed too (a short
+                // attempt can end before that look comes round).
+                add_new_ranks(ctx, &history, attempt, all_ranks, &mut ranks, &mut merge)?;
                 printer.round(&mut merge, &ctx.logs_dir, true)?;
                 attempt = k;
                 let info = history.attempt(k);

@@ -438,6 +438,83 @@ fn follow_prints_new_lines_and_attempts_and_ends_at_finished() {
     assert_eq!(out.text(), before);
 }
 
+/// `-f` of attempt 0 that looks for new ranks once, at its start, and then not for an hour;
+/// asks `done` every 10 ms (`left` set: the job left the queue). Returns once the first look
+/// is behind it (`done` is asked only after it), so what the test writes next is seen only
+/// by what `-f` does at an attempt's or the job's end.
+fn follow_after_its_first_look(
+    e: &Exp,
+    left: Arc<std::sync::atomic::AtomicBool>,
+) -> (Shared, std::thread::JoinHandle<Result<ExitStatus, String>>) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let args = e.args(&["-f", "--stdout"]);
+    let out = Shared::default();
+    let mut writer = out.clone();
+    let asked = Arc::new(AtomicBool::new(false));
+    let asked_here = asked.clone();
+    let follower = std::thread::spawn(move || {
+        let mut done = || {
+            asked_here.store(true, Ordering::SeqCst);
+            left.load(Ordering::SeqCst).then_some(true)
+        };
+        let polling = Polling {
+            files: Duration::from_millis(10),
+            timeline: Duration::from_secs(3600),
+            done: Duration::from_millis(10),
+        };
+        run_with(&args, &mut writer, &mut done, polling).map_err(|e| e.to_string())
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !asked.load(Ordering::SeqCst) {
+        assert!(
+            Instant::now() < deadline,
+            "-f never asked whether the job is done"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    (out, follower)
+}
+
+/// Ranks whose files appear just before the next attempt starts (a short first attempt:
+/// one rank fails as soon as all have printed) are still printed for the old attempt before
+/// `-f` moves on, though the periodic look for new ranks has not come round yet.
+#[test]
+fn follow_prints_ranks_that_appeared_just_before_the_next_attempt() {
+    let e = Exp::new();
+    e.event(json!({"event": "queued", "submission": 1, "job_id": "4242"}));
+    e.event(json!({"event": "started", "job_id": 4242, "requeue": 0}));
+    e.event(json!({"event": "attempt_started", "attempt": 0, "restarts": 0}));
+    e.write(0, 0, Stream::Out, &[(b"a1\n", Some(1000))]);
+    let (out, follower) = follow_after_its_first_look(&e, Arc::default());
+    e.write(0, 1, Stream::Out, &[(b"b1\n", Some(2000))]);
+    e.event(json!({"event": "restart", "attempt": 1}));
+    e.event(json!({"event": "finished", "attempt": 1, "ok": true}));
+    e.write(1, 0, Stream::Out, &[(b"fresh a\n", Some(9000))]);
+    let status = follower.join().expect("thread").expect("follow");
+    assert_eq!(status, ExitStatus::Success);
+    assert_eq!(
+        out.text(),
+        "0: a1\n1: b1\n── attempt 1 (restart 1, job 4242) ──\n0: fresh a\n"
+    );
+}
+
+/// A rank whose files appear just before the job leaves the queue is printed before `-f`
+/// ends, though the periodic look for new ranks has not come round yet.
+#[test]
+fn follow_prints_ranks_that_appeared_just_before_the_job_left_the_queue() {
+    let e = Exp::new();
+    e.event(json!({"event": "queued", "submission": 1, "job_id": "4242"}));
+    e.event(json!({"event": "attempt_started", "attempt": 0, "restarts": 0}));
+    e.write(0, 0, Stream::Out, &[(b"a1\n", Some(1000))]);
+    let left = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (out, follower) = follow_after_its_first_look(&e, left.clone());
+    e.write(0, 1, Stream::Out, &[(b"b1\n", Some(2000))]);
+    left.store(true, std::sync::atomic::Ordering::SeqCst);
+    let status = follower.join().expect("thread").expect("follow");
+    assert_eq!(status, ExitStatus::Success);
+    assert_eq!(out.text(), "0: a1\n1: b1\n");
+}
+
 #[test]
 fn follow_ends_failed_at_a_failed_finish_or_when_the_job_left_the_queue() {
     let e = two_ranks();
