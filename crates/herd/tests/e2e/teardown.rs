@@ -76,23 +76,20 @@ fn workers_seen(bed: &Bed, dir: &Path, marker: &str, world: u32) -> Vec<String> 
         .collect()
 }
 
-/// (c) One worker on the last node fails in `mode`; every process of the job on every node
-/// is gone within 2 s, the job fails, and the report names rank 5 and the cause.
-fn fault(mode: &str, want_exit: Value) {
-    let bed = Bed::require();
-    let dir = bed.scratch(&format!("launch_c_{mode}")).expect("scratch");
-    let marker = dir.display().to_string();
+/// Submits `herd run` of fault.py in `mode` on 3 nodes × 2 workers, `dir` its marker (in
+/// every worker's command line) and its logs' parent.
+fn fault_py_job(bed: &Bed, dir: &Path, name: &str, mode: &str) -> Job {
     let cmd = vec![
         bed.python().display().to_string(),
         worker("fault.py"),
         mode.into(),
-        marker.clone(),
+        dir.display().to_string(),
     ];
-    let job = Job::submit(
-        &bed,
-        &dir,
-        &format!("fault-{mode}"),
-        &["--nodes=3", &three_nodes(&bed), "--time=5"],
+    Job::submit(
+        bed,
+        dir,
+        name,
+        &["--nodes=3", &three_nodes(bed), "--time=5"],
         &herd_run(
             &[
                 "--nproc-per-node",
@@ -102,7 +99,16 @@ fn fault(mode: &str, want_exit: Value) {
             ],
             &cmd,
         ),
-    );
+    )
+}
+
+/// (c) One worker on the last node fails in `mode`; every process of the job on every node
+/// is gone within 2 s, the job fails, and the report names rank 5 and the cause.
+fn fault(mode: &str, want_exit: Value) {
+    let bed = Bed::require();
+    let dir = bed.scratch(&format!("launch_c_{mode}")).expect("scratch");
+    let marker = dir.display().to_string();
+    let job = fault_py_job(&bed, &dir, &format!("fault-{mode}"), mode);
     // Every worker seen in its node's process table before the fault, so that "every
     // process gone" below is about processes this test has seen.
     let seen = workers_seen(&bed, &dir, &marker, 6);
@@ -179,28 +185,7 @@ fn c4_child_ignoring_sigterm_is_killed_too() {
 /// Start 3 nodes × 2 workers that all sleep; returns the job and its marker once all are up.
 fn sleeping_job(bed: &Bed, name: &str) -> (Job, PathBuf) {
     let dir = bed.scratch(name).expect("scratch");
-    let marker = dir.display().to_string();
-    let cmd = vec![
-        bed.python().display().to_string(),
-        worker("fault.py"),
-        "none".into(),
-        marker,
-    ];
-    let job = Job::submit(
-        bed,
-        &dir,
-        name,
-        &["--nodes=3", &three_nodes(bed), "--time=5"],
-        &herd_run(
-            &[
-                "--nproc-per-node",
-                "2",
-                "--log-dir",
-                &dir.join("logs").display().to_string(),
-            ],
-            &cmd,
-        ),
-    );
+    let job = fault_py_job(bed, &dir, name, "none");
     job.wait_output(Duration::from_secs(120), "6 workers up", |out| {
         out.matches(" up on pid ").count() == 6
     });
