@@ -21,14 +21,15 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use herd_exp::layout::LogsDir;
 use herd_rendezvous::{JobKey, RendezvousError};
 use herd_slurm::LaunchInfo;
 use nix::sys::signal::Signal;
 use tokio::sync::mpsc;
 
 use crate::protocol::Msg;
-use crate::report::FailureReport;
 use crate::{follower, leader, procs, signals};
+use herd_exp::failure::FailureReport;
 
 /// Everything an agent needs to know.
 #[derive(Debug, Clone)]
@@ -45,8 +46,8 @@ pub struct Config {
     pub argv: Vec<OsString>,
     /// The job's identity and secret.
     pub key: JobKey,
-    /// Per-rank logs go to `log_dir/attempt-K/rank-R.{out,err}`.
-    pub log_dir: PathBuf,
+    /// Where each attempt's per-rank logs go (`herd_exp::layout`).
+    pub log_dir: LogsDir,
     /// Label console lines with the rank.
     pub label: bool,
     /// How to read metrics from the workers' lines (docs/metrics.md).
@@ -233,8 +234,8 @@ pub(crate) fn count(n: impl Into<u64>, noun: &str) -> String {
 /// Run this node's agent to the end of the job.
 pub async fn run(cfg: Config) -> Result<Outcome, AgentError> {
     procs::become_subreaper();
-    std::fs::create_dir_all(&cfg.log_dir).map_err(|source| AgentError::Logs {
-        path: cfg.log_dir.clone(),
+    std::fs::create_dir_all(cfg.log_dir.path()).map_err(|source| AgentError::Logs {
+        path: cfg.log_dir.path().to_owned(),
         source,
     })?;
     let (tx, rx) = mpsc::unbounded_channel();

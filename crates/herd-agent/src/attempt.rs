@@ -12,11 +12,12 @@ use nix::sys::signal::Signal;
 use tokio::sync::mpsc;
 
 use crate::agent::{Config, Event};
-use crate::error_file::{error_file_path, WorkerError};
+use crate::exit::exit_of;
 use crate::procs;
 use crate::protocol::{RankProgress, RankStack};
-use crate::report::{Exit, FailureReport};
 use crate::workers::{spawn, unix_ms, OutputConfig, OutputSink, Running, WorkerSpec};
+use herd_exp::failure::{Exit, FailureReport, WorkerError};
+use herd_exp::layout::AttemptDir;
 
 /// This node's running attempt.
 pub(crate) struct Attempt {
@@ -25,8 +26,8 @@ pub(crate) struct Attempt {
     pub(crate) started_unix: u64,
     /// The checkpoint its workers resume from.
     pub(crate) resume_from: Option<String>,
-    /// `LOG_DIR/attempt-K`: its per-rank logs and error files.
-    dir: PathBuf,
+    /// Its folder: per-rank logs, heartbeats and error files.
+    dir: AttemptDir,
     /// Workers still running, by rank.
     pub(crate) running: HashMap<u32, Running>,
     groups: Vec<i32>,
@@ -47,14 +48,19 @@ impl Attempt {
     ) -> Result<Attempt, FailureReport> {
         let host = cfg.host();
         let failed = |cause: String| FailureReport::other(number, cfg.node_rank, host, cause);
-        let dir = cfg.log_dir.join(format!("attempt-{number}"));
+        let dir = cfg.log_dir.attempt(number);
         let sink = OutputSink::start(OutputConfig {
             dir: dir.clone(),
             label: cfg.label,
             console: true,
             metrics: cfg.metrics.clone(),
         })
-        .map_err(|e| failed(format!("cannot write logs into {}: {e}", dir.display())))?;
+        .map_err(|e| {
+            failed(format!(
+                "cannot write logs into {}: {e}",
+                dir.path().display()
+            ))
+        })?;
         let info = LaunchInfo {
             master_addr: master.0.to_owned(),
             master_port: Some(master.1),
@@ -81,20 +87,18 @@ impl Attempt {
                 node_rank: cfg.node_rank,
             };
             let mut env = worker_env(layout, pos, &info);
-            env.insert(HERD_LOG_DIR.into(), dir.display().to_string());
+            env.insert(HERD_LOG_DIR.into(), dir.path().display().to_string());
             env.insert(
                 HERD_HEARTBEAT_FILE.into(),
-                heartbeat_path(&dir, pos.rank).display().to_string(),
+                dir.heartbeat(pos.rank).display().to_string(),
             );
             env.insert(
                 HERD_METRICS_FILE.into(),
-                herd_metrics::store::worker_file_path(&dir, pos.rank)
-                    .display()
-                    .to_string(),
+                dir.worker_metrics(pos.rank).display().to_string(),
             );
             // torch's @record writes the exception here, as under torchrun; a file left by
             // an earlier run with the same log folder must not be taken for this one's.
-            let error_file = error_file_path(&dir, pos.rank);
+            let error_file = dir.error_file(pos.rank);
             match std::fs::remove_file(&error_file) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -159,7 +163,7 @@ impl Attempt {
     ) -> Option<FailureReport> {
         let mut w = self.running.remove(&rank)?;
         let exit = match status {
-            Ok(s) => Exit::from_status(s),
+            Ok(s) => exit_of(s),
             Err(_) => Exit::Code(-1),
         };
         if exit.success() {
@@ -174,7 +178,7 @@ impl Attempt {
             .lock()
             .map(|t| t.iter().cloned().collect())
             .unwrap_or_default();
-        let error = WorkerError::read(&error_file_path(&self.dir, rank));
+        let error = WorkerError::read(&self.dir.error_file(rank));
         Some(FailureReport::worker(
             self.number,
             (rank, w.local_rank, cfg.node_rank),
@@ -194,7 +198,7 @@ impl Attempt {
             .values()
             .map(|w| {
                 let output = w.last_output_ms.load(std::sync::atomic::Ordering::Relaxed);
-                let beat = std::fs::metadata(heartbeat_path(&self.dir, w.rank))
+                let beat = std::fs::metadata(self.dir.heartbeat(w.rank))
                     .and_then(|m| m.modified())
                     .ok()
                     .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
@@ -286,11 +290,6 @@ impl Attempt {
             let _ = tokio::time::timeout(Duration::from_secs(5), sink.finish()).await;
         }
     }
-}
-
-/// `DIR/rank-R.heartbeat`: the file rank R may touch to show progress.
-pub(crate) fn heartbeat_path(dir: &std::path::Path, rank: u32) -> PathBuf {
-    dir.join(format!("rank-{rank}.heartbeat"))
 }
 
 /// `py-spy` on PATH, else beside the worker command (a venv's `bin/`).

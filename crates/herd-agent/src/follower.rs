@@ -11,10 +11,10 @@ use tokio::sync::mpsc;
 
 use crate::agent::{cancelled, say, AgentError, Config, Event, Outcome};
 use crate::attempt::Attempt;
-use crate::keep::{no_longer_running, record_run, requeue, write_report};
+use crate::keep::{no_longer_running, record_run, requeue};
 use crate::protocol::{read_peer, send, Msg};
-use crate::report::FailureReport;
 use crate::signals::{self, Action};
+use herd_exp::failure::FailureReport;
 use herd_slurm::lifecycle::Cause;
 
 /// Follow the leader to the end of the job.
@@ -294,7 +294,7 @@ async fn lost_leader(cfg: &Config, attempt: Option<&Attempt>, why: &str) -> Outc
         format!("lost node 0 ({leader}), the leader: {why}"),
     );
     eprint!("{}", report.human());
-    write_report(cfg, &report);
+    report.write(&cfg.log_dir);
     let record = |event: &str, fields: serde_json::Value| cfg.record_here(event, fields);
     record(
         "failed",

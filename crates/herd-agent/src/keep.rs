@@ -2,7 +2,6 @@
 //! requeue budget per cause (counted from the timeline), the requeue itself, the manifest's
 //! record of each attempt, and the scheduler's facts about the job.
 
-use std::path::Path;
 use std::time::Duration;
 
 use herd_slurm::lifecycle::{self, Cause, JobFacts};
@@ -10,7 +9,6 @@ use herd_slurm::Layout;
 use serde_json::json;
 
 use crate::agent::{say, Config};
-use crate::report::FailureReport;
 
 /// Ask slurmctld about job `id` without blocking the event loop; a failure is said and
 /// taken as "no facts".
@@ -32,27 +30,6 @@ pub(crate) async fn job_facts(id: &str) -> Option<JobFacts> {
         }
     }
     None
-}
-
-/// The lowest attempt number not used yet in `log_dir` (`attempt-K` folders): attempts are
-/// counted over the whole experiment, so a requeue or a `herd submit --resume` never
-/// writes into an earlier attempt's logs.
-pub(crate) fn next_attempt(log_dir: &Path) -> u32 {
-    std::fs::read_dir(log_dir)
-        .map(|dir| {
-            dir.filter_map(|e| e.ok())
-                .filter_map(|e| {
-                    e.file_name()
-                        .to_str()?
-                        .strip_prefix("attempt-")?
-                        .parse::<u32>()
-                        .ok()
-                })
-                .map(|n| n + 1)
-                .max()
-                .unwrap_or(0)
-        })
-        .unwrap_or(0)
 }
 
 /// Requeues of this experiment so far, by cause (from its timeline); without an
@@ -207,49 +184,5 @@ pub(crate) fn record_run(
         say(format!(
             "cannot record attempt {attempt} in the manifest: {e}"
         ));
-    }
-}
-
-/// `failure.json` in the attempt's log folder and in the log folder (the latest).
-pub(crate) fn write_report(cfg: &Config, report: &FailureReport) {
-    let text = match serde_json::to_string_pretty(report) {
-        Ok(t) => t + "\n",
-        Err(_) => return,
-    };
-    for path in [
-        cfg.log_dir
-            .join(format!("attempt-{}", report.attempt))
-            .join("failure.json"),
-        cfg.log_dir.join("failure.json"),
-    ] {
-        if let Some(parent) = path.parent() {
-            let _ = std::fs::create_dir_all(parent);
-        }
-        // Written to a temporary name and renamed: a reader never sees half a report.
-        let tmp = path.with_extension("json.tmp");
-        if std::fs::write(&tmp, &text).is_ok() {
-            let _ = std::fs::rename(&tmp, &path);
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn attempts_continue_after_the_highest_log_folder() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        assert_eq!(next_attempt(&dir.path().join("missing")), 0);
-        assert_eq!(next_attempt(dir.path()), 0);
-        for name in ["attempt-0", "attempt-3", "attempt-x", "other-7", "attempt-"] {
-            std::fs::create_dir(dir.path().join(name)).expect("mkdir");
-        }
-        std::fs::write(dir.path().join("attempt-9.txt"), "").expect("file");
-        assert_eq!(
-            next_attempt(dir.path()),
-            4,
-            "after attempt-3, gaps and strays aside"
-        );
     }
 }

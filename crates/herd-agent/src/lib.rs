@@ -15,24 +15,20 @@
 //! - [`workers`]: spawning workers (own process group, parent-death signal) and carrying
 //!   their output line by line to per-rank files and the console.
 //! - [`procs`]: finding and ending every process a node's workers started.
-//! - [`report`]: the failure report.
-//! - [`error_file`]: torch's `TORCHELASTIC_ERROR_FILE`, which leads the report when the
-//!   failing worker wrote one.
+//! - [`exit`]: how a worker ended, for the failure report (`herd_exp::failure`, which the
+//!   leader writes into the logs folder).
 
 pub mod agent;
 mod attempt;
-pub mod error_file;
+pub mod exit;
 mod follower;
 mod keep;
 mod leader;
 pub mod procs;
 mod protocol;
-pub mod report;
 pub mod signals;
 pub mod workers;
 
 pub use agent::{run, AgentError, Config, KeepAlive, OnHang, Outcome};
-pub use error_file::WorkerError;
 /// Signals as the agent names them (`--stop-signal`).
 pub use nix::sys::signal::Signal;
-pub use report::{Exit, FailureReport};

@@ -11,7 +11,7 @@ use tokio::net::tcp::OwnedReadHalf;
 use tokio::sync::mpsc;
 
 use crate::agent::Event;
-use crate::report::FailureReport;
+use herd_exp::failure::FailureReport;
 
 /// Messages between agents after the handshake.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -81,7 +81,7 @@ pub struct RankProgress {
     pub silent_ms: u64,
 }
 
-pub use crate::report::RankStack;
+pub use herd_exp::failure::RankStack;
 
 /// Send one message.
 pub(crate) async fn send<W: AsyncWriteExt + Unpin>(

@@ -3,21 +3,23 @@
 //! Each worker runs in its own process group (so a signal reaches the worker and the
 //! children it did not move elsewhere) and dies with the agent (parent-death signal), so a
 //! killed agent never leaves workers holding GPUs. Its stdout and stderr go, line by line,
-//! to `rank-R.out` / `rank-R.err` and to the agent's console (with `R: ` labels when asked);
-//! a line is always written whole, so ranks never interleave mid-line.
+//! to the rank's two log files in the attempt folder (`herd_exp::layout::AttemptDir::log`)
+//! and to the agent's console (with `R: ` labels when asked); a line is always written
+//! whole, so ranks never interleave mid-line.
 //!
-//! The log files stay raw (users `tail` them); beside them `rank-R.times` holds time marks,
-//! so `herd logs` can merge ranks in time order: lines `o OFFSET UNIX_MS` / `e OFFSET
-//! UNIX_MS` (the stream, the byte offset in `rank-R.out` / `rank-R.err` where a line starts,
-//! and the milliseconds since the epoch when the agent read it), one for a stream's first
-//! line and for each later line that comes at least `herd_exp::logs::MARK_GAP_MS` (100 ms)
-//! after that stream's previous mark. A mark is one append, written before its line, so a
-//! reader that sees a line sees its mark. The format is herd_exp::logs's (docs/logs.md).
+//! The log files stay raw (users `tail` them); beside them the rank's time marks
+//! (`AttemptDir::times`) let `herd logs` merge ranks in time order: lines `o OFFSET UNIX_MS`
+//! / `e OFFSET UNIX_MS` (the stream, the byte offset in its log where a line starts, and
+//! the milliseconds since the epoch when the agent read it), one for a stream's first line
+//! and for each later line that comes at least `herd_exp::logs::MARK_GAP_MS` (100 ms) after
+//! that stream's previous mark. A mark is one append, written before its line, so a reader
+//! that sees a line sees its mark. The format is herd_exp::logs's (docs/logs.md).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::ffi::OsString;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+
+use herd_exp::layout::{AttemptDir, Stream};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -29,15 +31,6 @@ use tokio::sync::{mpsc, oneshot};
 pub const MAX_LINE: usize = 1 << 20;
 /// Lines of stderr kept per rank for the failure report.
 pub const TAIL_LINES: usize = 20;
-
-/// Which stream a line came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stream {
-    /// stdout
-    Out,
-    /// stderr
-    Err,
-}
 
 /// One worker to start.
 #[derive(Debug, Clone)]
@@ -80,8 +73,8 @@ pub fn unix_ms() -> u64 {
 /// Where output goes.
 #[derive(Debug, Clone)]
 pub struct OutputConfig {
-    /// Folder for this attempt's `rank-R.out` / `rank-R.err`.
-    pub dir: PathBuf,
+    /// The attempt's folder, where each rank's logs, time marks and metrics go.
+    pub dir: AttemptDir,
     /// Prefix console lines with `R: `.
     pub label: bool,
     /// Copy worker output to the agent's console at all.
@@ -118,15 +111,15 @@ struct RankFiles {
 }
 
 impl RankFiles {
-    fn open(dir: &Path, rank: u32, metrics: &herd_metrics::Format) -> RankFiles {
-        let append = |path: PathBuf| {
+    fn open(dir: &AttemptDir, rank: u32, metrics: &herd_metrics::Format) -> RankFiles {
+        let append = |path: std::path::PathBuf| {
             std::fs::OpenOptions::new()
                 .create(true)
                 .append(true)
                 .open(path)
         };
         let stream = |s: Stream| -> Option<StreamFile> {
-            let file = append(log_path(dir, rank, s)).ok()?;
+            let file = append(dir.log(rank, s)).ok()?;
             let offset = file.metadata().ok()?.len();
             Some(StreamFile {
                 file,
@@ -137,11 +130,11 @@ impl RankFiles {
         RankFiles {
             out: stream(Stream::Out),
             err: stream(Stream::Err),
-            times: append(herd_exp::logs::rank_times(dir, rank)).ok(),
+            times: append(dir.times(rank)).ok(),
             metrics: (*metrics != herd_metrics::Format::Off).then(|| {
                 (
                     herd_metrics::read::reader(metrics),
-                    herd_metrics::store::Writer::new(herd_metrics::store::metrics_path(dir, rank)),
+                    herd_metrics::store::Writer::new(dir.metrics(rank)),
                 )
             }),
         }
@@ -164,9 +157,9 @@ impl RankFiles {
 
     /// Append `line` to its stream's file, with a time mark first when one is due.
     fn write(&mut self, line: &OutLine) {
-        let (sf, letter) = match line.stream {
-            Stream::Out => (self.out.as_mut(), herd_exp::logs::Stream::Out),
-            Stream::Err => (self.err.as_mut(), herd_exp::logs::Stream::Err),
+        let sf = match line.stream {
+            Stream::Out => self.out.as_mut(),
+            Stream::Err => self.err.as_mut(),
         };
         let Some(sf) = sf else { return };
         let due = sf
@@ -174,7 +167,7 @@ impl RankFiles {
             .is_none_or(|last| line.ms.saturating_sub(last) >= herd_exp::logs::MARK_GAP_MS);
         if due {
             if let Some(times) = self.times.as_mut() {
-                let mark = herd_exp::logs::format_mark(letter, sf.offset, line.ms);
+                let mark = herd_exp::logs::format_mark(line.stream, sf.offset, line.ms);
                 if times.write_all(mark.as_bytes()).is_ok() {
                     sf.last_mark = Some(line.ms);
                 }
@@ -195,7 +188,7 @@ impl RankFiles {
 
 /// The task that writes every worker's lines; dropping all senders ends it.
 pub struct OutputSink {
-    dir: PathBuf,
+    dir: AttemptDir,
     tx: mpsc::Sender<OutLine>,
     done: tokio::task::JoinHandle<()>,
 }
@@ -203,7 +196,7 @@ pub struct OutputSink {
 impl OutputSink {
     /// Start writing into `cfg.dir` (created if missing).
     pub fn start(cfg: OutputConfig) -> std::io::Result<OutputSink> {
-        std::fs::create_dir_all(&cfg.dir)?;
+        std::fs::create_dir_all(cfg.dir.path())?;
         let (tx, mut rx) = mpsc::channel::<OutLine>(1024);
         let dir = cfg.dir.clone();
         let done = tokio::spawn(async move {
@@ -237,14 +230,6 @@ impl OutputSink {
         drop(self.tx);
         let _ = self.done.await;
     }
-}
-
-/// `DIR/rank-R.out` or `DIR/rank-R.err`.
-pub fn log_path(dir: &Path, rank: u32, stream: Stream) -> PathBuf {
-    dir.join(format!(
-        "rank-{rank}.{}",
-        if stream == Stream::Out { "out" } else { "err" }
-    ))
 }
 
 async fn carry(
@@ -342,7 +327,7 @@ pub fn spawn(
         std::fs::OpenOptions::new()
             .create(true)
             .append(true)
-            .open(log_path(&sink.dir, spec.rank, stream))?;
+            .open(sink.dir.log(spec.rank, stream))?;
     }
     let mut child = cmd.spawn()?;
     let pid = child.id().map(|p| p as i32).unwrap_or(-1);
@@ -387,10 +372,12 @@ pub fn spawn(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use herd_exp::logs::{parse_mark, rank_times, Stream as LogStream};
+    use herd_exp::layout::Stream as LogStream;
+    use herd_exp::logs::parse_mark;
+    use std::path::Path;
 
     fn marks(dir: &Path, rank: u32) -> Vec<(LogStream, u64, u64)> {
-        std::fs::read(rank_times(dir, rank))
+        std::fs::read(AttemptDir::new(dir).times(rank))
             .expect("times file")
             .split(|&b| b == b'\n')
             .filter(|l| !l.is_empty())
@@ -402,7 +389,7 @@ mod tests {
     async fn marks_point_at_line_starts_every_100ms_per_stream() {
         let dir = tempfile::tempdir().expect("tempdir");
         let sink = OutputSink::start(OutputConfig {
-            dir: dir.path().to_owned(),
+            dir: AttemptDir::new(dir.path()),
             label: false,
             console: false,
             metrics: herd_metrics::Format::Off,
@@ -431,7 +418,8 @@ mod tests {
         }
         drop(tx);
         sink.finish().await;
-        let out = std::fs::read(log_path(dir.path(), 0, Stream::Out)).expect("rank-0.out");
+        let out =
+            std::fs::read(AttemptDir::new(dir.path()).log(0, Stream::Out)).expect("rank-0.out");
         assert_eq!(
             out, b"first\nsecond\nthird\nfourth\nfifth\n",
             "the log stays raw"
@@ -447,8 +435,7 @@ mod tests {
         );
         assert_eq!(marks(dir.path(), 1), [(LogStream::Out, 0, 1120)]);
         for (stream, offset, _) in marks(dir.path(), 0) {
-            let file =
-                std::fs::read(dir.path().join(format!("rank-0.{}", stream.ext()))).expect("log");
+            let file = std::fs::read(AttemptDir::new(dir.path()).log(0, stream)).expect("log");
             let at = usize::try_from(offset).expect("offset");
             assert!(
                 at == 0 || file[at - 1] == b'\n',
@@ -461,7 +448,7 @@ mod tests {
     async fn a_workers_lines_get_marks() {
         let dir = tempfile::tempdir().expect("tempdir");
         let sink = OutputSink::start(OutputConfig {
-            dir: dir.path().to_owned(),
+            dir: AttemptDir::new(dir.path()),
             label: false,
             console: false,
             metrics: herd_metrics::Format::Off,
@@ -500,7 +487,7 @@ mod tests {
     async fn metrics_lines_are_stored_per_rank_and_the_log_stays_raw() {
         let dir = tempfile::tempdir().expect("tempdir");
         let sink = OutputSink::start(OutputConfig {
-            dir: dir.path().to_owned(),
+            dir: AttemptDir::new(dir.path()),
             label: false,
             console: false,
             metrics: herd_metrics::Format::Auto,
@@ -535,7 +522,8 @@ mod tests {
             [2.75],
             "stderr is read too"
         );
-        let out = std::fs::read_to_string(log_path(dir.path(), 0, Stream::Out)).expect("log");
+        let out =
+            std::fs::read_to_string(AttemptDir::new(dir.path()).log(0, Stream::Out)).expect("log");
         assert_eq!(
             out.lines().count(),
             3,

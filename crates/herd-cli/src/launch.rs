@@ -9,6 +9,7 @@ use clap::Args;
 use herd_agent::signals::Forwarder;
 use herd_agent::Signal;
 use herd_agent::{Config, KeepAlive, OnHang, Outcome};
+use herd_exp::layout::{ExperimentDir, LogsDir};
 use herd_rendezvous::JobKey;
 use herd_slurm::vars::{HERD_EXP_DIR, HERD_JOB_SECRET};
 use herd_slurm::{addr, Allocation, AllocationError, GpuBind, Gpus, LaunchInfo, Vars};
@@ -160,9 +161,9 @@ fn base_config(
         None => gpus.count().unwrap_or(1),
     };
     let log_dir = match (&opts.log_dir, vars.get(HERD_EXP_DIR)) {
-        (Some(d), _) => d.clone(),
-        (None, Some(exp)) => PathBuf::from(exp).join("logs"),
-        (None, None) => PathBuf::from("herd-logs").join(&launch.run_id),
+        (Some(d), _) => LogsDir::new(d),
+        (None, Some(exp)) => ExperimentDir::new(exp).logs(),
+        (None, None) => LogsDir::new(PathBuf::from("herd-logs").join(&launch.run_id)),
     };
     Ok(Config {
         node_rank: 0,
@@ -349,7 +350,7 @@ pub fn run(args: RunArgs) -> Result<ExitStatus, CliError> {
             .log_dir
             .clone()
             .unwrap_or_else(|| match vars.get(HERD_EXP_DIR) {
-                Some(exp) => PathBuf::from(exp).join("logs"),
+                Some(exp) => ExperimentDir::new(exp).logs().path().to_owned(),
                 None => PathBuf::from("herd-logs").join(alloc.job_id.to_string()),
             });
         let log_dir = std::path::absolute(&log_dir).unwrap_or(log_dir);

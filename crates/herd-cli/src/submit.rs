@@ -197,7 +197,8 @@ pub struct Checked {
 /// Resolve, render and check: the work `herd check` shows and `herd submit` starts with.
 pub fn prepare(args: &PlanArgs, resume: bool) -> Result<Checked, CliError> {
     let plan = plan(args)?;
-    let exp_dir = plan.exp_root.join(&plan.job_name);
+    let exp_dir =
+        herd_exp::experiment_dir(&plan.exp_root, &plan.job_name).map_err(herd_exp::Error::from)?;
     let herd = herd_binary()?;
     let project = working_folder()?;
     let mut extra = Vec::new();
@@ -212,7 +213,6 @@ pub fn prepare(args: &PlanArgs, resume: bool) -> Result<Checked, CliError> {
         &plan,
         &ScriptParams {
             exp_dir: &exp_dir,
-            snapshot_dir: &exp_dir.join("code"),
             herd: &herd,
             dependency: dependency.as_deref(),
         },
@@ -334,7 +334,7 @@ fn create_and_submit(checked: &Checked) -> Result<(String, herd_exp::Experiment)
             ..herd_exp::SnapshotOptions::default()
         },
         files: vec![herd_exp::ExtraFile {
-            name: "job.sbatch".into(),
+            name: herd_exp::ExperimentDir::job_script_name().into(),
             contents: checked.script.clone().into_bytes(),
             executable: true,
         }],
@@ -348,7 +348,7 @@ fn create_and_submit(checked: &Checked) -> Result<(String, herd_exp::Experiment)
     };
     eprintln!(
         "herd: code snapshot in {}: {} file{}, {:.1} MB, {} copied{linked} in {:.0} ms",
-        exp.code_dir().display(),
+        exp.paths().code().display(),
         snap.files,
         if snap.files == 1 { "" } else { "s" },
         snap.bytes as f64 / 1e6,
@@ -390,16 +390,15 @@ fn record_queued(exp: &herd_exp::Experiment, submission: u32, job_id: &str) {
     let fields = serde_json::json!({"submission": submission, "job_id": job_id});
     if let Err(e) = herd_exp::timeline::append(exp.dir(), "queued", fields) {
         eprintln!(
-            "herd: warning: cannot write {}/{}: {e}",
-            exp.dir().display(),
-            herd_exp::timeline::TIMELINE_FILE
+            "herd: warning: cannot write {}: {e}",
+            exp.paths().timeline().display()
         );
     }
 }
 
 /// `sbatch --parsable` the experiment's script from its folder; the job id or why not.
 fn sbatch(exp: &herd_exp::Experiment) -> Result<String, herd_slurm::SlurmError> {
-    herd_slurm::commands::sbatch(&exp.dir().join("job.sbatch"), exp.dir())
+    herd_slurm::commands::sbatch(&exp.paths().job_script(), exp.dir())
 }
 
 /// `herd submit --resume NAME`: a new attempt of an existing experiment.

@@ -38,10 +38,10 @@ impl Exp {
         }
     }
 
-    /// `logs/attempt-K`, made.
-    pub(crate) fn attempt_dir(&self, k: u32) -> PathBuf {
-        let d = herd_exp::logs::attempt_dir(&self.dir.join("logs"), k);
-        std::fs::create_dir_all(&d).expect("attempt dir");
+    /// Attempt K's folder, made.
+    pub(crate) fn attempt_dir(&self, k: u32) -> herd_exp::layout::AttemptDir {
+        let d = herd_exp::ExperimentDir::new(&self.dir).logs().attempt(k);
+        std::fs::create_dir_all(d.path()).expect("attempt dir");
         d
     }
 }

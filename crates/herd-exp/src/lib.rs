@@ -28,17 +28,10 @@
 //!
 //! # The folder
 //!
-//! `<exp_root>/<name>/` holds:
-//!
-//! | path | what |
-//! |---|---|
-//! | `code/` | the code snapshot: what the job runs, so edits after submit change nothing |
-//! | `manifest.json` | [`Manifest`]: resolved plan, git commit and dirty diff, argv, herd version, attempts and their job ids |
-//! | `logs/` | empty; the job's logs go here (read with [`logs`]) |
-//! | `timeline.jsonl` | the job's events, one JSON line each, appended as they happen ([`timeline`]) |
-//! | `checkpoints/` | empty; the job's checkpoints go here (`HERD_CHECKPOINT_DIR`) |
-//! | any [`ExtraFile`] | e.g. the rendered batch script |
-//! | `.lock` | taken while the manifest is updated (created on the first update) |
+//! `<exp_root>/<name>/` holds the code snapshot (`code/`), the [`Manifest`], the event
+//! [`timeline`], the checkpoints and logs folders and any [`ExtraFile`] (the rendered batch
+//! script). Every path inside it is named in one module, [`layout`]; docs/design.md §4
+//! lists them.
 //!
 //! # Guarantees
 //!
@@ -72,6 +65,8 @@
 //! - **Resuming** ([`Experiment::open`] + [`Experiment::add_attempt`]) never touches the
 //!   snapshot.
 
+pub mod failure;
+pub mod layout;
 pub mod logs;
 mod manifest;
 mod name;
@@ -86,30 +81,12 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 
+pub use layout::ExperimentDir;
+
 pub use manifest::{Attempt, GitState, Manifest, Project, Run, SnapshotSummary, MANIFEST_FORMAT};
 pub use name::{validate_name, NameError, NameProblem, MAX_NAME_BYTES};
 pub use snapshot::{SnapshotOptions, SnapshotReport, ALWAYS_EXCLUDED, RACY_SECS};
 pub use text::{BadEscape, LosslessText};
-
-/// The code snapshot's folder inside an experiment.
-pub const CODE_DIR: &str = "code";
-/// The logs folder inside an experiment.
-pub const LOGS_DIR: &str = "logs";
-/// The checkpoints folder inside an experiment (`HERD_CHECKPOINT_DIR` of its jobs).
-pub const CHECKPOINTS_DIR: &str = "checkpoints";
-/// The manifest inside an experiment.
-pub const MANIFEST_FILE: &str = "manifest.json";
-/// The lock file taken while the manifest is updated.
-pub const LOCK_FILE: &str = ".lock";
-
-/// Names herd uses inside an experiment folder; an [`ExtraFile`] may not take them.
-const TAKEN: [&str; 5] = [
-    CODE_DIR,
-    LOGS_DIR,
-    CHECKPOINTS_DIR,
-    MANIFEST_FILE,
-    LOCK_FILE,
-];
 
 /// Longest job id [`Experiment::record_job_id`] accepts, in bytes.
 pub const MAX_JOB_ID_BYTES: usize = 64;
@@ -137,7 +114,7 @@ pub enum Error {
         path: PathBuf,
     },
     /// A folder without a manifest: not one `herd submit` made (or one it is still making).
-    #[error("{} is not an experiment folder: it has no {MANIFEST_FILE} (only `herd submit` makes experiment folders)", path.display())]
+    #[error("{} is not an experiment folder: it has no manifest (only `herd submit` makes experiment folders)", path.display())]
     NotAnExperiment {
         /// The folder.
         path: PathBuf,
@@ -309,7 +286,7 @@ pub struct ExtraFile {
 impl ExtraFile {
     fn check(&self) -> Result<(), NameError> {
         name::check("file name", &self.name)?;
-        if TAKEN.contains(&self.name.as_str()) {
+        if layout::TAKEN.contains(&self.name.as_str()) {
             return Err(NameError {
                 what: "file name",
                 name: self.name.clone(),
@@ -418,15 +395,15 @@ impl NewExperiment {
 
         // Dropping `tmp` (an error, a panic) removes the folder and all in it.
         let tmp = tempfile::Builder::new()
-            .prefix(".herd-new-")
+            .prefix(layout::NEW_EXPERIMENT_PREFIX)
             .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o777))
             .tempdir_in(&exp_root)
             .map_err(|e| io_error("cannot create a temporary folder in", &exp_root, e))?;
-        for dir in [LOGS_DIR, CHECKPOINTS_DIR, CODE_DIR] {
-            let path = tmp.path().join(dir);
+        let new = ExperimentDir::new(tmp.path());
+        for path in new.folders() {
             fs::create_dir(&path).map_err(|e| io_error("cannot create folder", &path, e))?;
         }
-        let report = prepared.run(&tmp.path().join(CODE_DIR))?;
+        let report = prepared.run(&new.code())?;
         for file in &self.files {
             write_new_file(&tmp.path().join(&file.name), file)?;
         }
@@ -454,7 +431,7 @@ impl NewExperiment {
             attempts: vec![Attempt::new(1, &inv.herd_version, &inv.argv)],
             other: serde_json::Map::new(),
         };
-        manifest::write_new(&tmp.path().join(MANIFEST_FILE), &manifest)?;
+        manifest::write_new(&new.manifest(), &manifest)?;
 
         rename_noreplace(tmp.path(), &target).map_err(|e| {
             if e.kind() == io::ErrorKind::AlreadyExists {
@@ -474,7 +451,7 @@ impl NewExperiment {
         Ok(Created {
             experiment: Experiment {
                 name: self.name.clone(),
-                dir: target,
+                paths: ExperimentDir::new(target),
             },
             snapshot: report,
         })
@@ -529,7 +506,7 @@ fn rename_noreplace(from: &Path, to: &Path) -> io::Result<()> {
 
 /// `dir` is an experiment folder: it holds a manifest. Else why not, in the user's words.
 fn check_manifest(dir: &Path) -> Result<(), Error> {
-    if dir.join(MANIFEST_FILE).is_file() {
+    if ExperimentDir::new(dir).manifest().is_file() {
         Ok(())
     } else if dir.is_dir() {
         Err(Error::NotAnExperiment {
@@ -546,7 +523,7 @@ fn check_manifest(dir: &Path) -> Result<(), Error> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Experiment {
     name: String,
-    dir: PathBuf,
+    paths: ExperimentDir,
 }
 
 impl Experiment {
@@ -556,7 +533,7 @@ impl Experiment {
         check_manifest(&dir)?;
         Ok(Experiment {
             name: name.to_owned(),
-            dir,
+            paths: ExperimentDir::new(dir),
         })
     }
 
@@ -572,7 +549,7 @@ impl Experiment {
         check_manifest(dir)?;
         Ok(Experiment {
             name: name.to_owned(),
-            dir: dir.to_owned(),
+            paths: ExperimentDir::new(dir),
         })
     }
 
@@ -583,32 +560,17 @@ impl Experiment {
 
     /// The experiment folder.
     pub fn dir(&self) -> &Path {
-        &self.dir
+        self.paths.path()
     }
 
-    /// The code snapshot, `<dir>/code`.
-    pub fn code_dir(&self) -> PathBuf {
-        self.dir.join(CODE_DIR)
-    }
-
-    /// The checkpoints folder, `<dir>/checkpoints`.
-    pub fn checkpoints_dir(&self) -> PathBuf {
-        self.dir.join(CHECKPOINTS_DIR)
-    }
-
-    /// The logs folder, `<dir>/logs`.
-    pub fn logs_dir(&self) -> PathBuf {
-        self.dir.join(LOGS_DIR)
-    }
-
-    /// The manifest, `<dir>/manifest.json`.
-    pub fn manifest_path(&self) -> PathBuf {
-        self.dir.join(MANIFEST_FILE)
+    /// Every path inside the folder ([`layout`]).
+    pub fn paths(&self) -> &ExperimentDir {
+        &self.paths
     }
 
     /// Reads the manifest.
     pub fn manifest(&self) -> Result<Manifest, Error> {
-        manifest::read(&self.manifest_path())
+        manifest::read(&self.paths.manifest())
     }
 
     /// Appends a new attempt (`herd submit --resume`) and returns its number (2 for the
@@ -629,7 +591,7 @@ impl Experiment {
     /// no-op; a different one is refused ([`Error::JobIdAlreadySet`]).
     pub fn record_job_id(&self, attempt: u32, job_id: &str) -> Result<(), Error> {
         check_job_id(job_id)?;
-        let path = self.dir.clone();
+        let path = self.dir().to_owned();
         self.update(|m| {
             let count = m.attempts.len();
             let Some(a) = m.attempts.iter_mut().find(|a| a.number == attempt) else {
@@ -657,7 +619,7 @@ impl Experiment {
     /// Appends `run` to the runs of the submission whose job id is `job_id` (the newest
     /// submission when none has it, e.g. a `herd launch` started by hand).
     pub fn record_run(&self, job_id: Option<&str>, run: Run) -> Result<(), Error> {
-        let path = self.dir.clone();
+        let path = self.dir().to_owned();
         self.update(|m| {
             let count = m.attempts.len();
             let pos = m
@@ -682,7 +644,7 @@ impl Experiment {
     /// temporary file first, then renamed into place without replacing anything.
     pub fn add_file(&self, file: &ExtraFile) -> Result<PathBuf, Error> {
         file.check()?;
-        let target = self.dir.join(&file.name);
+        let target = self.dir().join(&file.name);
         // Checked first so that a refused file changes nothing, not even the folder's
         // mtime; the rename below refuses atomically whatever appears meanwhile.
         if fs::symlink_metadata(&target).is_ok() {
@@ -691,8 +653,8 @@ impl Experiment {
         let tmp = tempfile::Builder::new()
             .prefix(name::RESERVED_PREFIX)
             .permissions(std::os::unix::fs::PermissionsExt::from_mode(file.mode()))
-            .tempfile_in(&self.dir)
-            .map_err(|e| io_error("cannot create a temporary file in", &self.dir, e))?;
+            .tempfile_in(self.dir())
+            .map_err(|e| io_error("cannot create a temporary file in", self.dir(), e))?;
         let tmp_path = tmp.into_temp_path();
         fs::write(&tmp_path, &file.contents).map_err(|e| io_error("cannot write", &tmp_path, e))?;
         rename_noreplace(&tmp_path, &target).map_err(|e| {
@@ -714,7 +676,7 @@ impl Experiment {
         &self,
         change: impl FnOnce(&mut Manifest) -> Result<T, Error>,
     ) -> Result<T, Error> {
-        let lock_path = self.dir.join(LOCK_FILE);
+        let lock_path = self.paths.lock();
         let lock = fs::OpenOptions::new()
             .create(true)
             .truncate(false)
@@ -723,7 +685,7 @@ impl Experiment {
             .map_err(|e| io_error("cannot open", &lock_path, e))?;
         rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive)
             .map_err(|e| io_error("cannot lock", &lock_path, e.into()))?;
-        let path = self.manifest_path();
+        let path = self.paths.manifest();
         let mut m = manifest::read(&path)?;
         if m.format > MANIFEST_FORMAT {
             return Err(Error::ManifestFormat {

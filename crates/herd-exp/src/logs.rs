@@ -4,14 +4,8 @@
 //!
 //! # The folder
 //!
-//! `logs/attempt-K/` (K = 0, 1, 2… over the whole experiment: a restart inside an
-//! allocation, a requeue and a `herd submit --resume` each start the next K) holds, per
-//! rank R, written by its node's agent:
-//!
-//! | file | what |
-//! |---|---|
-//! | `rank-R.out`, `rank-R.err` | the worker's stdout and stderr, raw, whole lines |
-//! | `rank-R.times` | time marks for both (below) |
+//! Each attempt's folder ([`AttemptDir`]) holds, per rank, the worker's stdout and stderr,
+//! raw and in whole lines, and time marks for both (below), written by its node's agent.
 //!
 //! # Time marks: `rank-R.times`
 //!
@@ -43,27 +37,10 @@ use serde_json::{Map, Value};
 /// A stream's next line gets a time mark when at least this long passed since its last.
 pub const MARK_GAP_MS: u64 = 100;
 
-/// Which stream of a rank.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Stream {
-    /// stdout, `rank-R.out`, marks `o`.
-    Out,
-    /// stderr, `rank-R.err`, marks `e`.
-    Err,
-}
+use crate::layout::AttemptDir;
+pub use crate::layout::Stream;
 
 impl Stream {
-    /// Both, stdout first.
-    pub const BOTH: [Stream; 2] = [Stream::Out, Stream::Err];
-
-    /// `out` or `err`: the log file's extension.
-    pub fn ext(self) -> &'static str {
-        match self {
-            Stream::Out => "out",
-            Stream::Err => "err",
-        }
-    }
-
     /// `o` or `e`: the stream's letter in a time mark.
     pub fn letter(self) -> u8 {
         match self {
@@ -71,21 +48,6 @@ impl Stream {
             Stream::Err => b'e',
         }
     }
-}
-
-/// `DIR/attempt-K`.
-pub fn attempt_dir(logs_dir: &Path, attempt: u32) -> PathBuf {
-    logs_dir.join(format!("attempt-{attempt}"))
-}
-
-/// `DIR/rank-R.out` or `DIR/rank-R.err`.
-pub fn rank_log(dir: &Path, rank: u32, stream: Stream) -> PathBuf {
-    dir.join(format!("rank-{rank}.{}", stream.ext()))
-}
-
-/// `DIR/rank-R.times`, the rank's time marks.
-pub fn rank_times(dir: &Path, rank: u32) -> PathBuf {
-    dir.join(format!("rank-{rank}.times"))
 }
 
 /// One time mark as its line, `o 5120 1796060412245\n`.
@@ -106,49 +68,6 @@ pub fn parse_mark(line: &[u8]) -> Option<(Stream, u64, u64)> {
     let offset = parts.next()?.parse().ok()?;
     let ms = parts.next()?.parse().ok()?;
     parts.next().is_none().then_some((stream, offset, ms))
-}
-
-/// The attempt numbers K of `logs_dir/attempt-K` folders, ascending; none when `logs_dir`
-/// does not exist.
-pub fn attempts(logs_dir: &Path) -> io::Result<Vec<u32>> {
-    let mut found = numbered(logs_dir, |name| name.strip_prefix("attempt-"))?;
-    found.dedup();
-    Ok(found)
-}
-
-/// The ranks R with a `rank-R.out` or `rank-R.err` in `dir`, ascending.
-pub fn ranks(dir: &Path) -> io::Result<Vec<u32>> {
-    let mut found = numbered(dir, |name| {
-        let rest = name.strip_prefix("rank-")?;
-        rest.strip_suffix(".out")
-            .or_else(|| rest.strip_suffix(".err"))
-    })?;
-    found.dedup();
-    Ok(found)
-}
-
-fn numbered(dir: &Path, number: impl Fn(&str) -> Option<&str>) -> io::Result<Vec<u32>> {
-    let entries = match std::fs::read_dir(dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(e),
-    };
-    let mut found = Vec::new();
-    for entry in entries {
-        let entry = entry?;
-        let name = entry.file_name();
-        let Some(n) = name
-            .to_str()
-            .and_then(&number)
-            .filter(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
-            .and_then(|n| n.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        found.push(n);
-    }
-    found.sort_unstable();
-    Ok(found)
 }
 
 /// Lets this process open as many files as the hard limit allows: a merge holds four per
@@ -319,12 +238,12 @@ pub struct Source {
 
 impl Source {
     /// Stream `stream` of rank `rank` in the attempt folder `dir`.
-    pub fn new(dir: &Path, rank: u32, stream: Stream) -> Source {
+    pub fn new(dir: &AttemptDir, rank: u32, stream: Stream) -> Source {
         Source {
             rank,
             stream,
-            log: Growing::new(rank_log(dir, rank, stream)),
-            marks: Marks::new(rank_times(dir, rank), stream),
+            log: Growing::new(dir.log(rank, stream)),
+            marks: Marks::new(dir.times(rank), stream),
             last_time: None,
         }
     }
@@ -590,7 +509,7 @@ impl History {
     /// `<exp_dir>/timeline.jsonl` read (none when it does not exist); lines that are not
     /// JSON objects (a line being written) are left out.
     pub fn read(exp_dir: &Path) -> io::Result<History> {
-        let text = match std::fs::read(exp_dir.join(crate::timeline::TIMELINE_FILE)) {
+        let text = match std::fs::read(crate::ExperimentDir::new(exp_dir).timeline()) {
             Ok(t) => t,
             Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
             Err(e) => return Err(e),
@@ -744,14 +663,14 @@ mod tests {
     #[test]
     fn merges_ranks_and_streams_by_their_marks() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let d = dir.path();
-        write(&rank_log(d, 0, Stream::Out), b"a1\na2\na3\n");
-        write(&rank_log(d, 0, Stream::Err), b"ae\n");
+        let d = &AttemptDir::new(dir.path());
+        write(&d.log(0, Stream::Out), b"a1\na2\na3\n");
+        write(&d.log(0, Stream::Err), b"ae\n");
         // a1 at 1000, a2 (and a3, no mark of its own) at 3000.
-        write(&rank_times(d, 0), b"o 0 1000\ne 0 2500\no 3 3000\n");
-        write(&rank_log(d, 1, Stream::Out), b"b1\nb2\n");
-        write(&rank_log(d, 1, Stream::Err), b"");
-        write(&rank_times(d, 1), b"o 0 2000\no 3 4000\n");
+        write(&d.times(0), b"o 0 1000\ne 0 2500\no 3 3000\n");
+        write(&d.log(1, Stream::Out), b"b1\nb2\n");
+        write(&d.log(1, Stream::Err), b"");
+        write(&d.times(1), b"o 0 2000\no 3 4000\n");
         let sources = [0, 1]
             .into_iter()
             .flat_map(|r| Stream::BOTH.map(|s| Source::new(d, r, s)))
@@ -767,9 +686,9 @@ mod tests {
     #[test]
     fn without_marks_ranks_come_in_order_and_a_partial_line_waits() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let d = dir.path();
-        write(&rank_log(d, 1, Stream::Out), b"b1\n");
-        write(&rank_log(d, 0, Stream::Out), b"a1\na\xff2\npart");
+        let d = &AttemptDir::new(dir.path());
+        write(&d.log(1, Stream::Out), b"b1\n");
+        write(&d.log(0, Stream::Out), b"a1\na\xff2\npart");
         let sources = vec![
             Source::new(d, 1, Stream::Out),
             Source::new(d, 0, Stream::Out),
@@ -784,7 +703,7 @@ mod tests {
         use std::io::Write as _;
         std::fs::OpenOptions::new()
             .append(true)
-            .open(rank_log(d, 0, Stream::Out))
+            .open(d.log(0, Stream::Out))
             .and_then(|mut f| f.write_all(b"ial\n"))
             .expect("append");
         m.again().expect("again");
@@ -796,16 +715,17 @@ mod tests {
     #[test]
     fn lists_attempts_and_ranks() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let logs = dir.path();
-        assert!(attempts(&logs.join("none"))
+        let logs = crate::layout::LogsDir::new(dir.path());
+        assert!(crate::layout::LogsDir::new(dir.path().join("none"))
+            .attempts()
             .expect("missing is none")
             .is_empty());
         for k in [0, 2, 10] {
-            std::fs::create_dir_all(attempt_dir(logs, k)).expect("mkdir");
+            std::fs::create_dir_all(logs.attempt(k).path()).expect("mkdir");
         }
-        std::fs::create_dir_all(logs.join("attempt-x")).expect("mkdir");
-        assert_eq!(attempts(logs).expect("lists"), [0, 2, 10]);
-        let a = attempt_dir(logs, 2);
+        std::fs::create_dir_all(dir.path().join("attempt-x")).expect("mkdir");
+        assert_eq!(logs.attempts().expect("lists"), [0, 2, 10]);
+        let a = logs.attempt(2);
         for f in [
             "rank-0.out",
             "rank-0.err",
@@ -813,9 +733,9 @@ mod tests {
             "rank-2.times",
             "rank-3.error.json",
         ] {
-            write(&a.join(f), b"");
+            write(&a.path().join(f), b"");
         }
-        assert_eq!(ranks(&a).expect("lists"), [0, 11]);
+        assert_eq!(a.ranks().expect("lists"), [0, 11]);
     }
 
     #[test]

@@ -68,7 +68,7 @@ impl Progress {
         let manifest = exp.manifest()?;
         let events = timeline::read(exp.dir()).map_err(|source| Error::Io {
             action: "cannot read",
-            path: exp.dir().join(timeline::TIMELINE_FILE),
+            path: exp.paths().timeline(),
             source,
         })?;
         let job_id = manifest
@@ -173,7 +173,7 @@ pub fn list(exp_root: &Path) -> Result<Vec<Experiment>, Error> {
         let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
             continue;
         };
-        if name.starts_with('.') || !path.join(crate::MANIFEST_FILE).is_file() {
+        if name.starts_with('.') || !crate::ExperimentDir::new(&path).manifest().is_file() {
             continue;
         }
         found.push(path);
@@ -290,8 +290,11 @@ mod tests {
             std::fs::create_dir(root.path().join(name)).expect("mkdir");
         }
         for name in ["b", "a", ".herd-new-1"] {
-            std::fs::write(root.path().join(name).join(crate::MANIFEST_FILE), "{}")
-                .expect("manifest");
+            std::fs::write(
+                crate::ExperimentDir::new(root.path().join(name)).manifest(),
+                "{}",
+            )
+            .expect("manifest");
         }
         let names: Vec<String> = list(root.path())
             .expect("lists")

@@ -32,7 +32,8 @@ use ignore::overrides::{Override, OverrideBuilder};
 use ignore::{DirEntry, ParallelVisitor, ParallelVisitorBuilder, WalkBuilder, WalkState};
 use rustix::fs::{AtFlags, Mode, OFlags, StatxFlags};
 
-use crate::{io_error, Error, CODE_DIR, MANIFEST_FILE};
+use crate::layout::ExperimentDir;
+use crate::{io_error, Error};
 
 /// A file modified this close (in seconds) to the moment its previous copy was written is
 /// copied again, never linked.
@@ -213,7 +214,7 @@ fn find_previous(exp_root: &Path, root: &Path, warnings: &mut Vec<String>) -> Op
         {
             continue;
         }
-        let Ok(md) = fs::symlink_metadata(entry.path().join(CODE_DIR)) else {
+        let Ok(md) = fs::symlink_metadata(ExperimentDir::new(entry.path()).code()) else {
             continue;
         };
         if md.is_dir() {
@@ -223,7 +224,8 @@ fn find_previous(exp_root: &Path, root: &Path, warnings: &mut Vec<String>) -> Op
     candidates.sort_unstable_by(|a, b| b.cmp(a));
     let want = root.as_os_str().as_bytes();
     for (_, dir) in candidates {
-        let manifest = dir.join(MANIFEST_FILE);
+        let exp = ExperimentDir::new(&dir);
+        let manifest = exp.manifest();
         let Ok(text) = fs::read(&manifest) else {
             continue;
         };
@@ -231,7 +233,7 @@ fn find_previous(exp_root: &Path, root: &Path, warnings: &mut Vec<String>) -> Op
             Ok(head) if head.project.root.to_bytes().is_ok_and(|r| r == want) => {
                 return Some(Previous {
                     name: dir.file_name()?.to_string_lossy().into_owned(),
-                    code: dir.join(CODE_DIR),
+                    code: exp.code(),
                 });
             }
             Ok(_) => {}

@@ -35,8 +35,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::{Map, Value};
 
-/// The timeline inside an experiment.
-pub const TIMELINE_FILE: &str = "timeline.jsonl";
+use crate::ExperimentDir;
 
 /// Appends one event with `fields` (an object; other values are left out) to
 /// `<exp_dir>/timeline.jsonl`, creating it.
@@ -54,14 +53,15 @@ pub fn append(exp_dir: &Path, event: &str, fields: Value) -> io::Result<()> {
     std::fs::OpenOptions::new()
         .create(true)
         .append(true)
-        .open(exp_dir.join(TIMELINE_FILE))?
+        .open(ExperimentDir::new(exp_dir).timeline())?
         .write_all(text.as_bytes())
 }
 
 /// Every event of `<exp_dir>/timeline.jsonl` (none when it does not exist); a line that is
 /// not a JSON object is an error naming it.
 pub fn read(exp_dir: &Path) -> io::Result<Vec<Map<String, Value>>> {
-    let text = match std::fs::read_to_string(exp_dir.join(TIMELINE_FILE)) {
+    let path = ExperimentDir::new(exp_dir).timeline();
+    let text = match std::fs::read_to_string(&path) {
         Ok(t) => t,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(e),
@@ -73,7 +73,7 @@ pub fn read(exp_dir: &Path) -> io::Result<Vec<Map<String, Value>>> {
             serde_json::from_str(l).map_err(|e| {
                 io::Error::new(
                     io::ErrorKind::InvalidData,
-                    format!("{TIMELINE_FILE} line {}: {e}", i + 1),
+                    format!("{} line {}: {e}", path.display(), i + 1),
                 )
             })
         })
@@ -252,7 +252,7 @@ mod tests {
             .iter()
             .all(|e| e["event"] == "tick" && e["time"].as_str().is_some_and(|t| t.ends_with('Z'))));
         std::fs::write(
-            dir.path().join(TIMELINE_FILE),
+            ExperimentDir::new(dir.path()).timeline(),
             "{\"event\":\"a\"}\nnot json\n",
         )
         .expect("write");

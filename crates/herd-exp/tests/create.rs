@@ -203,7 +203,12 @@ fn unreadable_file_leaves_nothing_behind() {
     let created = request(exp.path(), "run", proj.path())
         .create()
         .expect("root reads files of mode 000");
-    assert!(created.experiment.code_dir().join("a/secret.key").exists());
+    assert!(created
+        .experiment
+        .paths()
+        .code()
+        .join("a/secret.key")
+        .exists());
 }
 
 #[test]
@@ -326,7 +331,7 @@ fn experiment_root_inside_the_project_is_left_out() {
         .expect("create");
     for created in [&first, &second] {
         assert_eq!(
-            names(&created.experiment.code_dir()),
+            names(&created.experiment.paths().code()),
             ["models", "train.py"]
         );
     }

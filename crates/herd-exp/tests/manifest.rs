@@ -96,7 +96,7 @@ fn manifest_records_plan_git_argv_version_and_attempts() {
     assert_eq!((m.snapshot.files, m.snapshot.copied), (3, 3));
 
     // The snapshot has the working tree (edits and untracked files), not `.git`.
-    let code = created.experiment.code_dir();
+    let code = created.experiment.paths().code();
     assert_eq!(
         fs::read_to_string(code.join("train.py")).expect("read"),
         "lr = 0.5\nepochs = 10\n"
@@ -105,7 +105,7 @@ fn manifest_records_plan_git_argv_version_and_attempts() {
     assert!(!code.join(".git").exists());
 
     // The raw JSON: a readable file, the non-UTF-8 argument escaped.
-    let raw = fs::read_to_string(created.experiment.manifest_path()).expect("read");
+    let raw = fs::read_to_string(created.experiment.paths().manifest()).expect("read");
     assert!(
         raw.contains(r#""escaped": "--note=caf\\xe9 \\\\ $(rm -rf /)\n""#),
         "{raw}"
@@ -152,7 +152,7 @@ fn clean_repository_unborn_repository_and_no_repository() {
         .expect("create");
     let m = created.experiment.manifest().expect("manifest");
     assert_eq!(m.project.git, None);
-    let raw = fs::read_to_string(created.experiment.manifest_path()).expect("read");
+    let raw = fs::read_to_string(created.experiment.paths().manifest()).expect("read");
     assert!(raw.contains(r#""git": null"#), "{raw}");
 
     // A sub-folder of a repository is in that repository; its diff is its own part only
@@ -226,7 +226,7 @@ fn job_ids_are_recorded_once_and_resume_adds_attempts() {
     }
 
     // `--resume`: open by name, add an attempt; the snapshot is not touched.
-    let code_before = fingerprint(&e.code_dir());
+    let code_before = fingerprint(&e.paths().code());
     write(proj.path(), "train.py", "changed after the first submit\n");
     let resumed = Experiment::open(exp.path(), "run").expect("open");
     let inv = Invocation {
@@ -241,7 +241,7 @@ fn job_ids_are_recorded_once_and_resume_adds_attempts() {
     assert_eq!(resumed.add_attempt(&inv).expect("attempt"), 2);
     resumed.record_job_id(2, "5000_1").expect("record");
     assert_eq!(resumed.add_attempt(&inv).expect("attempt"), 3);
-    assert_eq!(fingerprint(&e.code_dir()), code_before);
+    assert_eq!(fingerprint(&e.paths().code()), code_before);
 
     let m = resumed.manifest().expect("manifest");
     let ids: Vec<_> = m
@@ -283,7 +283,7 @@ fn fields_of_a_newer_herd_are_kept_and_newer_formats_refused() {
     let created = request(exp.path(), "run", proj.path())
         .create()
         .expect("create");
-    let path = created.experiment.manifest_path();
+    let path = created.experiment.paths().manifest();
     let mut raw: serde_json::Value =
         serde_json::from_slice(&fs::read(&path).expect("read")).expect("json");
     raw["future_field"] = serde_json::json!({"kept": true});

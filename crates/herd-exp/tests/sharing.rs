@@ -89,8 +89,8 @@ fn an_unchanged_project_copies_nothing_and_edits_after_submit_change_nothing() {
     );
     assert_eq!(second.snapshot.linked_from.as_deref(), Some("first"));
     assert_eq!(
-        contents(&first.experiment.code_dir()),
-        contents(&second.experiment.code_dir())
+        contents(&first.experiment.paths().code()),
+        contents(&second.experiment.paths().code())
     );
     assert_eq!(
         names(exp.path()),
@@ -103,7 +103,7 @@ fn an_unchanged_project_copies_nothing_and_edits_after_submit_change_nothing() {
     fs::remove_file(proj.path().join("models/net.py")).expect("rm");
     write(proj.path(), "new.py", "new\n");
     for exp in [&first.experiment, &second.experiment] {
-        let code = exp.code_dir();
+        let code = exp.paths().code();
         assert_eq!(
             fs::read_to_string(code.join("train.py")).expect("read"),
             "print('train')\n"
@@ -114,7 +114,10 @@ fn an_unchanged_project_copies_nothing_and_edits_after_submit_change_nothing() {
         );
         assert!(!code.join("new.py").exists());
     }
-    let (c1, c2) = (first.experiment.code_dir(), second.experiment.code_dir());
+    let (c1, c2) = (
+        first.experiment.paths().code(),
+        second.experiment.paths().code(),
+    );
     assert_eq!(ino(&c1.join("train.py")), ino(&c2.join("train.py")));
 }
 
@@ -137,7 +140,7 @@ fn deleting_an_experiment_frees_only_what_no_other_links() {
         "{:?}",
         second.snapshot
     );
-    let c2 = second.experiment.code_dir();
+    let c2 = second.experiment.paths().code();
     assert_eq!(nlink(&c2.join("models/net.py")), 2, "shared with first");
     assert_eq!(nlink(&c2.join("train.py")), 1, "second's own copy");
     let want = contents(&c2);
@@ -166,7 +169,7 @@ fn a_copy_changed_in_place_is_not_linked_again() {
         .expect("first");
     // Someone makes a file of the first's code/ writable and edits it (same size): the
     // mtime and the mode give it away.
-    let net = first.experiment.code_dir().join("models/net.py");
+    let net = first.experiment.paths().code().join("models/net.py");
     fs::set_permissions(&net, fs::Permissions::from_mode(0o644)).expect("chmod");
     fs::write(&net, "class Bad: pass\n").expect("tamper");
     // (Contents are not hashed: whoever also puts back the mode and the mtime by hand
@@ -175,12 +178,12 @@ fn a_copy_changed_in_place_is_not_linked_again() {
         .create()
         .expect("second");
     assert_eq!(
-        fs::read_to_string(second.experiment.code_dir().join("models/net.py")).expect("read"),
+        fs::read_to_string(second.experiment.paths().code().join("models/net.py")).expect("read"),
         "class Net: pass\n"
     );
     assert_ne!(
         ino(&net),
-        ino(&second.experiment.code_dir().join("models/net.py"))
+        ino(&second.experiment.paths().code().join("models/net.py"))
     );
     assert_eq!((second.snapshot.linked, second.snapshot.copied), (4, 1));
 }
@@ -261,7 +264,7 @@ fn another_users_copies_are_copied_not_linked() {
     .expect("chmod");
     step("snapshot");
 
-    let (ca, cb) = (a.experiment.code_dir(), root.join("b/code"));
+    let (ca, cb) = (a.experiment.paths().code(), root.join("b/code"));
     let mut want = contents(&ca);
     let run_sh = want.get_mut("run.sh").expect("run.sh");
     *run_sh = run_sh.replacen("file 550", "file 555", 1);
@@ -288,7 +291,10 @@ fn code_files_are_read_only_so_a_job_cannot_change_another_experiments_code() {
         let first = request(&root, "first", &proj).create().expect("first");
         let second = request(&root, "second", &proj).create().expect("second");
         assert_eq!(second.snapshot.copied, 0, "{:?}", second.snapshot);
-        let (c1, c2) = (first.experiment.code_dir(), second.experiment.code_dir());
+        let (c1, c2) = (
+            first.experiment.paths().code(),
+            second.experiment.paths().code(),
+        );
         assert_eq!(ino(&c1.join("train.py")), ino(&c2.join("train.py")));
 
         // The first job writes into a file of its code/ in place: refused.

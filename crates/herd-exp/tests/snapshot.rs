@@ -51,7 +51,7 @@ fn ignore_files_are_respected_and_hidden_files_kept() {
     let exp = TempDir::new().expect("tempdir");
     let created = request(exp.path(), "run", p).create().expect("create");
     assert_eq!(
-        listing(&created.experiment.code_dir()),
+        listing(&created.experiment.paths().code()),
         [
             ".config",
             ".config/settings.toml",
@@ -92,7 +92,7 @@ fn out_files_and_extra_globs_are_excluded() {
     req.snapshot.exclude = vec!["data/".into(), "*.ckpt".into()];
     let created = req.create().expect("create");
     assert_eq!(
-        listing(&created.experiment.code_dir()),
+        listing(&created.experiment.paths().code()),
         [
             ".gitignore",
             "ckpt",
@@ -129,7 +129,7 @@ fn symlinks_are_kept_as_symlinks() {
 
     let exp = TempDir::new().expect("tempdir");
     let created = request(exp.path(), "run", p).create().expect("create");
-    let code = created.experiment.code_dir();
+    let code = created.experiment.paths().code();
     for (name, target) in [
         ("model.py", "real/model.py".into()),
         ("real-dir", "real".into()),
@@ -176,7 +176,7 @@ fn modes_less_write_permission_and_mtimes_are_kept_special_files_skipped() {
 
     let exp = TempDir::new().expect("tempdir");
     let created = request(exp.path(), "run", p).create().expect("create");
-    let code = created.experiment.code_dir();
+    let code = created.experiment.paths().code();
     // Read-only: the files are shared with every experiment that runs the same version.
     for (rel, want) in [
         ("run.sh", 0o555),
@@ -217,7 +217,7 @@ fn second_snapshot_links_unchanged_files_and_copies_changed_ones() {
     let first = request(exp.path(), "one", p).create().expect("first");
     assert_eq!(first.snapshot.copied, 7);
     assert_eq!(first.snapshot.linked_from, None);
-    let c1 = first.experiment.code_dir();
+    let c1 = first.experiment.paths().code();
 
     write(p, "edited.py", "version 2, longer\n");
     write(p, "same-size.py", "bbbb\n");
@@ -233,7 +233,7 @@ fn second_snapshot_links_unchanged_files_and_copies_changed_ones() {
     chmod(&c1, "tampered.py", 0o644);
     fs::write(c1.join("tampered.py"), "tampered\n").expect("write");
     let second = request(exp.path(), "two", p).create().expect("second");
-    let c2 = second.experiment.code_dir();
+    let c2 = second.experiment.paths().code();
 
     for rel in ["same.py", "deep/er/same.py"] {
         assert_eq!(ino(&c1.join(rel)), ino(&c2.join(rel)), "{rel} is linked");
@@ -278,7 +278,7 @@ fn second_snapshot_links_unchanged_files_and_copies_changed_ones() {
     // tampered.py, whose copy in `two` is fresh).
     let third = request(exp.path(), "three", p).create().expect("third");
     assert_eq!(third.snapshot.linked_from.as_deref(), Some("two"));
-    let c3 = third.experiment.code_dir();
+    let c3 = third.experiment.paths().code();
     for rel in ["same.py", "deep/er/same.py", "tampered.py", "chmod.sh"] {
         assert_eq!(ino(&c2.join(rel)), ino(&c3.join(rel)), "{rel} is linked");
     }
@@ -312,7 +312,10 @@ fn files_changed_just_before_a_snapshot_are_not_linked_from_it() {
     let exp = TempDir::new().expect("tempdir");
     let first = request(exp.path(), "one", p).create().expect("first");
     let second = request(exp.path(), "two", p).create().expect("second");
-    let (c1, c2) = (first.experiment.code_dir(), second.experiment.code_dir());
+    let (c1, c2) = (
+        first.experiment.paths().code(),
+        second.experiment.paths().code(),
+    );
     assert_eq!(ino(&c1.join("old.py")), ino(&c2.join("old.py")));
     assert_ne!(ino(&c1.join("racy.py")), ino(&c2.join("racy.py")));
 }
@@ -334,8 +337,8 @@ fn only_snapshots_of_the_same_project_are_linked_from() {
     let again = request(exp.path(), "a2", a.path()).create().expect("a2");
     assert_eq!(again.snapshot.linked_from.as_deref(), Some("a1"));
     assert_eq!(
-        ino(&first.experiment.code_dir().join("same.py")),
-        ino(&again.experiment.code_dir().join("same.py"))
+        ino(&first.experiment.paths().code().join("same.py")),
+        ino(&again.experiment.paths().code().join("same.py"))
     );
     // The project given through a symlink is the same project (canonical root).
     let via = TempDir::new().expect("tempdir");
@@ -355,7 +358,7 @@ fn a_broken_previous_manifest_means_copying_not_failing() {
     let first = request(exp.path(), "one", proj.path())
         .create()
         .expect("one");
-    let manifest = first.experiment.manifest_path();
+    let manifest = first.experiment.paths().manifest();
     let text = fs::read_to_string(&manifest).expect("manifest");
     fs::write(&manifest, &text[..text.len() / 2]).expect("write");
     let second = request(exp.path(), "two", proj.path())
@@ -385,8 +388,8 @@ fn editing_the_project_after_the_snapshot_changes_nothing_in_it() {
     let second = request(exp.path(), "two", p).create().expect("two");
     assert_eq!(second.snapshot.linked, 2);
     let before = (
-        fingerprint(&first.experiment.code_dir()),
-        fingerprint(&second.experiment.code_dir()),
+        fingerprint(&first.experiment.paths().code()),
+        fingerprint(&second.experiment.paths().code()),
     );
 
     // In place (same inode, truncate and write), replaced, appended, deleted, chmod.
@@ -401,12 +404,12 @@ fn editing_the_project_after_the_snapshot_changes_nothing_in_it() {
     write(p, "train.py", "brand new file\n");
 
     let after = (
-        fingerprint(&first.experiment.code_dir()),
-        fingerprint(&second.experiment.code_dir()),
+        fingerprint(&first.experiment.paths().code()),
+        fingerprint(&second.experiment.paths().code()),
     );
     assert_eq!(before, after);
     assert_eq!(
-        fs::read_to_string(second.experiment.code_dir().join("train.py")).expect("read"),
+        fs::read_to_string(second.experiment.paths().code().join("train.py")).expect("read"),
         "lr = 0.1\n"
     );
 }

@@ -25,7 +25,6 @@
 //!     &plan,
 //!     &ScriptParams {
 //!         exp_dir: Path::new("/scratch/exp/train"),
-//!         snapshot_dir: Path::new("/scratch/exp/train/code"),
 //!         herd: Path::new("/opt/herd/bin/herd"),
 //!         dependency: None,
 //!     },

@@ -6,8 +6,10 @@
 //! checked to be safe there (no whitespace, quotes, `#`, backslash or line breaks; paths are
 //! double-quoted with `%` doubled, since sbatch reads `%j`-style patterns in them).
 //!
-//! The rendered script is `set -euo pipefail`, exports `HERD_EXP_DIR`, `cd`s into the code
-//! snapshot (made by `herd submit` with the experiment folder), and `exec`s srun, so the job's exit
+//! The rendered script is `set -euo pipefail`, exports `HERD_EXP_DIR` and
+//! `HERD_CHECKPOINT_DIR`, `cd`s into the code snapshot (made by `herd submit` with the
+//! experiment folder; every path inside it comes from `herd_exp::layout`), and `exec`s
+//! srun, so the job's exit
 //! status is srun's and a `B:` signal (sent to the batch shell) reaches srun, which
 //! forwards it to every task.
 //!
@@ -16,6 +18,7 @@
 
 use std::path::Path;
 
+use herd_exp::layout::{ExperimentDir, LogsDir, Stream};
 use herd_slurm::vars::{HERD_CHECKPOINT_DIR, HERD_EXP_DIR, HERD_JOB_SECRET, HERD_RESUME_FROM};
 use herd_slurm::GpuBind;
 
@@ -25,11 +28,10 @@ use crate::resolve::{job_name_ok, sbatch_arg, sbatch_safe, simple_name_ok, Mode,
 /// Where the script runs and what it needs to know beyond the plan.
 #[derive(Debug, Clone, Copy)]
 pub struct ScriptParams<'a> {
-    /// The experiment folder (absolute). SLURM writes `logs/%j.out` and `logs/%j.err`
-    /// there; SLURM does not create folders, so `logs/` must exist before `sbatch`.
+    /// The experiment folder (absolute). The job runs from its code snapshot and SLURM
+    /// writes the batch step's output into its logs folder (`herd_exp::layout`); SLURM does
+    /// not create folders, so the logs folder must exist before `sbatch`.
     pub exp_dir: &'a Path,
-    /// The code snapshot's folder (absolute); the job runs from here.
-    pub snapshot_dir: &'a Path,
     /// The herd binary as the compute nodes see it (absolute).
     pub herd: &'a Path,
     /// `--dependency`, already resolved from `after` (e.g. `afterok:1234`).
@@ -42,7 +44,7 @@ pub enum RenderError {
     /// A path that must be absolute is not.
     #[error("the {what} `{path}` is not an absolute path: the batch script runs elsewhere")]
     RelativePath {
-        /// Which path (`experiment folder`, `snapshot folder`, `herd binary`).
+        /// Which path (`experiment folder`, `herd binary`).
         what: &'static str,
         /// The path.
         path: String,
@@ -127,9 +129,14 @@ fn bad(key: &'static str, message: String) -> RenderError {
 /// Render the batch script for `plan`. Pure: the same inputs give the same text.
 pub fn render_script(plan: &Plan, params: &ScriptParams<'_>) -> Result<String, RenderError> {
     let exp = path_str(params.exp_dir, "experiment folder")?;
-    let snapshot = path_str(params.snapshot_dir, "snapshot folder")?;
     let herd = path_str(params.herd, "herd binary")?;
-    let logs = format!("{}/logs", exp.trim_end_matches('/'));
+    let layout = ExperimentDir::new(exp);
+    let snapshot = layout.code();
+    let snapshot = path_str(&snapshot, "experiment folder")?;
+    let checkpoints = layout.checkpoints();
+    let checkpoints = path_str(&checkpoints, "experiment folder")?;
+    let logs = layout.logs();
+    let logs = path_str(logs.path(), "experiment folder")?;
     // The plan's fields are public: check again what resolution checked.
     if !job_name_ok(&plan.job_name) {
         return Err(bad(
@@ -193,14 +200,13 @@ pub fn render_script(plan: &Plan, params: &ScriptParams<'_>) -> Result<String, R
         sbatch_safe(c, "constraint").map_err(|e| bad("constraint", e.message))?;
         sbatch(format!("--constraint={c}"));
     }
-    sbatch(format!(
-        "--output={}",
-        sbatch_path(&logs, "/%j.out", "experiment folder")?
-    ));
-    sbatch(format!(
-        "--error={}",
-        sbatch_path(&logs, "/%j.err", "experiment folder")?
-    ));
+    for (flag, stream) in [("--output", Stream::Out), ("--error", Stream::Err)] {
+        let pattern = format!("/{}", LogsDir::batch_log_pattern(stream));
+        sbatch(format!(
+            "{flag}={}",
+            sbatch_path(logs, &pattern, "experiment folder")?
+        ));
+    }
     sbatch("--open-mode=append".to_owned());
     if let Some(d) = params.dependency {
         sbatch_safe(d, "dependency").map_err(|e| bad("after", e.message))?;
@@ -255,12 +261,13 @@ pub fn render_script(plan: &Plan, params: &ScriptParams<'_>) -> Result<String, R
          export {HERD_EXP_DIR}={}\n\
          # Checkpoints go into the experiment folder; every attempt (a restart, a requeue,\n\
          # herd submit --resume) gets the newest complete one as {HERD_RESUME_FROM}.\n\
-         export {HERD_CHECKPOINT_DIR}=\"${HERD_EXP_DIR}/checkpoints\"\n\
+         export {HERD_CHECKPOINT_DIR}={}\n\
          # Run the code snapshot, so edits to the source after submitting change nothing.\n\
          cd -- {}\n",
         plan.mode,
         q(exp, "experiment folder")?,
-        q(snapshot, "snapshot folder")?,
+        q(checkpoints, "experiment folder")?,
+        q(snapshot, "experiment folder")?,
     ));
     match plan.mode {
         Mode::Agent => {
@@ -313,7 +320,7 @@ pub fn render_script(plan: &Plan, params: &ScriptParams<'_>) -> Result<String, R
             ));
             s.push_str(&format!(
                 "exec srun --nodes={nodes} --ntasks={nodes} --ntasks-per-node=1{cpus} --kill-on-bad-exit=1 \\\n  {herd_q} launch --nproc-per-node {workers}{bind}{restarts}{keep} --log-dir {} \\\n  -- {cmd}\n",
-                q(&logs, "experiment folder")?,
+                q(logs, "experiment folder")?,
             ));
         }
         Mode::Srun => {
@@ -389,7 +396,6 @@ mod tests {
     fn params() -> ScriptParams<'static> {
         ScriptParams {
             exp_dir: Path::new("/scratch/exp/train"),
-            snapshot_dir: Path::new("/scratch/exp/train/code"),
             herd: Path::new("/opt/herd/bin/herd"),
             dependency: None,
         }
@@ -440,7 +446,7 @@ mod tests {
             "{s}"
         );
         assert!(
-            s.contains("export HERD_CHECKPOINT_DIR=\"$HERD_EXP_DIR/checkpoints\"\n"),
+            s.contains("export HERD_CHECKPOINT_DIR='/scratch/exp/train/checkpoints'\n"),
             "{s}"
         );
         assert!(s.contains("HERD_JOB_SECRET=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \\n')\nexport HERD_JOB_SECRET\n"), "{s}");
@@ -559,45 +565,40 @@ mod tests {
     #[test]
     fn refuses_unsafe_inputs() {
         let p = plan("command = [\"python\"]\n");
-        let with = |exp: &'static str,
-                    snap: &'static str,
-                    herd: &'static str,
-                    dep: Option<&'static str>| {
+        let with = |exp: &'static str, herd: &'static str, dep: Option<&'static str>| {
             render_script(
                 &p,
                 &ScriptParams {
                     exp_dir: Path::new(exp),
-                    snapshot_dir: Path::new(snap),
                     herd: Path::new(herd),
                     dependency: dep,
                 },
             )
         };
         assert!(matches!(
-            with("exp", "/s", "/h", None),
+            with("exp", "/h", None),
             Err(RenderError::RelativePath { .. })
         ));
         assert!(matches!(
-            with("/e", "s", "/h", None),
-            Err(RenderError::RelativePath { .. })
-        ));
-        assert!(matches!(
-            with("/e", "/s", "herd", None),
+            with("/e", "herd", None),
             Err(RenderError::RelativePath { .. })
         ));
         for exp in ["/e/a\"b", "/e/a\nb", "/e/a#b", "/e/a\\b"] {
-            let e = with(exp, "/s", "/h", None).expect_err(exp);
+            let e = with(exp, "/h", None).expect_err(exp);
             assert!(e.to_string().contains("cannot carry"), "{e}");
         }
-        assert!(with("/e", "/s", "/h", Some("afterok:1 --x")).is_err());
+        assert!(with("/e", "/h", Some("afterok:1 --x")).is_err());
         // Spaces, quotes and `%` are fine in paths.
-        let s = with("/scratch/my exp/it's 100%", "/s p/c'd", "/o/h e/herd", None)
+        let s = with("/scratch/my exp/it's 100%", "/o/h e/herd", None)
             .unwrap_or_else(|e| panic!("{e}"));
         assert!(
             s.contains("#SBATCH --output=\"/scratch/my exp/it's 100%%/logs/%j.out\"\n"),
             "{s}"
         );
-        assert!(s.contains("cd -- '/s p/c'\\''d'\n"), "{s}");
+        assert!(
+            s.contains("cd -- '/scratch/my exp/it'\\''s 100%/code'\n"),
+            "{s}"
+        );
         assert!(s.contains("'/o/h e/herd' launch"), "{s}");
 
         let mut bad = p.clone();

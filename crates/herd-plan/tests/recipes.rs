@@ -175,7 +175,6 @@ fn recipes_render_the_seeds_resources() {
             &plan,
             &ScriptParams {
                 exp_dir: &exp,
-                snapshot_dir: &exp.join("code"),
                 herd: Path::new("/opt/herd/bin/herd"),
                 dependency: None,
             },

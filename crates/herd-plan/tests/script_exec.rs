@@ -32,8 +32,9 @@ fn bed() -> Bed {
     let root = dir.path().to_path_buf();
     let bin = root.join("bin");
     let herd_dir = root.join("h e'rd $(x)");
-    let snapshot = root.join("snap shot's `y`");
-    let exp = root.join("exp dir 100% ~");
+    // The snapshot is the experiment's `code/`: the quote and backquote test its `cd`.
+    let exp = root.join("exp dir's `y` 100% ~");
+    let snapshot = herd_exp::ExperimentDir::new(&exp).code();
     let out = root.join("out");
     for d in [&bin, &herd_dir, &snapshot, &exp, &out] {
         std::fs::create_dir_all(d).unwrap_or_else(|e| panic!("{e}"));
@@ -77,7 +78,6 @@ fn run_as_job(bed: &Bed, plan: &Plan, job_id: u32) -> Ran {
         plan,
         &ScriptParams {
             exp_dir: &bed.exp,
-            snapshot_dir: &bed.snapshot,
             herd: &bed.herd,
             dependency: None,
         },

@@ -15,8 +15,8 @@ use crate::agent::{cancelled, say, Config, Event};
 use crate::attempt::Attempt;
 use crate::keep::job_facts;
 use crate::protocol::Msg;
-use crate::report::{Exit, FailureReport};
 use crate::signals::{self, Action};
+use herd_exp::failure::{Exit, FailureReport};
 
 /// The signal that ended a worker (`exit`), when it is one that ends a job: SIGTERM,
 /// SIGINT or SIGHUP, which SLURM sends every process of a job it cancels, preempts or ends

@@ -16,11 +16,9 @@ use tokio::sync::mpsc;
 
 use crate::agent::{count, say, AgentError, Config, Event, OnHang, Outcome};
 use crate::attempt::Attempt;
-use crate::keep::{
-    job_facts, next_attempt, no_longer_running, record_run, requeue, unix_now, write_report,
-};
+use crate::keep::{job_facts, no_longer_running, record_run, requeue, unix_now};
 use crate::protocol::{read_peer, send, Msg};
-use crate::report::FailureReport;
+use herd_exp::failure::FailureReport;
 
 mod decide;
 use decide::{hang_report, End, Lead};
@@ -151,7 +149,7 @@ pub(crate) async fn lead(
     let mut heartbeat = tokio::time::interval(cfg.heartbeat_timeout / 4);
     let mut watchdog = tokio::time::interval(Duration::from_secs(1));
     let max_restarts = cfg.launch.max_restarts;
-    let first = next_attempt(&cfg.log_dir);
+    let first = cfg.log_dir.next_attempt();
     let mut lead = Lead {
         cfg: &cfg,
         host: host.clone(),
@@ -487,7 +485,7 @@ pub(crate) async fn lead(
         cfg.record("teardown", json!({"attempt": number}));
         if let Some(r) = &report {
             eprint!("{}", r.human());
-            write_report(&cfg, r);
+            r.write(&cfg.log_dir);
         }
         let newest = cfg.launch.newest_checkpoint().ok().flatten();
         let newest = newest.and_then(|p| p.to_str().map(str::to_owned));

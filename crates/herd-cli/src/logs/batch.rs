@@ -57,7 +57,7 @@ pub(super) fn batch(
                 .map(|&s| Source::plain(batch_path(ctx, job, s), 0, s))
                 .collect();
             let mut merge =
-                Merge::new(sources, !ctx.args.follow).map_err(read_error(&ctx.logs_dir))?;
+                Merge::new(sources, !ctx.args.follow).map_err(read_error(ctx.logs_dir.path()))?;
             printer.drain(&mut merge)?;
             if ctx.args.follow && i + 1 == chosen.len() {
                 printer.flush_tail()?;
@@ -84,7 +84,7 @@ fn file_name(path: &Path) -> String {
 }
 
 fn batch_path(ctx: &Ctx<'_>, job: &str, stream: Stream) -> PathBuf {
-    ctx.logs_dir.join(format!("{job}.{}", stream.ext()))
+    ctx.logs_dir.batch_log(job, stream)
 }
 
 /// (submission, job id) of every submission with one, in order.
@@ -131,7 +131,7 @@ fn follow_batch(
                     .iter()
                     .map(|&s| Source::plain(batch_path(ctx, &job, s), 0, s))
                     .collect();
-                merge = Merge::new(sources, false).map_err(read_error(&ctx.logs_dir))?;
+                merge = Merge::new(sources, false).map_err(read_error(ctx.logs_dir.path()))?;
             }
             let history = History::read(&ctx.exp_dir).map_err(read_error(&ctx.exp_dir))?;
             if let Some((_, ok)) = history.finished {

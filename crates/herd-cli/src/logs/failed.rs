@@ -1,6 +1,7 @@
 //! `--failed`: the attempt's failure report and the failing rank's last lines.
 
 use super::*;
+use herd_exp::failure::FailureReport;
 
 /// `--failed`: the attempt's failure report for people, then the failing rank's last lines.
 pub(super) fn failed(
@@ -9,12 +10,14 @@ pub(super) fn failed(
     attempt: u32,
     out: &mut dyn Write,
 ) -> Result<ExitStatus, CliError> {
-    let dir = exp_logs::attempt_dir(&ctx.logs_dir, attempt);
-    let path = dir.join("failure.json");
-    let text = match std::fs::read(&path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let latest = read_report(&ctx.logs_dir.join("failure.json"));
+    let dir = ctx.logs_dir.attempt(attempt);
+    let path = dir.failure_report();
+    let report = match FailureReport::read(&path) {
+        Ok(Some(r)) => r,
+        Ok(None) => {
+            let latest = FailureReport::read(&ctx.logs_dir.failure_report())
+                .ok()
+                .flatten();
             let hint = match latest {
                 Some(r) if r.attempt != attempt => format!(
                     "; the latest failure report is attempt {}'s: herd logs {} --failed --attempt {}",
@@ -33,13 +36,14 @@ pub(super) fn failed(
             );
             return Ok(ExitStatus::Failure);
         }
+        Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+            return Err(CliError::System {
+                action: format!("cannot read the failure report {}", path.display()),
+                source: e,
+            })
+        }
         Err(e) => return Err(read_error(&path)(e)),
     };
-    let report: herd_agent::FailureReport =
-        serde_json::from_slice(&text).map_err(|e| CliError::System {
-            action: format!("cannot read the failure report {}", path.display()),
-            source: std::io::Error::new(std::io::ErrorKind::InvalidData, e),
-        })?;
     out.write_all(report.human().as_bytes())?;
     let Some(rank) = report.rank else {
         return Ok(ExitStatus::Success);
@@ -50,10 +54,10 @@ pub(super) fn failed(
         .iter()
         .map(|&s| Source::new(&dir, rank, s))
         .collect();
-    let mut merge = Merge::new(sources, true).map_err(read_error(&dir))?;
+    let mut merge = Merge::new(sources, true).map_err(read_error(dir.path()))?;
     let mut filter = Filter::new(ctx.args)?;
     let mut tail: VecDeque<Line> = VecDeque::with_capacity(n.min(1 << 16));
-    while let Some(line) = merge.next_line().map_err(read_error(&dir))? {
+    while let Some(line) = merge.next_line().map_err(read_error(dir.path()))? {
         if n == 0 || !filter.keeps(&line) {
             continue;
         }
@@ -74,7 +78,7 @@ pub(super) fn failed(
             out,
             "herd: last {} lines of rank {rank} ({what}, {}):",
             tail.len(),
-            exp_logs::attempt_dir(Path::new("logs"), attempt).display()
+            relative_attempt_dir(attempt).display()
         )?;
         for line in tail {
             out.write_all(b"  | ")?;
@@ -85,6 +89,8 @@ pub(super) fn failed(
     Ok(ExitStatus::Success)
 }
 
-fn read_report(path: &Path) -> Option<herd_agent::FailureReport> {
-    serde_json::from_slice(&std::fs::read(path).ok()?).ok()
+/// Attempt `attempt`'s folder as the experiment folder names it (`logs/attempt-K`).
+fn relative_attempt_dir(attempt: u32) -> std::path::PathBuf {
+    let dir = herd_exp::ExperimentDir::new("").logs().attempt(attempt);
+    dir.path().to_owned()
 }

@@ -7,7 +7,7 @@ use super::*;
 /// batch output is what there is (no attempt folders are returned).
 pub(super) fn wait_for_first_attempt(
     args: &LogsArgs,
-    logs_dir: &Path,
+    logs_dir: &LogsDir,
     done: &mut dyn FnMut() -> Option<bool>,
     polling: &Polling,
 ) -> Result<Vec<u32>, CliError> {
@@ -18,7 +18,7 @@ pub(super) fn wait_for_first_attempt(
     let mut last_done = Instant::now();
     loop {
         std::thread::sleep(polling.timeline);
-        let attempts = exp_logs::attempts(logs_dir).map_err(read_error(logs_dir))?;
+        let attempts = logs_dir.attempts().map_err(read_error(logs_dir.path()))?;
         if !attempts.is_empty() {
             return Ok(attempts);
         }
@@ -62,8 +62,10 @@ pub(super) fn follow(
             return Ok(ended(ok));
         }
         std::thread::sleep(polling.files);
-        let newer = exp_logs::attempts(&ctx.logs_dir)
-            .map_err(read_error(&ctx.logs_dir))?
+        let newer = ctx
+            .logs_dir
+            .attempts()
+            .map_err(read_error(ctx.logs_dir.path()))?
             .into_iter()
             .find(|&k| k > attempt);
         let timeline_due = last_timeline.is_none_or(|t| t.elapsed() >= polling.timeline);
@@ -80,8 +82,8 @@ pub(super) fn follow(
                 let info = history.attempt(k);
                 printer.marker(marker(&info))?;
                 ranks = follow_ranks(ctx, &history, k)?;
-                merge =
-                    Merge::new(ctx.sources(k, &ranks), false).map_err(read_error(&ctx.logs_dir))?;
+                merge = Merge::new(ctx.sources(k, &ranks), false)
+                    .map_err(read_error(ctx.logs_dir.path()))?;
             } else {
                 // Ranks whose files appeared since (nodes start at their own pace).
                 add_new_ranks(ctx, &history, attempt, all_ranks, &mut ranks, &mut merge)?;
@@ -118,14 +120,14 @@ fn add_new_ranks(
     } else {
         return Ok(());
     };
-    let dir = exp_logs::attempt_dir(&ctx.logs_dir, attempt);
+    let dir = ctx.logs_dir.attempt(attempt);
     for r in now {
         if !ranks.contains(&r) {
             ranks.push(r);
             for &s in &ctx.streams {
                 merge
                     .add(Source::new(&dir, r, s))
-                    .map_err(read_error(&ctx.logs_dir))?;
+                    .map_err(read_error(ctx.logs_dir.path()))?;
             }
         }
     }

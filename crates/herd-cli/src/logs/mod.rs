@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use clap::Args;
+use herd_exp::layout::LogsDir;
 use herd_exp::logs::{self as exp_logs, AttemptInfo, History, Line, Merge, Source, Stream};
 
 use crate::{CliError, ExitStatus};
@@ -161,8 +162,8 @@ pub fn run_with(
         .unwrap_or_else(|| herd_plan::DEFAULT_EXP_ROOT.into());
     let exp = open_experiment(&root, &args.name)?;
     let filter = Filter::new(args)?;
-    let logs_dir = exp.logs_dir();
-    let mut attempts = exp_logs::attempts(&logs_dir).map_err(read_error(&logs_dir))?;
+    let logs_dir = exp.paths().logs();
+    let mut attempts = logs_dir.attempts().map_err(read_error(logs_dir.path()))?;
     // The attempt to start from: the one asked for, else the latest.
     let mut from = args.attempt;
     if args.follow && !args.batch && attempts.is_empty() && is_agent_mode(&exp) {
@@ -182,7 +183,7 @@ pub fn run_with(
         if !args.batch {
             eprintln!(
                 "herd: note: {} has no attempt-* folders (srun or torchrun mode, or not started): showing SLURM's batch output (--batch)",
-                ctx.logs_dir.display()
+                ctx.logs_dir.path().display()
             );
         }
         return batch(&ctx, &exp, &filter, out, done, polling);
@@ -219,8 +220,8 @@ pub fn run_with(
         if args.all_attempts {
             printer.marker(marker(&c.info))?;
         }
-        let mut merge =
-            Merge::new(ctx.sources(k, &ranks), !args.follow).map_err(read_error(&ctx.logs_dir))?;
+        let mut merge = Merge::new(ctx.sources(k, &ranks), !args.follow)
+            .map_err(read_error(ctx.logs_dir.path()))?;
         printer.drain(&mut merge)?;
         // A follow goes on from the last attempt printed to every newer one.
         if args.follow && Some(k) == last {
@@ -251,13 +252,13 @@ fn ended(ok: bool) -> ExitStatus {
 struct Ctx<'a> {
     args: &'a LogsArgs,
     exp_dir: PathBuf,
-    logs_dir: PathBuf,
+    logs_dir: LogsDir,
     streams: Vec<Stream>,
 }
 
 impl Ctx<'_> {
     fn sources(&self, attempt: u32, ranks: &[u32]) -> Vec<Source> {
-        let dir = exp_logs::attempt_dir(&self.logs_dir, attempt);
+        let dir = self.logs_dir.attempt(attempt);
         ranks
             .iter()
             .flat_map(|&r| self.streams.iter().map(move |&s| (r, s)))
@@ -313,7 +314,7 @@ fn numbers(list: &[u32]) -> String {
 /// experiments there.
 pub(crate) fn open_experiment(root: &Path, name: &str) -> Result<herd_exp::Experiment, CliError> {
     let dir = herd_exp::experiment_dir(root, name).map_err(herd_exp::Error::from)?;
-    if dir.join(herd_exp::MANIFEST_FILE).is_file() {
+    if herd_exp::ExperimentDir::new(&dir).manifest().is_file() {
         return Ok(herd_exp::Experiment::open(root, name)?);
     }
     let shown = std::path::absolute(root).unwrap_or_else(|_| root.to_owned());
@@ -350,8 +351,11 @@ struct Chosen {
 
 impl Chosen {
     fn read(ctx: &Ctx<'_>, history: &History, k: u32) -> Result<Chosen, CliError> {
-        let present = exp_logs::ranks(&exp_logs::attempt_dir(&ctx.logs_dir, k))
-            .map_err(read_error(&ctx.logs_dir))?;
+        let present = ctx
+            .logs_dir
+            .attempt(k)
+            .ranks()
+            .map_err(read_error(ctx.logs_dir.path()))?;
         Ok(Chosen {
             info: history.attempt(k),
             present,
@@ -592,11 +596,16 @@ impl<'o> Printer<'o> {
 
     /// Reads what the files have grown by and prints it; `whole`: their writers are done,
     /// so a partial last line is printed as it is.
-    fn round(&mut self, merge: &mut Merge, logs_dir: &Path, whole: bool) -> Result<(), CliError> {
+    fn round(
+        &mut self,
+        merge: &mut Merge,
+        logs_dir: &LogsDir,
+        whole: bool,
+    ) -> Result<(), CliError> {
         if whole {
             merge.set_last(true);
         }
-        merge.again().map_err(read_error(logs_dir))?;
+        merge.again().map_err(read_error(logs_dir.path()))?;
         self.drain(merge)
     }
 

@@ -1,6 +1,7 @@
 use super::*;
 use crate::test_support::Exp;
 use clap::Parser;
+use herd_exp::failure::{Exit, FailureReport};
 use serde_json::json;
 use std::sync::{Arc, Mutex};
 
@@ -33,8 +34,8 @@ impl Exp {
                 .open(p)
                 .expect("open")
         };
-        let mut log = open(exp_logs::rank_log(&d, rank, stream));
-        let mut times = open(exp_logs::rank_times(&d, rank));
+        let mut log = open(d.log(rank, stream));
+        let mut times = open(d.times(rank));
         let mut offset = log.metadata().expect("len").len();
         for (bytes, ms) in lines {
             if let Some(ms) = ms {
@@ -239,17 +240,17 @@ fn grep_since_and_bytes() {
     assert_eq!(out, b"1: \xfe\xffnew\n", "bytes pass through");
 }
 
-fn report(e: &Exp, attempt: u32) -> herd_agent::FailureReport {
-    let r = herd_agent::FailureReport::worker(
+fn report(e: &Exp, attempt: u32) -> FailureReport {
+    let r = FailureReport::worker(
         attempt,
         (1, 0, 1),
         "gpu-a02",
-        herd_agent::Exit::Signal("SIGSEGV".into()),
+        Exit::Signal("SIGSEGV".into()),
         None,
         vec!["Segmentation fault".into()],
     );
     let text = serde_json::to_string_pretty(&r).expect("json");
-    std::fs::write(e.attempt_dir(attempt).join("failure.json"), &text).expect("write");
+    std::fs::write(e.attempt_dir(attempt).failure_report(), &text).expect("write");
     std::fs::write(e.dir.join("logs/failure.json"), &text).expect("write");
     r
 }

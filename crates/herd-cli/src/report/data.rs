@@ -1,10 +1,10 @@
 //! One experiment as the report reads it: every attempt's per-rank readings
 //! (`logs/attempt-K/rank-R.metrics`), the timeline, the manifest's runs and the failure
-//! report (`logs/failure.json`).
+//! report.
 
 use std::collections::BTreeSet;
 
-use herd_agent::report::FailureReport;
+use herd_exp::failure::FailureReport;
 use herd_exp::logs::{Began, History};
 use herd_exp::Experiment;
 use herd_metrics::store::{self, Series};
@@ -21,7 +21,7 @@ pub struct AttemptData {
     pub ranks: Vec<(u32, Series)>,
 }
 
-/// The failure report, as `logs/failure.json` has it.
+/// The latest failure report, as the logs folder has it.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Failure {
     /// The report.
@@ -45,7 +45,7 @@ pub struct ExpData {
     pub history: History,
     /// The manifest's runs of every submission, in order (one per attempt that ended).
     pub runs: Vec<herd_exp::Run>,
-    /// `logs/failure.json`, when there is one.
+    /// The latest failure report, when there is one.
     pub failure: Option<Failure>,
 }
 
@@ -66,24 +66,24 @@ pub fn size(events: &[Map<String, Value>]) -> Option<(u32, u32)> {
 pub fn load(exp: &Experiment) -> Result<ExpData, CliError> {
     let events = herd_exp::timeline::read(exp.dir()).unwrap_or_default();
     let history = History::from_events(&events);
-    let logs = exp.logs_dir();
+    let logs = exp.paths().logs();
     let mut attempts = Vec::new();
-    for k in herd_exp::logs::attempts(&logs).unwrap_or_default() {
-        let dir = herd_exp::logs::attempt_dir(&logs, k);
-        let ranks = store::read_attempt(&dir).map_err(|e| CliError::Input(e.to_string()))?;
+    for k in logs.attempts().unwrap_or_default() {
+        let dir = logs.attempt(k);
+        let ranks = store::read_attempt(dir.path()).map_err(|e| CliError::Input(e.to_string()))?;
         attempts.push(AttemptData { number: k, ranks });
     }
     let runs = exp
         .manifest()
         .map(|m| m.attempts.into_iter().flat_map(|a| a.runs).collect())
         .unwrap_or_default();
-    let failure = match std::fs::read(logs.join("failure.json")) {
-        Ok(bytes) => Some(match serde_json::from_slice::<FailureReport>(&bytes) {
-            Ok(r) => Failure::Report(Box::new(r)),
-            Err(e) => Failure::Unreadable(format!("logs/failure.json: {e}")),
-        }),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        Err(e) => Some(Failure::Unreadable(format!("logs/failure.json: {e}"))),
+    let path = logs.failure_report();
+    let failure = match FailureReport::read(&path) {
+        Ok(report) => report.map(|r| Failure::Report(Box::new(r))),
+        Err(e) => Some(Failure::Unreadable(format!(
+            "{}: {e}",
+            relative_to(&path, exp.dir()).display()
+        ))),
     };
     Ok(ExpData {
         name: exp.name().to_owned(),
@@ -94,6 +94,11 @@ pub fn load(exp: &Experiment) -> Result<ExpData, CliError> {
         runs,
         failure,
     })
+}
+
+/// `path` inside `dir` as relative to it (`logs/failure.json`), else whole.
+fn relative_to<'p>(path: &'p std::path::Path, dir: &std::path::Path) -> &'p std::path::Path {
+    path.strip_prefix(dir).unwrap_or(path)
 }
 
 /// The word for how an attempt began, as its marker in the plots says it: `restart`,

@@ -72,7 +72,7 @@ pub fn run(args: ReportArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError
         if loaded.size.is_none() {
             return Err(CliError::Input(format!(
                 "{name}: its agents never met (no rendezvous in {}): no run to report",
-                exp.dir().join(herd_exp::timeline::TIMELINE_FILE).display()
+                exp.paths().timeline().display()
             )));
         }
         exps.push(loaded);

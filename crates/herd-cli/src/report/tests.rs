@@ -68,9 +68,9 @@ impl Exp {
 
     /// Rank `rank`'s readings in attempt `k`.
     fn metrics(&self, k: u32, rank: u32, readings: &[Reading]) {
-        let dir = herd_exp::logs::attempt_dir(&self.exp.logs_dir(), k);
-        std::fs::create_dir_all(&dir).expect("attempt dir");
-        let mut w = store::Writer::new(store::metrics_path(&dir, rank));
+        let dir = self.exp.paths().logs().attempt(k);
+        std::fs::create_dir_all(dir.path()).expect("attempt dir");
+        let mut w = store::Writer::new(dir.metrics(rank));
         for (ms, step, values) in readings {
             let record = Record {
                 step: *step,
@@ -398,11 +398,11 @@ fn the_page_is_self_contained_and_escapes_what_the_job_wrote() {
     let root = Root::new();
     let a = two_attempts(&root, "swav-1n");
     let _b = two_attempts(&root, "swav-2n");
-    let failure = herd_agent::report::FailureReport::worker(
+    let failure = herd_exp::failure::FailureReport::worker(
         0,
         (2, 0, 1),
         "node-b",
-        herd_agent::report::Exit::Code(1),
+        herd_exp::failure::Exit::Code(1),
         None,
         vec![
             "Traceback (most recent call last):".into(),
@@ -410,7 +410,7 @@ fn the_page_is_self_contained_and_escapes_what_the_job_wrote() {
         ],
     );
     std::fs::write(
-        a.exp.logs_dir().join("failure.json"),
+        a.exp.paths().logs().failure_report(),
         serde_json::to_vec(&failure).expect("json"),
     )
     .expect("failure.json");

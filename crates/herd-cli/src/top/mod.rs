@@ -117,7 +117,7 @@ impl Queue {
 pub fn run(args: TopArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
     let root = crate::status::exp_root(args.exp_root.as_deref())?;
     let exp = crate::logs::open_experiment(&root, &args.name)?;
-    let attempts = herd_exp::logs::attempts(&exp.logs_dir()).unwrap_or_default();
+    let attempts = exp.paths().logs().attempts().unwrap_or_default();
     if let Some(k) = args.attempt {
         if !attempts.is_empty() && !attempts.contains(&k) {
             let list: Vec<String> = attempts.iter().map(u32::to_string).collect();

@@ -11,10 +11,11 @@ use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use herd_exp::layout::AttemptDir;
 use herd_exp::logs::{self as exp_logs, History};
 use herd_exp::progress::Progress;
 use herd_exp::Experiment;
-use herd_metrics::store::{self, Series, Tail};
+use herd_metrics::store::{Series, Tail};
 use serde_json::{Map, Value};
 
 /// The least silence that makes a running rank `SILENT` when `--silent-after` is not given.
@@ -408,13 +409,12 @@ impl Reader {
     }
 
     /// The attempt folder shown.
-    pub fn attempt_dir(&self) -> Option<PathBuf> {
-        self.attempt
-            .map(|k| exp_logs::attempt_dir(&self.exp.logs_dir(), k))
+    pub fn attempt_dir(&self) -> Option<AttemptDir> {
+        self.attempt.map(|k| self.exp.paths().logs().attempt(k))
     }
 
     fn refresh_timeline(&mut self) {
-        let path = self.exp.dir().join(herd_exp::timeline::TIMELINE_FILE);
+        let path = self.exp.paths().timeline();
         let len = std::fs::metadata(&path).map(|m| m.len()).ok();
         if self.timeline.len.is_some() && len == self.timeline.len {
             return;
@@ -444,9 +444,9 @@ impl Reader {
     /// Reads what changed and makes the frame as of `now_ms` (ms since the epoch).
     pub fn frame(&mut self, now_ms: u64) -> Frame {
         self.refresh_timeline();
-        let logs_dir = self.exp.logs_dir();
+        let logs_dir = self.exp.paths().logs();
         let mut note = None;
-        let attempts = exp_logs::attempts(&logs_dir).unwrap_or_default();
+        let attempts = logs_dir.attempts().unwrap_or_default();
         let attempt = match self.pinned {
             Some(k) if attempts.contains(&k) => Some(k),
             Some(k) => {
@@ -488,7 +488,7 @@ impl Reader {
                 } else {
                     format!(
                         "the job has not started yet: no attempt folder in {} (`herd status {}` says why it waits)",
-                        logs_dir.display(),
+                        logs_dir.path().display(),
                         frame.name
                     )
                 });
@@ -496,7 +496,7 @@ impl Reader {
             return frame;
         };
         frame.attempt = Some(k);
-        let dir = exp_logs::attempt_dir(&logs_dir, k);
+        let dir = logs_dir.attempt(k);
         let info = t.history.attempt(k);
         let mut hosts: BTreeMap<u32, String> = BTreeMap::new();
         if let Some(nodes) = &info.nodes {
@@ -509,14 +509,14 @@ impl Reader {
             frame.world_size = Some(hosts.len());
         }
         let mut ranks: Vec<u32> = hosts.keys().copied().collect();
-        ranks.extend(exp_logs::ranks(&dir).unwrap_or_default());
+        ranks.extend(dir.ranks().unwrap_or_default());
         ranks.sort_unstable();
         ranks.dedup();
         for &r in &ranks {
             let files = self.ranks.entry(r).or_insert_with(|| RankFiles {
-                metrics: Metrics::new(store::metrics_path(&dir, r)),
+                metrics: Metrics::new(dir.metrics(r)),
                 times: Times::default(),
-                times_path: exp_logs::rank_times(&dir, r),
+                times_path: dir.times(r),
             });
             files.metrics.refresh();
             files.times.refresh(&files.times_path);
@@ -615,9 +615,9 @@ const LOG_TAIL: u64 = 64 * 1024;
 
 /// The last `n` lines of a rank's stdout and stderr, merged by the time marks at the end
 /// of its `.times` file.
-pub fn log_tail(dir: &Path, rank: u32, n: usize) -> Vec<String> {
+pub fn log_tail(dir: &AttemptDir, rank: u32, n: usize) -> Vec<String> {
     use exp_logs::Stream;
-    let marks = read_tail(&exp_logs::rank_times(dir, rank), 16 * 1024)
+    let marks = read_tail(&dir.times(rank), 16 * 1024)
         .map(|(_, bytes)| {
             bytes
                 .split(|&b| b == b'\n')
@@ -627,8 +627,7 @@ pub fn log_tail(dir: &Path, rank: u32, n: usize) -> Vec<String> {
         .unwrap_or_default();
     let mut lines: Vec<(u64, u8, String)> = Vec::new();
     for (stream, prefix) in [(Stream::Out, ""), (Stream::Err, "err| ")] {
-        let Some((from, bytes)) = read_tail(&exp_logs::rank_log(dir, rank, stream), LOG_TAIL)
-        else {
+        let Some((from, bytes)) = read_tail(&dir.log(rank, stream), LOG_TAIL) else {
             continue;
         };
         let mut at = from;

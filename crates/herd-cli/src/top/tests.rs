@@ -41,9 +41,9 @@ impl Exp {
                 .open(p)
                 .expect("open")
         };
-        let mut log = open(exp_logs::rank_log(&d, rank, Stream::Out));
+        let mut log = open(d.log(rank, Stream::Out));
         let offset = log.metadata().expect("len").len();
-        open(exp_logs::rank_times(&d, rank))
+        open(d.times(rank))
             .write_all(exp_logs::format_mark(Stream::Out, offset, ms).as_bytes())
             .expect("mark");
         log.write_all(format!("{text}\n").as_bytes()).expect("line");
@@ -53,7 +53,7 @@ impl Exp {
     /// lines marked at the same times.
     fn readings(&self, k: u32, rank: u32, rates: &[f64], end: u64) {
         let dir = self.attempt_dir(k);
-        let mut w = store::Writer::new(store::metrics_path(&dir, rank));
+        let mut w = store::Writer::new(dir.metrics(rank));
         let n = rates.len() as u64;
         for (i, &rate) in rates.iter().enumerate() {
             let ms = end - (n - 1 - i as u64) * 1000;
@@ -215,7 +215,7 @@ fn refreshes_read_only_what_was_appended_and_agree_with_a_full_read() {
     let e = Exp::new();
     e.start(1, 1);
     let dir = e.attempt_dir(1);
-    let path = store::metrics_path(&dir, 0);
+    let path = dir.metrics(0);
     let mut reader = e.reader(None);
     assert_eq!(reader.frame(NOW).rows[0].state, State::Waiting);
     let mut file = std::fs::File::create(&path).expect("metrics");
@@ -233,7 +233,7 @@ fn refreshes_read_only_what_was_appended_and_agree_with_a_full_read() {
     for piece in pieces {
         file.write_all(piece.as_bytes()).expect("append");
         let frame = reader.frame(NOW);
-        let full = store::read_rank(&dir, 0).expect("full read");
+        let full = store::read_rank(dir.path(), 0).expect("full read");
         let row = &frame.rows[0];
         let last_step = full.step.iter().rev().find_map(|s| *s);
         assert_eq!(row.step, last_step, "after {piece:?}");
@@ -412,11 +412,11 @@ fn the_log_pane_shows_the_last_lines_of_both_streams_in_time_order() {
     e.start(1, 1);
     let dir = e.attempt_dir(1);
     e.line(1, 0, "first", NOW - 3000);
-    let mut err = std::fs::File::create(exp_logs::rank_log(&dir, 0, Stream::Err)).expect("err");
+    let mut err = std::fs::File::create(dir.log(0, Stream::Err)).expect("err");
     err.write_all(b"warning: slow\n").expect("write");
     let mut times = std::fs::OpenOptions::new()
         .append(true)
-        .open(exp_logs::rank_times(&dir, 0))
+        .open(dir.times(0))
         .expect("times");
     times
         .write_all(exp_logs::format_mark(Stream::Err, 0, NOW - 2000).as_bytes())

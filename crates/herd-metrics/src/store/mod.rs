@@ -1,5 +1,5 @@
-//! The per-rank metrics files: `logs/attempt-K/rank-R.metrics`, written by the node's agent
-//! as it reads its workers' lines, read by `herd top` and `herd report`.
+//! The per-rank metrics files of an attempt folder ([`AttemptDir::metrics`]), written by the
+//! node's agent as it reads its workers' lines, read by `herd top` and `herd report`.
 //!
 //! Text, one reading a line, columns separated by tabs (shown as spaces here):
 //!
@@ -20,11 +20,14 @@
 //!   (`-` for one a reading did not have).
 //!
 //! A worker may also write herd's JSON-lines convention itself, one object a line, to
-//! `$HERD_METRICS_FILE` (`rank-R.metrics.jsonl` beside it): [`read_rank`] reads both.
+//! `$HERD_METRICS_FILE` ([`AttemptDir::worker_metrics`], beside it): [`read_rank`] reads
+//! both.
 
 use std::fs::File;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
+
+use herd_exp::layout::{AttemptDir, RankFile};
 
 use crate::read::{reader, Format};
 
@@ -36,17 +39,6 @@ pub use parse::{parse_into, Tail};
 
 /// The first line of every metrics file.
 pub const HEADER: &str = "# herd metrics 1";
-
-/// `DIR/rank-R.metrics`.
-pub fn metrics_path(dir: &Path, rank: u32) -> PathBuf {
-    dir.join(format!("rank-{rank}.metrics"))
-}
-
-/// `DIR/rank-R.metrics.jsonl`: where a worker writes the convention itself
-/// (`HERD_METRICS_FILE`).
-pub fn worker_file_path(dir: &Path, rank: u32) -> PathBuf {
-    dir.join(format!("rank-{rank}.metrics.jsonl"))
-}
 
 /// Appends readings to one rank's metrics file; created with its first reading.
 #[derive(Debug)]
@@ -264,16 +256,17 @@ pub enum StoreError {
 }
 
 /// Every reading of rank `rank` in the attempt folder `dir`: the agent's file, then the
-/// worker's own convention lines (`rank-R.metrics.jsonl`), if any. No file: no readings.
+/// worker's own convention lines, if any. No file: no readings.
 pub fn read_rank(dir: &Path, rank: u32) -> Result<Series, StoreError> {
     let mut series = Series::default();
-    let path = metrics_path(dir, rank);
+    let dir = AttemptDir::new(dir);
+    let path = dir.metrics(rank);
     match std::fs::read(&path) {
         Ok(text) => parse_bytes(&text, &path, &mut series)?,
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
         Err(source) => return Err(StoreError::Io { path, source }),
     }
-    let path = worker_file_path(dir, rank);
+    let path = dir.worker_metrics(rank);
     match std::fs::read_to_string(&path) {
         Ok(text) => {
             let mut json = reader(&Format::Json);
@@ -289,27 +282,11 @@ pub fn read_rank(dir: &Path, rank: u32) -> Result<Series, StoreError> {
     Ok(series)
 }
 
-/// The ranks that have metrics in the attempt folder `dir` (`rank-R.metrics` or
-/// `rank-R.metrics.jsonl`), in order.
+/// The ranks that have metrics in the attempt folder `dir` (the agent's file or the
+/// worker's own), in order; a folder that does not exist is an error.
 pub fn ranks(dir: &Path) -> io::Result<Vec<u32>> {
-    let mut ranks: Vec<u32> = Vec::new();
-    for entry in std::fs::read_dir(dir)? {
-        let name = entry?.file_name();
-        let Some(name) = name.to_str() else { continue };
-        let rank = name
-            .strip_prefix("rank-")
-            .and_then(|r| {
-                r.strip_suffix(".metrics")
-                    .or_else(|| r.strip_suffix(".metrics.jsonl"))
-            })
-            .and_then(|r| r.parse().ok());
-        if let Some(r) = rank {
-            ranks.push(r);
-        }
-    }
-    ranks.sort_unstable();
-    ranks.dedup();
-    Ok(ranks)
+    std::fs::metadata(dir)?;
+    AttemptDir::new(dir).ranks_with(&[RankFile::Metrics, RankFile::WorkerMetrics])
 }
 
 /// Every rank's readings in the attempt folder `dir`, the files read in parallel (one
@@ -353,7 +330,7 @@ mod tests {
     #[test]
     fn written_readings_read_back_column_by_column() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let path = metrics_path(dir.path(), 3);
+        let path = AttemptDir::new(dir.path()).metrics(3);
         let mut w = Writer::new(path.clone());
         w.write(
             100,
@@ -391,7 +368,7 @@ mod tests {
     fn a_workers_own_convention_file_is_read_too() {
         let dir = tempfile::tempdir().expect("tempdir");
         std::fs::write(
-            worker_file_path(dir.path(), 0),
+            AttemptDir::new(dir.path()).worker_metrics(0),
             "{\"step\": 5, \"loss\": 1.5}\nnot json\n{\"step\": 6, \"loss\": 1.25, \"tokens_per_s\": 9000}\n",
         )
         .expect("write");
@@ -405,7 +382,7 @@ mod tests {
     fn an_attempt_reads_every_rank_in_order() {
         let dir = tempfile::tempdir().expect("tempdir");
         for rank in [2u32, 0, 11] {
-            let mut w = Writer::new(metrics_path(dir.path(), rank));
+            let mut w = Writer::new(AttemptDir::new(dir.path()).metrics(rank));
             for step in 1..=3u64 {
                 w.write(
                     step,
@@ -415,7 +392,7 @@ mod tests {
             }
         }
         std::fs::write(
-            worker_file_path(dir.path(), 5),
+            AttemptDir::new(dir.path()).worker_metrics(5),
             "{\"step\": 1, \"loss\": 9}\n",
         )
         .expect("jsonl");

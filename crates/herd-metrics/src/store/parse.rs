@@ -336,7 +336,8 @@ fn ascii_split(text: &str, sep: u8) -> impl Iterator<Item = &str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{metrics_path, read_rank};
+    use crate::store::read_rank;
+    use herd_exp::layout::AttemptDir;
 
     #[test]
     fn a_partial_last_line_waits_and_a_bad_line_names_itself() {
@@ -450,7 +451,7 @@ mod tests {
     fn a_tail_reads_what_a_full_read_does_piece_by_piece() {
         use std::io::Write as _;
         let dir = tempfile::tempdir().expect("tempdir");
-        let path = metrics_path(dir.path(), 0);
+        let path = AttemptDir::new(dir.path()).metrics(0);
         let mut tail = Tail::new(path.clone());
         let mut inc = Series::default();
         assert_eq!(tail.read(&mut inc).expect("no file yet"), 0);
@@ -487,7 +488,7 @@ mod tests {
     #[test]
     fn a_tail_reports_bad_lines_by_their_number() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let path = metrics_path(dir.path(), 0);
+        let path = AttemptDir::new(dir.path()).metrics(0);
         std::fs::write(&path, "# herd metrics 1\n@\tloss\n1\t1\t2\n").expect("write");
         let mut tail = Tail::new(path.clone());
         tail.read(&mut Series::default()).expect("good");

@@ -12,8 +12,8 @@
 //! ```
 //!
 //! (older writers put a plain string in `message`). herd gives each worker one such file
-//! per attempt, `LOG_DIR/attempt-K/rank-R.error.json`, and the failure report leads with
-//! what the failing rank wrote there.
+//! per attempt ([`crate::layout::AttemptDir::error_file`]), and the failure report leads
+//! with what the failing rank wrote there.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -25,11 +25,6 @@ use serde::{Deserialize, Serialize};
 pub const MAX_ERROR_FILE: u64 = 1 << 20;
 /// Most of the traceback kept in the report (its end: the innermost frames).
 pub const MAX_TRACEBACK: usize = 16 * 1024;
-
-/// `attempt_dir/rank-R.error.json`: worker `rank`'s error file for one attempt.
-pub fn error_file_path(attempt_dir: &Path, rank: u32) -> PathBuf {
-    attempt_dir.join(format!("rank-{rank}.error.json"))
-}
 
 /// The innermost frame of a Python traceback.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

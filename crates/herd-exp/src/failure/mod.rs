@@ -1,8 +1,17 @@
-//! What went wrong, said once, precisely: the failure report.
+//! What went wrong, said once, precisely: the failure report, as the agents write it into
+//! the logs folder (`failure.json`, [`crate::layout`]) and the views read it back.
+
+use std::io;
+use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::error_file::WorkerError;
+use crate::layout::LogsDir;
+use crate::timeline::now;
+
+mod error_file;
+
+pub use error_file::{innermost_frame, Frame, WorkerError, MAX_ERROR_FILE, MAX_TRACEBACK};
 
 /// How a worker ended.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -15,16 +24,6 @@ pub enum Exit {
 }
 
 impl Exit {
-    /// From a wait status.
-    pub fn from_status(status: std::process::ExitStatus) -> Exit {
-        use std::os::unix::process::ExitStatusExt;
-        match (status.code(), status.signal()) {
-            (Some(code), _) => Exit::Code(code),
-            (None, Some(sig)) => Exit::Signal(signal_name(sig)),
-            (None, None) => Exit::Code(-1),
-        }
-    }
-
     /// Exit code 0.
     pub fn success(&self) -> bool {
         *self == Exit::Code(0)
@@ -48,13 +47,6 @@ impl std::fmt::Display for Exit {
             }
         }
     }
-}
-
-/// `SIGSEGV` for 11, `signal 99` for unknown numbers.
-pub fn signal_name(sig: i32) -> String {
-    nix::sys::signal::Signal::try_from(sig)
-        .map(|s| s.as_str().to_owned())
-        .unwrap_or_else(|_| format!("signal {sig}"))
 }
 
 /// One rank's Python stack, as `py-spy dump` printed it (or why there is none).
@@ -152,6 +144,41 @@ impl FailureReport {
         }
     }
 
+    /// Writes the report as `failure.json` into its attempt's folder and into `logs` (the
+    /// latest), each to a temporary name renamed into place: a reader never sees half a
+    /// report. Best effort: a report that cannot be written was printed already.
+    pub fn write(&self, logs: &LogsDir) {
+        let text = match serde_json::to_string_pretty(self) {
+            Ok(t) => t + "\n",
+            Err(_) => return,
+        };
+        for path in [
+            logs.attempt(self.attempt).failure_report(),
+            logs.failure_report(),
+        ] {
+            if let Some(parent) = path.parent() {
+                let _ = std::fs::create_dir_all(parent);
+            }
+            let tmp = path.with_extension("json.tmp");
+            if std::fs::write(&tmp, &text).is_ok() {
+                let _ = std::fs::rename(&tmp, &path);
+            }
+        }
+    }
+
+    /// Reads the report at `path` (a `failure.json`); `Ok(None)` when there is none, an
+    /// error of kind `InvalidData` when the file is not a report this herd reads.
+    pub fn read(path: &Path) -> io::Result<Option<FailureReport>> {
+        let bytes = match std::fs::read(path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+    }
+
     /// The report for people: cause and time, where the exception was raised (from the
     /// error file), and the stderr tail.
     pub fn human(&self) -> String {
@@ -188,8 +215,6 @@ impl FailureReport {
         s
     }
 }
-
-pub use herd_exp::timeline::{now, rfc3339};
 
 #[cfg(test)]
 mod tests {
@@ -237,13 +262,34 @@ mod tests {
     }
 
     #[test]
-    fn names_signals() {
-        assert_eq!(signal_name(11), "SIGSEGV");
-        assert_eq!(signal_name(9), "SIGKILL");
+    fn exits_are_said_in_words() {
         assert_eq!(
             Exit::Signal("SIGSEGV".into()).to_string(),
             "killed by SIGSEGV (segmentation fault)"
         );
         assert_eq!(Exit::Code(7).to_string(), "exited with code 7");
+    }
+
+    #[test]
+    fn a_written_report_is_read_back_from_both_places() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let logs = LogsDir::new(dir.path().join("logs"));
+        assert_eq!(
+            FailureReport::read(&logs.failure_report()).expect("none is no error"),
+            None
+        );
+        let r = FailureReport::other(2, 1, "gpu-a02", "lost node 1 (gpu-a02)".into());
+        r.write(&logs);
+        for path in [logs.failure_report(), logs.attempt(2).failure_report()] {
+            assert_eq!(
+                FailureReport::read(&path).expect("reads").as_ref(),
+                Some(&r),
+                "{}",
+                path.display()
+            );
+        }
+        std::fs::write(logs.failure_report(), "{\"not\": \"a report\"}").expect("write");
+        let err = FailureReport::read(&logs.failure_report()).expect_err("not a report");
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData);
     }
 }
