@@ -11,7 +11,7 @@ use herd_exp::Experiment;
 use herd_slurm::queue::{self, QueueRow, Scope};
 use serde_json::json;
 
-use crate::status::exp_root;
+use crate::site::exp_root;
 use crate::{CliError, ExitStatus};
 
 /// `herd cancel` arguments.
@@ -72,7 +72,7 @@ pub fn run(args: CancelArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError
     let mut picks: Vec<Pick> = Vec::new();
     let mut problems = Vec::new();
     for t in &args.targets {
-        let is_id = crate::submit::is_job_id(t);
+        let is_id = crate::site::is_job_id(t);
         if let Some((e, id)) = exps.iter().find(|(e, _)| e.name() == t) {
             match id {
                 Some(id) => picks.push(Pick {

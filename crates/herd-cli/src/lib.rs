@@ -15,6 +15,7 @@ pub mod hostlist;
 pub mod launch;
 pub mod logs;
 pub mod report;
+pub mod site;
 pub mod status;
 pub mod submit;
 pub mod top;
@@ -246,6 +247,23 @@ impl CliError {
     }
 }
 
+/// Writes `bytes` to `path` through a temporary file beside it and a rename: a failed run
+/// leaves the old file or none, never half a file.
+pub(crate) fn write_atomic(path: &std::path::Path, bytes: &[u8]) -> Result<(), CliError> {
+    let name = path
+        .file_name()
+        .map_or_else(|| "out".into(), |n| n.to_string_lossy().into_owned());
+    let tmp = path.with_file_name(format!(".{name}.tmp-{}", std::process::id()));
+    let fail = CliError::system(format!("cannot write {}", path.display()));
+    let result = std::fs::write(&tmp, bytes).and_then(|()| std::fs::rename(&tmp, path));
+    if let Err(e) = result {
+        // Best effort: the temporary file may not exist.
+        std::fs::remove_file(&tmp).ok();
+        return Err(fail(e));
+    }
+    Ok(())
+}
+
 /// Launch and keep alive distributed training jobs on SLURM clusters.
 ///
 /// `herd submit` plans a job, snapshots the code into an experiment folder that is never
@@ -295,28 +313,6 @@ pub enum Command {
     Completions(completions::CompletionsArgs),
     /// Print the man page herd(1): `herd man > ~/.local/share/man/man1/herd.1`.
     Man(completions::ManArgs),
-}
-
-impl Command {
-    /// The subcommand's name as typed on the command line.
-    pub fn name(&self) -> &'static str {
-        match self {
-            Command::Submit(_) => "submit",
-            Command::Run(_) => "run",
-            Command::Launch(_) => "launch",
-            Command::Exec(_) => "exec",
-            Command::Status(_) => "status",
-            Command::Logs(_) => "logs",
-            Command::Cancel(_) => "cancel",
-            Command::Top(_) => "top",
-            Command::Report(_) => "report",
-            Command::Check(_) => "check",
-            Command::Hostlist(_) => "hostlist",
-            Command::Env(_) => "env",
-            Command::Completions(_) => "completions",
-            Command::Man(_) => "man",
-        }
-    }
 }
 
 /// Run a parsed command line, writing its output to `out`.
@@ -387,7 +383,7 @@ mod tests {
     }
 
     #[test]
-    fn names_match_clap_subcommands() {
+    fn every_subcommand_parses_with_its_fewest_arguments() {
         let cmd = Cli::command();
         for sub in cmd.get_subcommands() {
             let name = sub.get_name().to_owned();
@@ -404,9 +400,8 @@ mod tests {
             };
             let mut argv = vec!["herd", name.as_str()];
             argv.extend(rest);
-            let parsed = Cli::try_parse_from(argv)
+            Cli::try_parse_from(argv)
                 .unwrap_or_else(|e| panic!("`herd {name}` does not parse: {e}"));
-            assert_eq!(parsed.command.name(), name);
         }
     }
 

@@ -6,11 +6,11 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 use herd_plan::{
-    check, format_rank_table, load_profiles, parse_param, profile_dir, rank_table, render_script,
-    resolve, CheckContext, Finding, JobFile, JobKeys, MemoryPolicy, Plan, PlanArgs, ProgramLookup,
-    ScriptParams, Severity,
+    check, format_rank_table, parse_param, rank_table, render_script, resolve, CheckContext,
+    Finding, JobFile, JobKeys, MemoryPolicy, Plan, PlanArgs, ProgramLookup, ScriptParams, Severity,
 };
 
+use crate::site::{cluster_profiles, hostname, is_job_id};
 use crate::{CliError, ExitStatus};
 
 /// The working folder: the project `herd submit` snapshots.
@@ -21,27 +21,6 @@ fn working_folder() -> Result<PathBuf, CliError> {
 /// This herd binary, as the batch script runs it.
 fn herd_binary() -> Result<PathBuf, CliError> {
     std::env::current_exe().map_err(CliError::system("cannot find the herd binary's path"))
-}
-
-pub(crate) fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_owned())
-        .unwrap_or_default()
-}
-
-/// The cluster profiles of this user (`$XDG_CONFIG_HOME/herd/profiles`, else
-/// `~/.config/herd/profiles`).
-pub(crate) fn cluster_profiles() -> Result<Vec<herd_plan::Profile>, CliError> {
-    let home = std::env::var_os("HOME")
-        .map(PathBuf::from)
-        .unwrap_or_default();
-    let xdg = std::env::var_os("XDG_CONFIG_HOME").map(PathBuf::from);
-    Ok(load_profiles(&profile_dir(xdg.as_deref(), &home))?)
-}
-
-/// Whether `t` is a job id (digits) rather than a name.
-pub(crate) fn is_job_id(t: &str) -> bool {
-    !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit())
 }
 
 /// Resolve the plan from a job file, flags and the matching cluster profile.
@@ -403,7 +382,7 @@ fn sbatch(exp: &herd_exp::Experiment) -> Result<String, herd_slurm::SlurmError> 
 
 /// `herd submit --resume NAME`: a new attempt of an existing experiment.
 fn resume(args: &SubmitArgs, name: &str, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
-    let exp_root = crate::status::exp_root(args.plan.flags.exp_root.as_deref())?;
+    let exp_root = crate::site::exp_root(args.plan.flags.exp_root.as_deref())?;
     let exp = herd_exp::Experiment::open(&exp_root, name)?;
     let attempt = exp.add_attempt(&herd_exp::Invocation::current(env!("CARGO_PKG_VERSION")))?;
     let id = sbatch(&exp).map_err(|source| CliError::Sbatch {
@@ -486,10 +465,5 @@ fn wait(jobs: &mut [crate::status::Watched], out: &mut dyn Write) -> Result<Exit
     out.flush()?;
     let stderr = std::io::stderr();
     let tty = stderr.is_terminal();
-    crate::status::watch(
-        jobs,
-        crate::status::DEFAULT_TIMEOUT,
-        &mut stderr.lock(),
-        tty,
-    )
+    crate::status::watch(jobs, crate::site::DEFAULT_TIMEOUT, &mut stderr.lock(), tty)
 }

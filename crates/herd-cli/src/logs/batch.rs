@@ -1,6 +1,14 @@
 //! `--batch`: SLURM's batch-step output of the experiment's submissions, also followed.
 
-use super::*;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use herd_exp::logs::{History, Merge, Source, Stream};
+
+use super::args::Polling;
+use super::print::*;
+use crate::{CliError, ExitStatus};
 
 /// `--batch`: SLURM's `logs/JOBID.out` and `.err` of the latest submission, or of every one.
 pub(super) fn batch(

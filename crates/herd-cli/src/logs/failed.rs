@@ -1,6 +1,13 @@
 //! `--failed`: the attempt's failure report and the failing rank's last lines.
 
-use super::*;
+use std::collections::VecDeque;
+use std::io::Write;
+
+use herd_exp::logs::{History, Line, Merge, Source, Stream};
+
+use super::args::FAILED_TAIL;
+use super::print::*;
+use crate::{CliError, ExitStatus};
 use herd_exp::failure::FailureReport;
 
 /// `--failed`: the attempt's failure report for people, then the failing rank's last lines.

@@ -1,7 +1,14 @@
 //! `-f`: following an attempt's rank files as they grow, on to each newer attempt, and
 //! waiting for a job's first attempt.
 
-use super::*;
+use std::time::Instant;
+
+use herd_exp::layout::LogsDir;
+use herd_exp::logs::{History, Merge, Source};
+
+use super::args::{LogsArgs, Polling};
+use super::print::*;
+use crate::{CliError, ExitStatus};
 
 /// Waits until the first attempt folder appears; when the job ends first (`done`), the
 /// batch output is what there is (no attempt folders are returned).

@@ -3,104 +3,33 @@
 //! rank's last lines; SLURM's batch-step output (docs/logs.md). Reading the folder is
 //! [`herd_exp::logs`]'s; this module picks what to read and prints it.
 
-use std::collections::{BTreeSet, VecDeque};
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
-use clap::Args;
-use herd_exp::layout::LogsDir;
-use herd_exp::logs::{self as exp_logs, AttemptInfo, History, Line, Merge, Source, Stream};
+use herd_exp::logs::{self as exp_logs, History, Merge};
 
 use crate::{CliError, ExitStatus};
 
+mod args;
 mod batch;
 mod failed;
 mod follow;
+mod print;
+
+pub use args::{LogsArgs, Polling, FAILED_TAIL};
+pub use print::parse_since;
 
 use batch::batch;
 use failed::failed;
 use follow::{follow, wait_for_first_attempt};
-
-/// Lines of the failing rank `--failed` prints unless `--tail` says otherwise.
-pub const FAILED_TAIL: usize = 40;
-
-/// `herd logs` arguments.
-#[derive(Debug, Clone, Args)]
-pub struct LogsArgs {
-    /// The experiment: its folder's name under the experiment root.
-    #[arg(value_name = "NAME")]
-    pub name: String,
-    /// The experiment root (default: herd-exp/ in this folder, as for `herd submit`).
-    #[arg(long, value_name = "DIR")]
-    pub exp_root: Option<PathBuf>,
-    /// Only this rank (repeatable, or a list: `--rank 0,3`). With exactly one, its lines
-    /// are printed raw, without the `R: ` label.
-    #[arg(long = "rank", value_name = "R", value_delimiter = ',')]
-    pub ranks: Vec<u32>,
-    /// Only the ranks of this node: its node rank or host name (repeatable, or a list).
-    #[arg(long = "node", value_name = "N|HOST", value_delimiter = ',')]
-    pub nodes: Vec<String>,
-    /// Attempt K (`logs/attempt-K`) instead of the latest.
-    #[arg(long, value_name = "K", conflicts_with = "all_attempts")]
-    pub attempt: Option<u32>,
-    /// Every attempt, each after a marker line saying how it began.
-    #[arg(long)]
-    pub all_attempts: bool,
-    /// Only stdout.
-    #[arg(long, conflicts_with = "stderr")]
-    pub stdout: bool,
-    /// Only stderr.
-    #[arg(long)]
-    pub stderr: bool,
-    /// Only lines matching this regular expression.
-    #[arg(long, value_name = "RE")]
-    pub grep: Option<String>,
-    /// Only lines since WHEN: `30s`, `10m`, `2h`, `1d` ago, or an RFC 3339 time
-    /// (`2026-12-01T14:00:00Z`).
-    #[arg(long, value_name = "WHEN")]
-    pub since: Option<String>,
-    /// Only the last N lines (after --grep and --since); with --failed, the failing rank's
-    /// last N lines (default 40).
-    #[arg(long, value_name = "N")]
-    pub tail: Option<usize>,
-    /// The failure report of the attempt and the failing rank's last lines.
-    #[arg(long, conflicts_with_all = ["follow", "batch", "all_attempts"])]
-    pub failed: bool,
-    /// SLURM's batch-step output (`logs/JOBID.out`, `.err`) of the latest submission (every
-    /// one with --all-attempts).
-    #[arg(long, conflicts_with_all = ["ranks", "nodes", "attempt"])]
-    pub batch: bool,
-    /// Print what is there, then new lines as they come, across new attempts, until the
-    /// job is over (exit 0 if it finished ok, 1 otherwise).
-    #[arg(short = 'f', long)]
-    pub follow: bool,
-}
-
-/// How a follow polls; tests make it quicker.
-#[derive(Debug, Clone, Copy)]
-pub struct Polling {
-    /// How often the files are read again.
-    pub files: Duration,
-    /// How often the timeline (and the attempt's rank files) are read again.
-    pub timeline: Duration,
-    /// How often the `done` hook is asked.
-    pub done: Duration,
-}
-
-impl Default for Polling {
-    fn default() -> Polling {
-        Polling {
-            files: Duration::from_millis(200),
-            timeline: Duration::from_secs(1),
-            done: Duration::from_secs(3),
-        }
-    }
-}
+use print::{
+    find_node, label, marker, numbers, read_error, select, streams, Chosen, Ctx, Filter, Printer,
+};
 
 /// `herd logs`.
 pub fn run(args: LogsArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
-    let root = crate::status::exp_root(args.exp_root.as_deref())?;
+    let root = crate::site::exp_root(args.exp_root.as_deref())?;
     let args = LogsArgs {
         exp_root: Some(root.clone()),
         ..args
@@ -131,7 +60,7 @@ fn scheduler_says_over(exp: &herd_exp::Experiment) -> Option<bool> {
     let id = progress.job_id.clone()?;
     let rows = queue::query(
         Scope::Jobs(std::slice::from_ref(&id)),
-        crate::status::DEFAULT_TIMEOUT,
+        crate::site::DEFAULT_TIMEOUT,
     )
     .ok()?;
     let job = crate::status::SchedJob::group(rows)
@@ -182,7 +111,7 @@ pub fn run_with(
     if args.batch || attempts.is_empty() {
         if !args.batch {
             eprintln!(
-                "herd: note: {} has no attempt-* folders (srun or torchrun mode, or not started): showing SLURM's batch output (--batch)",
+                "herd: note: {} has no attempt folders (srun or torchrun mode, or not started): showing SLURM's batch output (--batch)",
                 ctx.logs_dir.path().display()
             );
         }
@@ -239,77 +168,6 @@ fn is_agent_mode(exp: &herd_exp::Experiment) -> bool {
         .is_ok_and(|m| m.plan.get("mode").and_then(|v| v.as_str()) == Some("agent"))
 }
 
-/// The exit status of a follow that saw the job end, well or not.
-fn ended(ok: bool) -> ExitStatus {
-    if ok {
-        ExitStatus::Success
-    } else {
-        ExitStatus::Failure
-    }
-}
-
-/// What every part of the command shares.
-struct Ctx<'a> {
-    args: &'a LogsArgs,
-    exp_dir: PathBuf,
-    logs_dir: LogsDir,
-    streams: Vec<Stream>,
-}
-
-impl Ctx<'_> {
-    fn sources(&self, attempt: u32, ranks: &[u32]) -> Vec<Source> {
-        let dir = self.logs_dir.attempt(attempt);
-        ranks
-            .iter()
-            .flat_map(|&r| self.streams.iter().map(move |&s| (r, s)))
-            .map(|(r, s)| Source::new(&dir, r, s))
-            .collect()
-    }
-}
-
-fn streams(args: &LogsArgs) -> Vec<Stream> {
-    match (args.stdout, args.stderr) {
-        (true, false) => vec![Stream::Out],
-        (false, true) => vec![Stream::Err],
-        _ => Stream::BOTH.to_vec(),
-    }
-}
-
-/// Lines are labelled `R: ` unless exactly one rank was asked for with --rank.
-fn label(args: &LogsArgs) -> bool {
-    !(args.ranks.len() == 1 && args.nodes.is_empty())
-}
-
-fn read_error(path: &Path) -> impl Fn(std::io::Error) -> CliError + '_ {
-    move |source| CliError::System {
-        action: format!("cannot read {}", path.display()),
-        source,
-    }
-}
-
-/// `0-3, 7`: numbers, runs compressed.
-fn numbers(list: &[u32]) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    let mut i = 0;
-    while i < list.len() {
-        let mut j = i;
-        while j + 1 < list.len() && list[j + 1] == list[j] + 1 {
-            j += 1;
-        }
-        parts.push(if j > i {
-            format!("{}-{}", list[i], list[j])
-        } else {
-            list[i].to_string()
-        });
-        i = j + 1;
-    }
-    if parts.is_empty() {
-        "none".to_owned()
-    } else {
-        parts.join(", ")
-    }
-}
-
 /// The experiment `name` under `root`, or an error naming the folder looked in and the
 /// experiments there.
 pub(crate) fn open_experiment(root: &Path, name: &str) -> Result<herd_exp::Experiment, CliError> {
@@ -341,58 +199,6 @@ pub(crate) fn open_experiment(root: &Path, name: &str) -> Result<herd_exp::Exper
         "no experiment named {name:?} in {} ({there}; --exp-root DIR looks elsewhere)",
         shown.display()
     )))
-}
-
-/// One attempt to print: what the timeline says of it and the ranks with files there.
-struct Chosen {
-    info: AttemptInfo,
-    present: Vec<u32>,
-}
-
-impl Chosen {
-    fn read(ctx: &Ctx<'_>, history: &History, k: u32) -> Result<Chosen, CliError> {
-        let present = ctx
-            .logs_dir
-            .attempt(k)
-            .ranks()
-            .map_err(read_error(ctx.logs_dir.path()))?;
-        Ok(Chosen {
-            info: history.attempt(k),
-            present,
-        })
-    }
-}
-
-/// The ranks of one attempt that --rank and --node select (all when neither is given);
-/// with `only_present`, only those with files there. `None` when --node is given and the
-/// timeline does not say which ranks ran where.
-fn select(args: &LogsArgs, c: &Chosen, only_present: bool) -> Option<Vec<u32>> {
-    if args.ranks.is_empty() && args.nodes.is_empty() {
-        return Some(c.present.clone());
-    }
-    let mut wanted: BTreeSet<u32> = args.ranks.iter().copied().collect();
-    if !args.nodes.is_empty() {
-        let nodes = c.info.nodes.as_ref()?;
-        for spec in &args.nodes {
-            if let Some(node) = find_node(nodes, spec) {
-                wanted.extend(&node.ranks);
-            }
-        }
-    }
-    Some(
-        wanted
-            .into_iter()
-            .filter(|r| !only_present || c.present.contains(r))
-            .collect(),
-    )
-}
-
-/// A node given by its node rank or host name.
-fn find_node<'n>(nodes: &'n [exp_logs::NodeRanks], spec: &str) -> Option<&'n exp_logs::NodeRanks> {
-    match spec.parse::<u32>() {
-        Ok(n) => nodes.iter().find(|x| x.node == n),
-        Err(_) => nodes.iter().find(|x| x.host == spec),
-    }
 }
 
 /// A --node or --rank that is in none of the chosen attempts is a usage error naming what
@@ -451,198 +257,6 @@ fn check_selection(args: &LogsArgs, chosen: &[Chosen]) -> Result<(), CliError> {
         }
     }
     Ok(())
-}
-
-/// The marker line before an attempt's lines: `── attempt 1 (restart 1, job 4242) ──`.
-fn marker(info: &AttemptInfo) -> String {
-    let words = info.describe();
-    if words.is_empty() {
-        format!("── attempt {} ──", info.number)
-    } else {
-        format!("── attempt {} ({words}) ──", info.number)
-    }
-}
-
-/// --grep and --since.
-struct Filter {
-    grep: Option<regex::bytes::Regex>,
-    since: Option<u64>,
-    tail: Option<usize>,
-    /// Lines without a time were kept despite --since.
-    untimed: bool,
-}
-
-impl Filter {
-    fn new(args: &LogsArgs) -> Result<Filter, CliError> {
-        let grep = match &args.grep {
-            Some(re) => Some(regex::bytes::Regex::new(re).map_err(|e| {
-                CliError::Usage(format!(
-                    "--grep {re:?}: not a valid regular expression: {e}"
-                ))
-            })?),
-            None => None,
-        };
-        let since = match &args.since {
-            Some(when) => Some(parse_since(when, herd_exp::timeline::now().1).ok_or_else(
-                || {
-                    CliError::Usage(format!(
-                        "--since {when:?}: give a time ago (30s, 10m, 2h, 1d) or an RFC 3339 time (2026-12-01T14:00:00Z)"
-                    ))
-                },
-            )?),
-            None => None,
-        };
-        Ok(Filter {
-            grep,
-            since,
-            tail: args.tail,
-            untimed: false,
-        })
-    }
-
-    fn keeps(&mut self, line: &Line) -> bool {
-        if let Some(since) = self.since {
-            match line.time {
-                Some(t) if t < since => return false,
-                None => self.untimed = true,
-                _ => {}
-            }
-        }
-        self.grep.as_ref().is_none_or(|re| re.is_match(&line.bytes))
-    }
-}
-
-/// `30s`, `10m`, `2h`, `1d` before `now_ms`, or an RFC 3339 time, as milliseconds since the
-/// epoch.
-pub fn parse_since(when: &str, now_ms: u64) -> Option<u64> {
-    if let Some(t) = herd_exp::timeline::parse_rfc3339(when) {
-        return Some(t);
-    }
-    let split = when.find(|c: char| !c.is_ascii_digit())?;
-    let (n, unit) = when.split_at(split);
-    let n: u64 = n.parse().ok()?;
-    let unit_ms = match unit {
-        "s" => 1000,
-        "m" => 60_000,
-        "h" => 3_600_000,
-        "d" => 86_400_000,
-        _ => return None,
-    };
-    Some(now_ms.saturating_sub(n.saturating_mul(unit_ms)))
-}
-
-/// Prints lines (labelled or raw) and markers; with --tail, holds the last N lines until
-/// [`Printer::flush_tail`].
-struct Printer<'o> {
-    out: &'o mut dyn Write,
-    label: bool,
-    filter: Filter,
-    /// With --tail: (the marker before it, the line).
-    held: VecDeque<(Option<usize>, Line)>,
-    markers: Vec<String>,
-    /// Lines print as they come (a follow after its first tail).
-    streaming: bool,
-}
-
-impl<'o> Printer<'o> {
-    fn new(out: &'o mut dyn Write, label: bool, filter: Filter) -> Printer<'o> {
-        let streaming = filter.tail.is_none();
-        Printer {
-            out,
-            label,
-            filter,
-            held: VecDeque::new(),
-            markers: Vec::new(),
-            streaming,
-        }
-    }
-
-    fn marker(&mut self, text: String) -> Result<(), CliError> {
-        if self.streaming {
-            writeln!(self.out, "{text}")?;
-        } else {
-            self.markers.push(text);
-        }
-        Ok(())
-    }
-
-    fn line(&mut self, line: Line) -> Result<(), CliError> {
-        if !self.filter.keeps(&line) {
-            return Ok(());
-        }
-        if self.streaming {
-            return self.write_line(&line);
-        }
-        let n = self.filter.tail.unwrap_or(usize::MAX);
-        if n == 0 {
-            return Ok(());
-        }
-        if self.held.len() == n {
-            self.held.pop_front();
-        }
-        let marker = self.markers.len().checked_sub(1);
-        self.held.push_back((marker, line));
-        Ok(())
-    }
-
-    fn write_line(&mut self, line: &Line) -> Result<(), CliError> {
-        if self.label {
-            write!(self.out, "{}: ", line.rank)?;
-        }
-        self.out.write_all(&line.bytes)?;
-        self.out.write_all(b"\n")?;
-        Ok(())
-    }
-
-    /// Reads what the files have grown by and prints it; `whole`: their writers are done,
-    /// so a partial last line is printed as it is.
-    fn round(
-        &mut self,
-        merge: &mut Merge,
-        logs_dir: &LogsDir,
-        whole: bool,
-    ) -> Result<(), CliError> {
-        if whole {
-            merge.set_last(true);
-        }
-        merge.again().map_err(read_error(logs_dir.path()))?;
-        self.drain(merge)
-    }
-
-    /// Every line `merge` has now.
-    fn drain(&mut self, merge: &mut Merge) -> Result<(), CliError> {
-        while let Some(line) = merge
-            .next_line()
-            .map_err(CliError::system("cannot read the logs"))?
-        {
-            self.line(line)?;
-        }
-        Ok(())
-    }
-
-    /// Print what --tail held; from now on lines print as they come.
-    fn flush_tail(&mut self) -> Result<(), CliError> {
-        let mut last_marker = None;
-        let held = std::mem::take(&mut self.held);
-        for (marker, line) in held {
-            if marker.is_some() && marker != last_marker {
-                if let Some(text) = marker.and_then(|m| self.markers.get(m)) {
-                    writeln!(self.out, "{text}")?;
-                }
-                last_marker = marker;
-            }
-            self.write_line(&line)?;
-        }
-        self.streaming = true;
-        self.out.flush()?;
-        if self.filter.untimed {
-            self.filter.untimed = false;
-            eprintln!(
-                "herd: note: some lines have no time marks (logs of an older herd): --since kept them all"
-            );
-        }
-        Ok(())
-    }
 }
 
 #[cfg(test)]

@@ -2,8 +2,11 @@ use super::*;
 use crate::test_support::Exp;
 use clap::Parser;
 use herd_exp::failure::{Exit, FailureReport};
+use herd_exp::logs::Stream;
 use serde_json::json;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 #[derive(Parser)]
 struct Cmd {

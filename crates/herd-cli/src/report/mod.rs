@@ -12,7 +12,7 @@ pub mod plot;
 pub mod table;
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use clap::Args;
 use serde_json::json;
@@ -45,26 +45,9 @@ pub struct ReportArgs {
     pub html: Option<PathBuf>,
 }
 
-/// Writes `bytes` to `path` through a temporary file beside it and a rename: a failed run
-/// leaves the old file or none, never half a file.
-pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), CliError> {
-    let name = path
-        .file_name()
-        .map_or_else(|| "out".into(), |n| n.to_string_lossy().into_owned());
-    let tmp = path.with_file_name(format!(".{name}.tmp-{}", std::process::id()));
-    let fail = CliError::system(format!("cannot write {}", path.display()));
-    let result = std::fs::write(&tmp, bytes).and_then(|()| std::fs::rename(&tmp, path));
-    if let Err(e) = result {
-        // Best effort: the temporary file may not exist.
-        std::fs::remove_file(&tmp).ok();
-        return Err(fail(e));
-    }
-    Ok(())
-}
-
 /// Run `herd report`.
 pub fn run(args: ReportArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
-    let root = crate::status::exp_root(args.exp_root.as_deref())?;
+    let root = crate::site::exp_root(args.exp_root.as_deref())?;
     let mut exps = Vec::new();
     for name in &args.names {
         let exp = herd_exp::Experiment::open(&root, name)?;
@@ -115,7 +98,7 @@ pub fn run(args: ReportArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError
     }
     if let Some(file) = &args.html {
         let page = html::page(&exps, &plots, &notes, &rows, args.epochs)?;
-        write_atomic(file, page.as_bytes())?;
+        crate::write_atomic(file, page.as_bytes())?;
         lines.push(file.display().to_string());
     }
     // The table's JSON stays alone on stdout; the files go to stderr then.

@@ -527,10 +527,10 @@ pub fn write_files(plots: &[Plot], dir: &Path) -> Result<Vec<PathBuf>, CliError>
     for plot in plots {
         let stem = plot.file_stem();
         let path = dir.join(format!("{stem}.png"));
-        super::write_atomic(&path, &png(plot)?)?;
+        crate::write_atomic(&path, &png(plot)?)?;
         files.push(path);
         let path = dir.join(format!("{stem}.svg"));
-        super::write_atomic(&path, svg(plot)?.as_bytes())?;
+        crate::write_atomic(&path, svg(plot)?.as_bytes())?;
         files.push(path);
     }
     Ok(files)

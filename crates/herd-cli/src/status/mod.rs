@@ -7,6 +7,7 @@
 mod view;
 mod watch;
 
+use view::record_end;
 pub use view::{clock, view, SchedJob, View};
 pub use watch::{watch, Watched};
 
@@ -20,10 +21,8 @@ use herd_exp::Experiment;
 use herd_slurm::queue::{self, Scope};
 use serde_json::json;
 
+use crate::site::{exp_root, scheduler_trouble};
 use crate::{CliError, ExitStatus};
-
-/// How long the scheduler has to answer one query, unless `--timeout` says otherwise.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The schema version of `herd status --json`.
 pub const JSON_FORMAT: u32 = 1;
@@ -52,25 +51,6 @@ pub struct StatusArgs {
     pub timeout: u64,
 }
 
-/// The experiment root: `--exp-root`, else the matching cluster profile's `exp_root`, else
-/// `herd-exp`; relative to the working folder.
-pub fn exp_root(given: Option<&Path>) -> Result<PathBuf, CliError> {
-    let root = match given {
-        Some(p) => p.to_path_buf(),
-        None => {
-            let profiles = crate::submit::cluster_profiles()?;
-            herd_plan::select_profile(&profiles, &crate::submit::hostname())
-                .and_then(|p| p.keys.exp_root.clone())
-                .unwrap_or_else(|| PathBuf::from(herd_plan::DEFAULT_EXP_ROOT))
-        }
-    };
-    if root.is_relative() {
-        let cwd =
-            std::env::current_dir().map_err(CliError::system("cannot find the working folder"))?;
-        return Ok(cwd.join(root));
-    }
-    Ok(root)
-}
 /// One experiment with what its folder tells.
 struct Entry {
     exp: Experiment,
@@ -99,23 +79,6 @@ fn entries(exps: Vec<Experiment>) -> Vec<Entry> {
     all
 }
 
-/// Appends the scheduler's final word on a job to the experiment's timeline, once: when
-/// the job leaves the queue later, the folder still knows how it ended.
-pub(crate) fn record_end(exp: &Experiment, progress: &Progress, job: &SchedJob) {
-    if progress.ended.is_some() || !job.state().is_final() {
-        return;
-    }
-    let lead = job.lead();
-    let fields = json!({
-        "job_id": job.id,
-        "state": lead.state,
-        "exit_code": job.exit_code(),
-        "reason": lead.reason,
-    });
-    // The folder may be another user's, read-only: the answer is shown either way.
-    let _ = herd_exp::timeline::append(exp.dir(), "ended", fields);
-}
-
 /// What the targets name: experiments, and job ids that are not in one.
 struct Targets {
     entries: Vec<Entry>,
@@ -123,7 +86,7 @@ struct Targets {
     names: Vec<String>,
 }
 
-use crate::submit::is_job_id as is_id;
+use crate::site::is_job_id as is_id;
 
 fn resolve_targets(root: &Path, targets: &[String]) -> Result<Targets, CliError> {
     let all = entries(progress::list(root)?);
@@ -292,17 +255,6 @@ pub fn run(args: StatusArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError
         return Err(no_such(&root, &missing));
     }
     Ok(ExitStatus::Success)
-}
-
-/// What went wrong with the scheduler, in one line: a timeout without the long command.
-pub fn scheduler_trouble(e: &herd_slurm::SlurmError) -> String {
-    match e {
-        herd_slurm::SlurmError::Timeout { timeout, .. } => format!(
-            "the scheduler did not answer within {}s (`squeue` was stopped; is slurmctld up? `scontrol ping` tells; --timeout gives it longer)",
-            timeout.as_secs()
-        ),
-        other => format!("the scheduler did not answer: {other}"),
-    }
 }
 
 fn no_such(root: &Path, names: &[String]) -> CliError {

@@ -395,6 +395,23 @@ pub fn view(
     v
 }
 
+/// Appends the scheduler's final word on a job to the experiment's timeline, once: when
+/// the job leaves the queue later, the folder still knows how it ended.
+pub(crate) fn record_end(exp: &Experiment, progress: &Progress, job: &SchedJob) {
+    if progress.ended.is_some() || !job.state().is_final() {
+        return;
+    }
+    let lead = job.lead();
+    let fields = json!({
+        "job_id": job.id,
+        "state": lead.state,
+        "exit_code": job.exit_code(),
+        "reason": lead.reason,
+    });
+    // The folder may be another user's, read-only: the answer is shown either way.
+    let _ = herd_exp::timeline::append(exp.dir(), "ended", fields);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

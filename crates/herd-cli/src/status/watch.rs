@@ -8,7 +8,8 @@ use herd_exp::progress::Progress;
 use herd_exp::Experiment;
 use herd_slurm::queue::{self, Scope};
 
-use super::{record_end, scheduler_trouble, view, SchedJob, View};
+use super::view::{record_end, view, SchedJob, View};
+use crate::site::scheduler_trouble;
 use crate::{CliError, ExitStatus};
 
 /// A job being watched.

@@ -104,7 +104,7 @@ impl Queue {
                 let (tx, rx) = mpsc::channel();
                 let id = id.clone();
                 std::thread::spawn(move || {
-                    let _ = tx.send(queue_state(&id, crate::status::DEFAULT_TIMEOUT));
+                    let _ = tx.send(queue_state(&id, crate::site::DEFAULT_TIMEOUT));
                 });
                 self.rx = Some(rx);
             }
@@ -115,7 +115,7 @@ impl Queue {
 
 /// `herd top`.
 pub fn run(args: TopArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
-    let root = crate::status::exp_root(args.exp_root.as_deref())?;
+    let root = crate::site::exp_root(args.exp_root.as_deref())?;
     let exp = crate::logs::open_experiment(&root, &args.name)?;
     let attempts = exp.paths().logs().attempts().unwrap_or_default();
     if let Some(k) = args.attempt {

@@ -5,7 +5,7 @@ use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use super::{Series, StoreError, HEADER};
+use super::series::{Series, StoreError, HEADER};
 
 /// Parses the text of a metrics file into `series`; a partial last line (no newline yet:
 /// the agent is writing it) is left out.
