@@ -22,6 +22,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use herd_exp::layout::LogsDir;
+pub use herd_plan::launch::{KeepAlive, OnHang};
 use herd_rendezvous::{JobKey, RendezvousError};
 use herd_slurm::LaunchInfo;
 use nix::sys::signal::Signal;
@@ -99,68 +100,6 @@ impl Config {
                 ));
             }
         }
-    }
-}
-
-/// Staying alive: the warning before the time limit, the stop that asks workers to
-/// checkpoint, the requeue budget, the hang watchdog (docs/launch.md, "Staying alive").
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KeepAlive {
-    /// How long before the job's time limit herd stops the workers (zero: no warning of
-    /// herd's own; a SLURM `--signal` is still read for what it is).
-    pub warn_before: Duration,
-    /// The signal that asks every worker to checkpoint and exit.
-    pub stop_signal: Signal,
-    /// How long workers have, after the stop signal, before they are torn down.
-    pub stop_grace: Duration,
-    /// Requeues allowed per cause (time limit, preemption, node failure).
-    pub max_requeues: u32,
-    /// No progress of any rank for this long is a hang (`None`: no watchdog).
-    pub hang_timeout: Option<Duration>,
-    /// What a hang does: fail the job, or restart its workers (within `max_restarts`).
-    pub on_hang: OnHang,
-}
-
-impl Default for KeepAlive {
-    fn default() -> KeepAlive {
-        KeepAlive {
-            warn_before: Duration::ZERO,
-            stop_signal: Signal::SIGUSR1,
-            stop_grace: Duration::from_secs(60),
-            max_requeues: 0,
-            hang_timeout: None,
-            on_hang: OnHang::Fail,
-        }
-    }
-}
-
-/// What the hang watchdog does once it has reported a hang.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum OnHang {
-    /// End the job (exit 1).
-    #[default]
-    Fail,
-    /// Restart all workers, as after a failure (counts against `--max-restarts`).
-    Restart,
-}
-
-impl std::str::FromStr for OnHang {
-    type Err = String;
-    fn from_str(s: &str) -> Result<OnHang, String> {
-        match s {
-            "fail" => Ok(OnHang::Fail),
-            "restart" => Ok(OnHang::Restart),
-            _ => Err(format!("`{s}` is not `fail` or `restart`")),
-        }
-    }
-}
-
-impl std::fmt::Display for OnHang {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            OnHang::Fail => "fail",
-            OnHang::Restart => "restart",
-        })
     }
 }
 

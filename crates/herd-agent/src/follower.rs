@@ -62,7 +62,7 @@ pub(crate) async fn follow(
                 let _ = send(&mut w, &Msg::Failed { report }).await;
                 return Ok(Outcome::Failed(None));
             }
-            _ = watchdog.tick(), if cfg.keep.hang_timeout.is_some() => {
+            _ = watchdog.tick(), if cfg.keep.watchdog().is_some() => {
                 if let Some(a) = attempt.as_ref().filter(|_| !stopped) {
                     let ranks = a.progress();
                     if send(&mut w, &Msg::Progress { attempt: a.number, ranks }).await.is_err() {
@@ -239,7 +239,7 @@ pub(crate) async fn follow(
                         if on_my_own.is_none() {
                             on_my_own = Some(
                                 tokio::time::Instant::now()
-                                    + cfg.keep.stop_grace
+                                    + cfg.keep.stop_grace.duration()
                                     + cfg.kill_grace
                                     + Duration::from_secs(10),
                             );

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 use herd_hostlist::compress;
+use herd_plan::GpuBindArg;
 use herd_slurm::{
     addr, format_counts, worker_env, Allocation, GpuBind, LaunchInfo, Position, Vars,
 };
@@ -22,10 +23,9 @@ pub struct EnvArgs {
     /// /proc/PID/environ) instead of this process's.
     #[arg(long, value_name = "FILE")]
     pub from: Option<PathBuf>,
-    /// The GPU binding to show: `all` (herd's default) or `per-rank`, as given to
-    /// `herd submit`, `herd launch` or `herd exec`.
-    #[arg(long, default_value = "all", value_name = "all|per-rank")]
-    pub gpu_bind: GpuBind,
+    /// The GPU binding to show, as given to `herd submit`, `herd launch` or `herd exec`.
+    #[command(flatten)]
+    pub gpus: GpuBindArg,
 }
 
 /// Run `herd env`.
@@ -53,7 +53,7 @@ pub fn run(args: EnvArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
 
     let worker = alloc.task.as_ref().map(|task| {
         let info = LaunchInfo {
-            gpu_bind: args.gpu_bind,
+            gpu_bind: args.gpus.gpu_bind,
             ..LaunchInfo::for_task(
                 &alloc,
                 &vars,
@@ -85,7 +85,7 @@ pub fn run(args: EnvArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
         None => node_gpus.len() as u32,
     };
     let worker_gpus: Vec<Vec<String>> = (0..workers)
-        .map(|l| args.gpu_bind.visible(&node_gpus, l, workers))
+        .map(|l| args.gpus.gpu_bind.visible(&node_gpus, l, workers))
         .collect();
 
     let nodelist = compress(&alloc.layout.nodes);
@@ -106,7 +106,7 @@ pub fn run(args: EnvArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
             "master_port": master_port,
             "task": alloc.task,
             "gpus": alloc.gpus,
-            "gpu_bind": args.gpu_bind,
+            "gpu_bind": args.gpus.gpu_bind,
             "worker_gpus": worker_gpus,
             "cpus_per_task": alloc.cpus_per_task,
             "cpus_on_node": alloc.cpus_on_node,
@@ -152,7 +152,7 @@ pub fn run(args: EnvArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
         writeln!(
             out,
             "gpu bind    {}",
-            describe_binding(args.gpu_bind, &worker_gpus)
+            describe_binding(args.gpus.gpu_bind, &worker_gpus)
         )?;
     }
     for g in &alloc.het_groups {

@@ -10,9 +10,8 @@ use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
 
 use clap::Args;
-use herd_slurm::{
-    addr, worker_env, Allocation, AllocationError, GpuBind, LaunchInfo, Position, Vars,
-};
+use herd_plan::GpuBindArg;
+use herd_slurm::{addr, worker_env, Allocation, AllocationError, LaunchInfo, Position, Vars};
 
 use crate::{CliError, ExitStatus};
 
@@ -22,11 +21,9 @@ pub struct ExecArgs {
     /// The port rank 0 listens on (default: $MASTER_PORT, which the batch script sets).
     #[arg(long, value_name = "PORT")]
     pub master_port: Option<u16>,
-    /// GPUs the task keeps: `all` that SLURM gave it (as srun shows them, so
-    /// `cuda:LOCAL_RANK` works) or `per-rank` (only its local rank's share, for code that
-    /// always uses `cuda:0`).
-    #[arg(long, default_value = "all", value_name = "all|per-rank")]
-    pub gpu_bind: GpuBind,
+    /// Which GPUs the task keeps of those SLURM gave it.
+    #[command(flatten)]
+    pub gpus: GpuBindArg,
     /// The command and its arguments (after `--`), executed as they are, never by a shell.
     #[arg(required = true, last = true, value_name = "CMD")]
     pub command: Vec<OsString>,
@@ -66,7 +63,7 @@ pub fn run(args: ExecArgs) -> Result<ExitStatus, CliError> {
         addr::reachable_addr(master)?.to_string()
     };
     let mut info = LaunchInfo {
-        gpu_bind: args.gpu_bind,
+        gpu_bind: args.gpus.gpu_bind,
         ..LaunchInfo::for_task(&alloc, &vars, master_addr, Some(port))
     };
     // Each task looks for itself: nothing writes checkpoints before its job has started.

@@ -7,82 +7,22 @@ use std::time::Duration;
 
 use clap::Args;
 use herd_agent::signals::Forwarder;
-use herd_agent::Signal;
-use herd_agent::{Config, KeepAlive, OnHang, Outcome};
+use herd_agent::{Config, Outcome};
 use herd_exp::layout::{ExperimentDir, LogsDir};
+use herd_plan::AgentOptions;
 use herd_rendezvous::JobKey;
 use herd_slurm::vars::{HERD_EXP_DIR, HERD_JOB_SECRET};
-use herd_slurm::{addr, Allocation, AllocationError, GpuBind, Gpus, LaunchInfo, Vars};
+use herd_slurm::{addr, Allocation, AllocationError, Gpus, LaunchInfo, Vars};
 
 use crate::{CliError, ExitStatus};
-
-/// Options shared by `herd launch` and `herd run`.
-#[derive(Debug, Clone, Args)]
-pub struct LaunchOptions {
-    /// Workers per node (default: the node's GPUs, else 1). `--nproc_per_node` works too.
-    #[arg(long, alias = "nproc_per_node", value_name = "G")]
-    pub nproc_per_node: Option<u32>,
-    /// GPUs each worker sees: `all` of its node's (as torchrun and srun show them, so
-    /// `cuda:LOCAL_RANK` works) or `per-rank` (only its own share, for code that always
-    /// uses `cuda:0`).
-    #[arg(long, default_value = "all", value_name = "all|per-rank")]
-    pub gpu_bind: GpuBind,
-    /// Restart all workers up to N times after a failure (fresh port, next attempt).
-    #[arg(long, default_value_t = 0, value_name = "N")]
-    pub max_restarts: u32,
-    /// Prefix each console line with the worker's rank (`3: …`), like `srun --label`.
-    #[arg(long)]
-    pub label: bool,
-    /// How to read training metrics from the workers' lines into the logs folder:
-    /// auto, json, kv, torchtitan, deepspeed, megatron, swav, off, or regex:RE.
-    #[arg(long, default_value = "auto", value_name = "FORMAT")]
-    pub metrics: herd_metrics::Format,
-    /// Folder for per-rank logs (default: $HERD_EXP_DIR/logs, else ./herd-logs/RUN_ID).
-    #[arg(long, value_name = "DIR")]
-    pub log_dir: Option<PathBuf>,
-    /// Seconds between SIGTERM and SIGKILL when tearing workers down.
-    #[arg(long, default_value_t = 1.0, value_name = "SECONDS")]
-    pub kill_grace: f64,
-    /// Seconds the nodes may take to find each other.
-    #[arg(long, default_value_t = 300.0, value_name = "SECONDS")]
-    pub rendezvous_timeout: f64,
-    /// Seconds of silence after which another node's agent counts as lost (a crashed or
-    /// frozen node ends the attempt this long after it stopped answering).
-    #[arg(long, default_value_t = 10.0, value_name = "SECONDS")]
-    pub heartbeat_timeout: f64,
-    /// In a SLURM job with a time limit: stop the workers this many seconds before it (ask
-    /// them to checkpoint, then requeue within --max-requeues); 0: no warning of herd's own.
-    #[arg(long, default_value_t = 0.0, value_name = "SECONDS")]
-    pub warn_before: f64,
-    /// The signal that asks every worker to checkpoint and exit (time limit, preemption).
-    #[arg(long, default_value = "USR1", value_name = "SIGNAL", value_parser = stop_signal)]
-    pub stop_signal: Signal,
-    /// Seconds the workers have after the stop signal before they are torn down.
-    #[arg(long, default_value_t = 60.0, value_name = "SECONDS")]
-    pub stop_grace: f64,
-    /// Requeues of the job allowed for each cause: time limits, preemptions and node
-    /// failures are counted apart (needs a requeueable job: `sbatch --requeue`).
-    #[arg(long, default_value_t = 0, value_name = "N")]
-    pub max_requeues: u32,
-    /// Seconds without progress of any rank (no output line, no touch of
-    /// $HERD_HEARTBEAT_FILE) that make a hang: herd names the rank that went silent first
-    /// and dumps every rank's stack with py-spy; 0: no watchdog.
-    #[arg(long, default_value_t = 0.0, value_name = "SECONDS")]
-    pub hang_timeout: f64,
-    /// What a hang does: `fail` the job or `restart` its workers (within --max-restarts).
-    #[arg(long, default_value = "fail", value_name = "fail|restart")]
-    pub on_hang: OnHang,
-    /// The worker command and its arguments (after `--`), passed as they are, never
-    /// through a shell.
-    #[arg(required = true, last = true, value_name = "CMD")]
-    pub command: Vec<OsString>,
-}
 
 /// `herd launch` arguments.
 #[derive(Debug, Args)]
 pub struct LaunchArgs {
     #[command(flatten)]
-    opts: LaunchOptions,
+    opts: AgentOptions,
+    #[command(flatten)]
+    run: RunFiles,
     /// Set by `herd run`: this agent's node rank among local simulated nodes.
     #[arg(long, hide = true, requires_all = ["local_nnodes", "run_id"])]
     local_node_rank: Option<u32>,
@@ -102,39 +42,21 @@ pub struct RunArgs {
     #[arg(long, short = 'N', value_name = "N")]
     nodes: Option<u32>,
     #[command(flatten)]
-    opts: LaunchOptions,
+    opts: AgentOptions,
+    #[command(flatten)]
+    run: RunFiles,
 }
 
-fn seconds(name: &str, v: f64) -> Result<Duration, CliError> {
-    if (0.0..1e7).contains(&v) {
-        Ok(Duration::from_secs_f64(v))
-    } else {
-        Err(CliError::Usage(format!(
-            "--{name} must be a number of seconds ≥ 0, not {v}"
-        )))
-    }
-}
-
-/// `USR1`, `SIGUSR1` or a number: a signal the workers can be stopped with.
-fn stop_signal(s: &str) -> Result<Signal, String> {
-    let named = if s.starts_with("SIG") {
-        s.to_owned()
-    } else {
-        format!("SIG{s}")
-    };
-    let sig = match s.parse::<i32>() {
-        Ok(n) => Signal::try_from(n).map_err(|_| format!("{n} is not a signal number"))?,
-        Err(_) => named
-            .parse::<Signal>()
-            .map_err(|_| format!("`{s}` is not a signal name (USR1, USR2, TERM, INT, …)"))?,
-    };
-    if matches!(sig, Signal::SIGKILL | Signal::SIGSTOP) {
-        return Err(format!(
-            "{} cannot be handled, so no worker can checkpoint on it",
-            sig.as_str()
-        ));
-    }
-    Ok(sig)
+/// What each run has of its own: where its logs go and what its workers run.
+#[derive(Debug, Clone, Args)]
+pub struct RunFiles {
+    /// Folder for per-rank logs (default: $HERD_EXP_DIR/logs, else ./herd-logs/RUN_ID).
+    #[arg(long, value_name = "DIR")]
+    pub log_dir: Option<PathBuf>,
+    /// The worker command and its arguments (after `--`), passed as they are, never
+    /// through a shell.
+    #[arg(required = true, last = true, value_name = "CMD")]
+    pub command: Vec<OsString>,
 }
 
 fn secret(vars: &Vars) -> Option<Vec<u8>> {
@@ -146,21 +68,16 @@ fn secret(vars: &Vars) -> Option<Vec<u8>> {
 /// The agent's configuration from the options and this node's `gpus` and `launch` (built
 /// once, from the allocation or, for a simulated node, from the same reading of `vars`).
 fn base_config(
-    opts: &LaunchOptions,
+    opts: &AgentOptions,
+    run: &RunFiles,
     vars: &Vars,
     gpus: &Gpus,
     launch: LaunchInfo,
 ) -> Result<Config, CliError> {
-    let nproc = match opts.nproc_per_node {
-        Some(0) => {
-            return Err(CliError::Usage(
-                "--nproc-per-node must be at least 1".into(),
-            ))
-        }
-        Some(n) => n,
-        None => gpus.count().unwrap_or(1),
-    };
-    let log_dir = match (&opts.log_dir, vars.get(HERD_EXP_DIR)) {
+    let nproc = opts
+        .nproc_per_node
+        .unwrap_or_else(|| gpus.count().unwrap_or(1));
+    let log_dir = match (&run.log_dir, vars.get(HERD_EXP_DIR)) {
         (Some(d), _) => LogsDir::new(d),
         (None, Some(exp)) => ExperimentDir::new(exp).logs(),
         (None, None) => LogsDir::new(PathBuf::from("herd-logs").join(&launch.run_id)),
@@ -170,7 +87,7 @@ fn base_config(
         node_names: Vec::new(),
         leader_ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
         nproc,
-        argv: opts.command.clone(),
+        argv: run.command.clone(),
         key: JobKey {
             id: String::new(),
             secret: Vec::new(),
@@ -178,27 +95,22 @@ fn base_config(
         log_dir,
         label: opts.label,
         metrics: opts.metrics.clone(),
-        kill_grace: seconds("kill-grace", opts.kill_grace)?,
-        rendezvous_timeout: seconds("rendezvous-timeout", opts.rendezvous_timeout)?,
-        heartbeat_timeout: seconds("heartbeat-timeout", opts.heartbeat_timeout)?
+        kill_grace: opts.kill_grace.duration(),
+        rendezvous_timeout: opts.rendezvous_timeout.duration(),
+        // Below 0.4 s, heartbeats every 0.1 s would be lost to scheduling on a busy node.
+        heartbeat_timeout: opts
+            .heartbeat_timeout
+            .duration()
             .max(Duration::from_millis(400)),
         port_candidates: 32,
-        keep: KeepAlive {
-            warn_before: seconds("warn-before", opts.warn_before)?,
-            stop_signal: opts.stop_signal,
-            stop_grace: seconds("stop-grace", opts.stop_grace)?,
-            max_requeues: opts.max_requeues,
-            hang_timeout: Some(seconds("hang-timeout", opts.hang_timeout)?)
-                .filter(|t| !t.is_zero()),
-            on_hang: opts.on_hang,
-        },
+        keep: opts.keep.clone(),
         exp_dir: vars
             .get(HERD_EXP_DIR)
             .filter(|d| !d.is_empty())
             .map(PathBuf::from),
         launch: LaunchInfo {
             max_restarts: opts.max_restarts,
-            gpu_bind: opts.gpu_bind,
+            gpu_bind: opts.gpus.gpu_bind,
             ..launch
         },
     })
@@ -229,7 +141,7 @@ pub fn launch(args: LaunchArgs) -> Result<ExitStatus, CliError> {
         let gpus = Gpus::from_vars(&vars)?;
         let cpus = herd_slurm::allocation::cpus_on_node(&vars)?;
         let launch = LaunchInfo::for_node(&gpus, cpus, &vars, run_id.clone(), None);
-        let mut cfg = base_config(&args.opts, &vars, &gpus, launch)?;
+        let mut cfg = base_config(&args.opts, &args.run, &vars, &gpus, launch)?;
         if nnodes == 0 || rank >= nnodes {
             return Err(CliError::Usage(format!(
                 "--local-node-rank {rank} is not below --local-nnodes {nnodes}"
@@ -271,7 +183,7 @@ pub fn launch(args: LaunchArgs) -> Result<ExitStatus, CliError> {
     }
     let step = alloc.step_id.clone().unwrap_or_default();
     let launch = LaunchInfo::for_task(&alloc, &vars, String::new(), None);
-    let mut cfg = base_config(&args.opts, &vars, &alloc.gpus, launch)?;
+    let mut cfg = base_config(&args.opts, &args.run, &vars, &alloc.gpus, launch)?;
     cfg.node_rank = task.node_rank;
     cfg.node_names = alloc.layout.nodes.clone();
     let id = format!("slurm-{}.{step}", alloc.job_id);
@@ -296,39 +208,14 @@ pub fn run(args: RunArgs) -> Result<ExitStatus, CliError> {
         std::env::current_exe().map_err(CliError::system("cannot find the herd binary's path"))?;
     let secret =
         herd_rendezvous::new_secret().map_err(CliError::system("cannot make the job's secret"))?;
-    let mut forwarded: Vec<OsString> = Vec::new();
-    let o = &args.opts;
-    if let Some(g) = o.nproc_per_node {
-        forwarded.extend(["--nproc-per-node".into(), g.to_string().into()]);
-    }
-    forwarded.extend([
-        "--gpu-bind".into(),
-        o.gpu_bind.name().into(),
-        "--max-restarts".into(),
-        o.max_restarts.to_string().into(),
-        "--kill-grace".into(),
-        o.kill_grace.to_string().into(),
-        "--rendezvous-timeout".into(),
-        o.rendezvous_timeout.to_string().into(),
-        "--heartbeat-timeout".into(),
-        o.heartbeat_timeout.to_string().into(),
-        "--warn-before".into(),
-        o.warn_before.to_string().into(),
-        "--stop-signal".into(),
-        o.stop_signal.as_str().into(),
-        "--stop-grace".into(),
-        o.stop_grace.to_string().into(),
-        "--max-requeues".into(),
-        o.max_requeues.to_string().into(),
-        "--hang-timeout".into(),
-        o.hang_timeout.to_string().into(),
-        "--on-hang".into(),
-        o.on_hang.to_string().into(),
-    ]);
-    if o.label {
-        forwarded.push("--label".into());
-    }
-    forwarded.extend(["--metrics".into(), o.metrics.to_string().into()]);
+    // The agents get these options as the batch script gives them: from the definition.
+    let forwarded: Vec<OsString> = args
+        .opts
+        .to_args()
+        .into_iter()
+        .map(OsString::from)
+        .collect();
+    let o = &args.run;
 
     if vars.get("SLURM_JOB_ID").is_some() || vars.get("SLURM_JOBID").is_some() {
         // Inside an allocation: one agent per allocated node, through srun itself.

@@ -82,6 +82,11 @@ impl ExperimentDir {
         self.dir.join(MANIFEST)
     }
 
+    /// The name of [`ExperimentDir::manifest`] inside the folder.
+    pub fn manifest_name() -> &'static str {
+        MANIFEST
+    }
+
     /// `.lock`: taken while the manifest is updated.
     pub fn lock(&self) -> PathBuf {
         self.dir.join(LOCK)

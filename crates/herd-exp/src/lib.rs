@@ -114,7 +114,7 @@ pub enum Error {
         path: PathBuf,
     },
     /// A folder without a manifest: not one `herd submit` made (or one it is still making).
-    #[error("{} is not an experiment folder: it has no manifest (only `herd submit` makes experiment folders)", path.display())]
+    #[error("{} is not an experiment folder: it has no {} (only `herd submit` makes experiment folders)", path.display(), ExperimentDir::manifest_name())]
     NotAnExperiment {
         /// The folder.
         path: PathBuf,

@@ -20,7 +20,7 @@ use serde::Serialize;
 
 use crate::keys::Key;
 use crate::partition::Partition;
-use crate::resolve::{Mode, Plan};
+use crate::plan::{Mode, Plan};
 use crate::values::Memory;
 use herd_slurm::GpuBind;
 

@@ -38,10 +38,18 @@
 //! - [`keys`]: [`JobKeys`], the keys as the flags ([`PlanArgs`]), a job file or a profile
 //!   give them; [`Key`] and [`Source`].
 //! - [`job`]: [`JobFile`] and [`Profile`] (TOML, unknown keys refused), [`load_profiles`].
+//! - [`layers`](mod@layers): the flags, the job file and the profile in precedence order,
+//!   and what each key's value came from.
 //! - [`resolve`](mod@resolve): the flags' [`JobKeys`] + job file + profile →
-//!   [`Plan`], recording each key's [`Source`]; [`ResolveError`] lists every bad value.
-//! - [`keep`]: the staying-alive keys ([`keep::Keep`]): requeue budget, warning, stop, hang
-//!   watchdog, their defaults and checks.
+//!   [`Plan`] ([`plan`](mod@plan)), recording each key's [`Source`]; [`ResolveError`]
+//!   lists every bad value.
+//! - [`keep`]: the staying-alive keys: requeue budget, warning, stop, hang watchdog,
+//!   `herd submit`'s defaults for them and their checks.
+//! - [`launch`]: the agent's options ([`AgentOptions`], [`KeepAlive`]): `herd launch`'s
+//!   flags, defined once, which the batch script's `herd launch` line and `herd run` are
+//!   made from.
+//! - [`names`]: what a name or an `#SBATCH` value must be (resolution and rendering check
+//!   the same rules).
 //! - [`values`]: SLURM's [`TimeLimit`], [`Memory`] and [`Signal`] formats, parsed strictly.
 //! - [`partition`]: the partition table from `scontrol show partition -o` and `sinfo`.
 //! - [`check`](mod@check): [`check()`] → [`Finding`]s, each naming the keys to change.
@@ -57,7 +65,11 @@ pub mod check;
 pub mod job;
 pub mod keep;
 pub mod keys;
+pub mod launch;
+pub mod layers;
+pub mod names;
 pub mod partition;
+pub mod plan;
 pub mod quote;
 pub mod ranks;
 pub mod render;
@@ -69,12 +81,14 @@ pub use check::{
 };
 pub use job::{load_profiles, profile_dir, select_profile, JobFile, LoadError, Profile};
 pub use keys::{JobKeys, Key, PlanArgs, Source};
+pub use launch::{AgentOptions, GpuBindArg, KeepAlive, OnHang, Seconds, StopSignal};
 pub use partition::{
     add_node_groups, parse_scontrol_partitions, parse_sinfo, NodeGroup, OutputError, Partition,
     SinfoRow, SINFO_FORMAT,
 };
-pub use quote::{quote, quote_words, NulError};
+pub use plan::{Mode, Plan, Problem, ResolveError, DEFAULT_EXP_ROOT};
+pub use quote::{quote, quote_if_needed, quote_words, NulError};
 pub use ranks::{format_rank_table, rank_table, RankRow};
 pub use render::{render_script, RenderError, ScriptParams};
-pub use resolve::{parse_param, resolve, Mode, Plan, Problem, ResolveError, DEFAULT_EXP_ROOT};
+pub use resolve::{parse_param, resolve};
 pub use values::{Memory, Signal, TextOrNumber, TimeLimit, ValueError};

@@ -39,6 +39,22 @@ pub fn quote(word: &str, what: &str) -> Result<String, NulError> {
     Ok(out)
 }
 
+/// `word` bare when it is made only of letters, digits and `@%+=:,./_-` (Python's
+/// `shlex.quote` leaves those bare too: no POSIX shell gives them a meaning), else
+/// [`quote`]d: herd's own flags and typed values read as they are typed (`--max-requeues 3`),
+/// anything else is one single-quoted word.
+pub fn quote_if_needed(word: &str, what: &str) -> Result<String, NulError> {
+    let plain = !word.is_empty()
+        && word
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "@%+=:,./_-".contains(c));
+    if plain {
+        Ok(word.to_owned())
+    } else {
+        quote(word, what)
+    }
+}
+
 /// Each of `words` quoted with [`quote`], joined by single spaces. `what` names the list in
 /// an error ("command argument N").
 pub fn quote_words<S: AsRef<str>>(words: &[S], what: &str) -> Result<String, NulError> {

@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use herd_slurm::GpuBind;
 
-use crate::resolve::{Mode, Plan, MAX_RANKS};
+use crate::plan::{Mode, Plan, MAX_RANKS};
 
 /// One worker of the plan.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

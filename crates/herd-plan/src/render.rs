@@ -20,10 +20,11 @@ use std::path::Path;
 
 use herd_exp::layout::{ExperimentDir, LogsDir, Stream};
 use herd_slurm::vars::{HERD_CHECKPOINT_DIR, HERD_EXP_DIR, HERD_JOB_SECRET, HERD_RESUME_FROM};
-use herd_slurm::GpuBind;
 
-use crate::quote::{quote, quote_words};
-use crate::resolve::{job_name_ok, sbatch_arg, sbatch_safe, simple_name_ok, Mode, Plan};
+use crate::launch::GpuBindArg;
+use crate::names::{job_name_ok, sbatch_arg, sbatch_safe, simple_name_ok};
+use crate::plan::{Mode, Plan};
+use crate::quote::{quote, quote_if_needed, quote_words};
 
 /// Where the script runs and what it needs to know beyond the plan.
 #[derive(Debug, Clone, Copy)]
@@ -229,8 +230,8 @@ pub fn render_script(plan: &Plan, params: &ScriptParams<'_>) -> Result<String, R
         // job's signal at preemption, at preemption instead of SIGTERM: SLURM signals every
         // process of the job, and SIGCONT is the one signal none of them can die of (a
         // DataLoader worker would die of SIGUSR1). The agents ask SLURM what it means.
-        None if plan.mode == Mode::Agent && plan.keep.warn_before > 0 => {
-            sbatch(format!("--signal=CONT@{}", plan.keep.warn_before));
+        None if plan.mode == Mode::Agent && !plan.keep.warn_before.is_zero() => {
+            sbatch(format!("--signal=CONT@{}", plan.keep.warn_before.whole()));
         }
         None => {}
     }
@@ -248,11 +249,14 @@ pub fn render_script(plan: &Plan, params: &ScriptParams<'_>) -> Result<String, R
         .map(|c| format!(" --cpus-per-task={c}"))
         .unwrap_or_default();
 
-    // herd's default (every worker sees all of its node's GPUs) needs no flag.
-    let bind = match plan.gpu_bind {
-        GpuBind::All => String::new(),
-        GpuBind::PerRank => format!(" --gpu-bind {}", GpuBind::PerRank),
-    };
+    // `herd exec`'s flag, from the definition it parses (none at its default).
+    let bind: String = GpuBindArg {
+        gpu_bind: plan.gpu_bind,
+    }
+    .to_args()
+    .iter()
+    .map(|w| format!(" {w}"))
+    .collect();
     let herd_q = q(herd, "herd binary")?;
     s.push_str(&format!(
         "\n# Rendered by herd: {nodes} node(s) x {workers} worker(s), mode {}.\n\
@@ -279,39 +283,16 @@ pub fn render_script(plan: &Plan, params: &ScriptParams<'_>) -> Result<String, R
                  # One agent per node; the agents find each other, claim a port and supervise\n\
                  # the workers.\n",
             ));
-            let restarts = if plan.max_restarts > 0 {
-                format!(" --max-restarts {}", plan.max_restarts)
-            } else {
-                String::new()
-            };
+            // The agent's options come from the one definition `herd launch` parses.
+            let options = plan
+                .agent_options()
+                .to_args()
+                .iter()
+                .map(|w| quote_if_needed(w, "agent option"))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| bad("metrics", e.to_string()))?
+                .join(" ");
             let k = &plan.keep;
-            let mut keep = format!(
-                " \\\n  --max-requeues {} --warn-before {} --stop-grace {}",
-                k.max_requeues, k.warn_before, k.stop_grace
-            );
-            if k.stop_signal != "USR1" {
-                if !k.stop_signal.bytes().all(|b| b.is_ascii_alphanumeric()) {
-                    return Err(bad(
-                        "stop_signal",
-                        format!("`{}` is not a signal name", k.stop_signal.escape_debug()),
-                    ));
-                }
-                keep.push_str(&format!(" --stop-signal {}", k.stop_signal));
-            }
-            if plan.metrics != herd_metrics::Format::Auto.to_string() {
-                keep.push_str(&format!(" --metrics {}", q(&plan.metrics, "metrics")?));
-            }
-            if k.hang_timeout > 0 {
-                let on_hang = if k.on_hang == "restart" {
-                    "restart"
-                } else {
-                    "fail"
-                };
-                keep.push_str(&format!(
-                    " --hang-timeout {} --on-hang {on_hang}",
-                    k.hang_timeout
-                ));
-            }
             s.push_str(&format!(
                 "# herd stops the workers {} s before the time limit (and on preemption) with\n\
                  # SIG{}, gives them {} s to checkpoint, and requeues the job (at most {} times\n\
@@ -319,7 +300,7 @@ pub fn render_script(plan: &Plan, params: &ScriptParams<'_>) -> Result<String, R
                 k.warn_before, k.stop_signal, k.stop_grace, k.max_requeues
             ));
             s.push_str(&format!(
-                "exec srun --nodes={nodes} --ntasks={nodes} --ntasks-per-node=1{cpus} --kill-on-bad-exit=1 \\\n  {herd_q} launch --nproc-per-node {workers}{bind}{restarts}{keep} --log-dir {} \\\n  -- {cmd}\n",
+                "exec srun --nodes={nodes} --ntasks={nodes} --ntasks-per-node=1{cpus} --kill-on-bad-exit=1 \\\n  {herd_q} launch {options} --log-dir {} \\\n  -- {cmd}\n",
                 q(logs, "experiment folder")?,
             ));
         }
@@ -451,7 +432,7 @@ mod tests {
         );
         assert!(s.contains("HERD_JOB_SECRET=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \\n')\nexport HERD_JOB_SECRET\n"), "{s}");
         assert!(s.contains(
-            "exec srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --cpus-per-task=32 --kill-on-bad-exit=1 \\\n  '/opt/herd/bin/herd' launch --nproc-per-node 4 --max-restarts 2 \\\n  --max-requeues 3 --warn-before 120 --stop-grace 60 --log-dir '/scratch/exp/train/logs' \\\n  -- 'python' '-u' 'train.py' '--lr' '0.1'\n"
+            "exec srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --cpus-per-task=32 --kill-on-bad-exit=1 \\\n  '/opt/herd/bin/herd' launch --nproc-per-node 4 --max-restarts 2 --warn-before 120 --max-requeues 3 --log-dir '/scratch/exp/train/logs' \\\n  -- 'python' '-u' 'train.py' '--lr' '0.1'\n"
         ), "{s}");
         assert!(!s.contains("MASTER_PORT"), "{s}");
         // Every #SBATCH line comes before the first command (sbatch stops reading there).
@@ -486,7 +467,7 @@ mod tests {
             "nodes = 2\ngpus_per_node = 4\ngpu_bind = \"per-rank\"\ncommand = [\"python\", \"train.py\"]\n",
         ));
         assert!(
-            agent.contains("launch --nproc-per-node 4 --gpu-bind per-rank \\\n  --max-requeues 3"),
+            agent.contains("launch --nproc-per-node 4 --gpu-bind per-rank --warn-before 120"),
             "{agent}"
         );
         let srun = render(&plan(
@@ -618,5 +599,98 @@ mod tests {
         let mut bad = p;
         bad.exp_root = PathBuf::from("x");
         assert!(render_script(&bad, &params()).is_ok());
+    }
+
+    /// The words of the script's `herd launch` line after `launch` and before `--log-dir`,
+    /// as bash would split them (single quotes, `'\''`, backslash-newline).
+    fn launch_words(script: &str) -> Vec<String> {
+        let joined = script.replace("\\\n", " ");
+        let line = joined
+            .lines()
+            .find(|l| l.contains("' launch "))
+            .unwrap_or_else(|| panic!("no herd launch line:\n{script}"));
+        let mut words = Vec::new();
+        let mut word: Option<String> = None;
+        let mut chars = line.chars().peekable();
+        while let Some(c) = chars.next() {
+            match c {
+                '\'' => {
+                    let w = word.get_or_insert_with(String::new);
+                    for q in chars.by_ref() {
+                        if q == '\'' {
+                            break;
+                        }
+                        w.push(q);
+                    }
+                }
+                '\\' => {
+                    if let Some(n) = chars.next() {
+                        word.get_or_insert_with(String::new).push(n);
+                    }
+                }
+                ' ' => words.extend(word.take()),
+                c => word.get_or_insert_with(String::new).push(c),
+            }
+        }
+        words.extend(word);
+        let start = words
+            .iter()
+            .position(|w| w == "launch")
+            .map_or(0, |i| i + 1);
+        let end = words
+            .iter()
+            .position(|w| w == "--log-dir")
+            .unwrap_or(words.len());
+        words[start..end].to_vec()
+    }
+
+    /// What render writes is what `herd launch` parses: a plan with every key the agents
+    /// act on set to a value other than its default reads back, from the script, as the
+    /// plan's agent options.
+    #[test]
+    fn the_launch_line_parses_back_into_the_plans_agent_options() {
+        let p = plan(
+            "nodes = 2\ngpus_per_node = 3\ngpu_bind = \"per-rank\"\nmax_restarts = 2\n\
+             metrics = \"regex:it (?P<step>\\\\d+) loss='(?P<loss>\\\\S+)'\"\n\
+             time = \"24:00:00\"\nmax_requeues = 5\nwarn_before = 300\nstop_signal = \"USR2\"\n\
+             stop_grace = 90\nhang_timeout = 600\non_hang = \"restart\"\n\
+             command = [\"python\", \"train.py\"]\n",
+        );
+        let want = p.agent_options();
+        let launch = crate::launch::AgentOptions::default();
+        // Every option the plan decides differs from `herd launch`'s default here.
+        assert_ne!(want.nproc_per_node, launch.nproc_per_node);
+        assert_ne!(want.gpus, launch.gpus);
+        assert_ne!(want.max_restarts, launch.max_restarts);
+        assert_ne!(want.metrics, launch.metrics);
+        let (k, d) = (&want.keep, &launch.keep);
+        assert!(
+            k.warn_before != d.warn_before
+                && k.stop_signal != d.stop_signal
+                && k.stop_grace != d.stop_grace
+                && k.max_requeues != d.max_requeues
+                && k.hang_timeout != d.hang_timeout
+                && k.on_hang != d.on_hang,
+            "{k:?}"
+        );
+        let words = launch_words(&render(&p));
+        #[derive(clap::Parser)]
+        struct Launch {
+            #[command(flatten)]
+            opts: crate::launch::AgentOptions,
+        }
+        let parsed = <Launch as clap::Parser>::try_parse_from(
+            std::iter::once("herd-launch".to_owned()).chain(words.iter().cloned()),
+        )
+        .unwrap_or_else(|e| panic!("{words:?}: {e}"));
+        assert_eq!(parsed.opts, want, "{words:?}");
+        // And with every key at its default: the defaults read back too.
+        let plain = plan("command = [\"python\", \"train.py\"]\n");
+        let words = launch_words(&render(&plain));
+        let parsed = <Launch as clap::Parser>::try_parse_from(
+            std::iter::once("herd-launch".to_owned()).chain(words.iter().cloned()),
+        )
+        .unwrap_or_else(|e| panic!("{words:?}: {e}"));
+        assert_eq!(parsed.opts, plain.agent_options(), "{words:?}");
     }
 }

@@ -82,7 +82,7 @@ impl Lead<'_> {
     /// When herd's warning is due, from the job's time left now.
     pub(super) async fn arm_warning(&mut self) {
         self.warn_at = None;
-        let warn = self.cfg.keep.warn_before;
+        let warn = self.cfg.keep.warn_before.duration();
         let Some(id) = self.job_id.as_deref().filter(|_| !warn.is_zero()) else {
             return;
         };
@@ -102,17 +102,17 @@ impl Lead<'_> {
             return;
         }
         let keep = &self.cfg.keep;
-        let sig = keep.stop_signal;
+        let sig = keep.stop_signal.signal();
         say(format!(
             "{}: asking every worker to checkpoint and stop ({}); they have {:?}",
             cause.words(),
             sig.as_str(),
-            keep.stop_grace
+            keep.stop_grace.duration()
         ));
         self.cfg.record(
             "warning",
             json!({"attempt": self.number, "cause": cause, "stop_signal": sig.as_str(),
-                   "grace_s": keep.stop_grace.as_secs_f64()}),
+                   "grace_s": keep.stop_grace.duration().as_secs_f64()}),
         );
         broadcast(
             followers,
@@ -125,7 +125,7 @@ impl Lead<'_> {
         a.forward(sig);
         self.stopping = Some(Stopping {
             cause,
-            deadline: tokio::time::Instant::now() + keep.stop_grace,
+            deadline: tokio::time::Instant::now() + keep.stop_grace.duration(),
         });
     }
 
@@ -148,7 +148,7 @@ impl Lead<'_> {
             return None;
         }
         // SLURM's --signal may come up to a minute before the time it was asked for.
-        let near = self.cfg.keep.warn_before + Duration::from_secs(90);
+        let near = self.cfg.keep.warn_before.duration() + Duration::from_secs(90);
         let facts = match self.job_id.as_deref() {
             Some(id) => job_facts(id).await,
             None => None,
@@ -159,7 +159,7 @@ impl Lead<'_> {
             // herd's own timer at `warn_before` (SLURM's notice comes up to a minute early);
             // anything else is nothing to act on.
             let left = facts.as_ref().and_then(|f| f.time_left);
-            let warn = self.cfg.keep.warn_before;
+            let warn = self.cfg.keep.warn_before.duration();
             match cause {
                 Some(Cause::Preemption) => {}
                 Some(Cause::TimeLimit)
@@ -239,7 +239,7 @@ impl Lead<'_> {
         let (Some(sig), Some(id)) = (job_signal(report.exit.as_ref()), self.job_id.clone()) else {
             return end;
         };
-        let near = self.cfg.keep.warn_before + Duration::from_secs(90);
+        let near = self.cfg.keep.warn_before.duration() + Duration::from_secs(90);
         let cause = job_facts(&id).await.and_then(|f| ended_by_slurm(&f, near));
         let record = |action: &str| {
             self.cfg.record(
@@ -284,7 +284,7 @@ impl Lead<'_> {
         a: &Attempt,
         expected: &HashSet<u32>,
     ) -> Option<(u32, u32, i32, Duration)> {
-        let timeout = self.cfg.keep.hang_timeout?;
+        let timeout = self.cfg.keep.watchdog()?;
         let reported: HashSet<u32> = self.progress.values().map(|p| p.0).collect();
         if !expected.is_subset(&reported) {
             return None;
@@ -328,7 +328,7 @@ pub(super) async fn hang_report(
         .get(node as usize)
         .cloned()
         .unwrap_or_default();
-    let timeout = cfg.keep.hang_timeout.unwrap_or_default();
+    let timeout = cfg.keep.hang_timeout.duration();
     say(format!(
         "hang: no rank has made progress for {timeout:?}; rank {rank} (pid {pid} on {host}) went silent first, {:.0} s ago; collecting stacks",
         silent.as_secs_f64()

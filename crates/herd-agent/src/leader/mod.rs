@@ -248,7 +248,7 @@ pub(crate) async fn lead(
                 _ = tokio::time::sleep_until(warn_at) => {
                     lead.warn_at = None;
                     // The limit may have moved (an admin's update): ask again.
-                    let warn = cfg.keep.warn_before;
+                    let warn = cfg.keep.warn_before.duration();
                     let left = match lead.job_id.as_deref() {
                         Some(id) => job_facts(id).await.and_then(|f| f.time_left),
                         None => None,

@@ -1,0 +1,471 @@
+//! The agent's options: what `herd launch` is told, defined once.
+//!
+//! [`AgentOptions`] is `herd launch`'s (and `herd run`'s) flags, as clap parses them; the
+//! batch script's `herd launch` line ([`crate::render_script`]) and the arguments `herd run`
+//! gives its agents are both [`AgentOptions::to_args`] of a value of it, and a test parses
+//! what render writes back into the same value. Every value is typed from the plan on: a
+//! duration is [`Seconds`], the stop signal a [`StopSignal`], a hang's consequence an
+//! [`OnHang`]; a value that is none of these is an error where it is given, never another
+//! value later.
+//!
+//! Each default is stated once: `herd launch`'s in [`KeepAlive::LAUNCH`] and the flags'
+//! attributes below; where `herd submit`'s differ, [`KeepAlive::submit`] says how, and
+//! docs/launch.md's options table shows both (a test keeps it in step).
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use clap::Args;
+use herd_slurm::GpuBind;
+use nix::sys::signal::Signal;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// A number of seconds, whole or not (`90`, `1.5`), at least 0 and below 10,000,000.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Seconds(Duration);
+
+/// The largest [`Seconds`] (exclusive): 115 days, far above any time limit.
+const MAX_SECONDS: f64 = 1e7;
+
+impl Seconds {
+    /// No time.
+    pub const ZERO: Seconds = Seconds(Duration::ZERO);
+
+    /// `secs` whole seconds.
+    pub const fn from_secs(secs: u64) -> Seconds {
+        Seconds(Duration::from_secs(secs))
+    }
+
+    /// As a [`Duration`].
+    pub fn duration(self) -> Duration {
+        self.0
+    }
+
+    /// Whether it is no time at all (an option that is then off).
+    pub fn is_zero(self) -> bool {
+        self.0.is_zero()
+    }
+
+    /// The smaller of the two.
+    pub fn min(self, other: Seconds) -> Seconds {
+        Seconds(self.0.min(other.0))
+    }
+
+    /// Whole seconds, rounded down.
+    pub fn whole(self) -> u64 {
+        self.0.as_secs()
+    }
+}
+
+impl From<Duration> for Seconds {
+    fn from(d: Duration) -> Seconds {
+        Seconds(d)
+    }
+}
+
+impl FromStr for Seconds {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Seconds, String> {
+        let bad = || format!("`{s}` is not a number of seconds (0 or more, below 10000000)");
+        let v: f64 = s.trim().parse().map_err(|_| bad())?;
+        if !(0.0..MAX_SECONDS).contains(&v) {
+            return Err(bad());
+        }
+        Ok(Seconds(Duration::from_secs_f64(v)))
+    }
+}
+
+impl fmt::Display for Seconds {
+    /// `90`, or `1.5`: the shortest text that reads back as the same value.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.subsec_nanos() == 0 {
+            write!(f, "{}", self.0.as_secs())
+        } else {
+            write!(f, "{}", self.0.as_secs_f64())
+        }
+    }
+}
+
+impl Serialize for Seconds {
+    /// A number: whole seconds as an integer (what manifests have always held).
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        if self.0.subsec_nanos() == 0 {
+            s.serialize_u64(self.0.as_secs())
+        } else {
+            s.serialize_f64(self.0.as_secs_f64())
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Seconds {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Seconds, D::Error> {
+        let v = f64::deserialize(d)?;
+        if (0.0..MAX_SECONDS).contains(&v) {
+            Ok(Seconds(Duration::from_secs_f64(v)))
+        } else {
+            Err(serde::de::Error::custom(format!(
+                "{v} is not a number of seconds (0 or more, below 10000000)"
+            )))
+        }
+    }
+}
+
+/// The signal that asks every worker to checkpoint and exit: one a worker can catch and act
+/// on (`USR1`, `USR2`, `TERM`, `INT`, `HUP`, `CONT`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct StopSignal(Signal);
+
+/// The signals a worker can be asked to stop with.
+const STOP_SIGNALS: [Signal; 6] = [
+    Signal::SIGUSR1,
+    Signal::SIGUSR2,
+    Signal::SIGTERM,
+    Signal::SIGINT,
+    Signal::SIGHUP,
+    Signal::SIGCONT,
+];
+
+impl StopSignal {
+    /// `SIGUSR1`: herd's, and Lightning's and submitit's, default.
+    pub const USR1: StopSignal = StopSignal(Signal::SIGUSR1);
+
+    /// The signal.
+    pub fn signal(self) -> Signal {
+        self.0
+    }
+}
+
+impl FromStr for StopSignal {
+    type Err = String;
+
+    /// `USR1`, `SIGUSR1`, `usr1`, or its number.
+    fn from_str(s: &str) -> Result<StopSignal, String> {
+        let upper = s.trim().to_ascii_uppercase();
+        let named = match upper.parse::<i32>() {
+            Ok(n) => Signal::try_from(n).ok(),
+            Err(_) => {
+                let full = if upper.starts_with("SIG") {
+                    upper
+                } else {
+                    format!("SIG{upper}")
+                };
+                full.parse::<Signal>().ok()
+            }
+        };
+        match named.filter(|sig| STOP_SIGNALS.contains(sig)) {
+            Some(sig) => Ok(StopSignal(sig)),
+            None => Err(format!(
+                "`{s}` is not a signal a worker can checkpoint on: use one of USR1, USR2, TERM, INT, HUP, CONT"
+            )),
+        }
+    }
+}
+
+impl fmt::Display for StopSignal {
+    /// Without `SIG`: `USR1`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = self.0.as_str();
+        f.write_str(name.strip_prefix("SIG").unwrap_or(name))
+    }
+}
+
+impl Serialize for StopSignal {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for StopSignal {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<StopSignal, D::Error> {
+        String::deserialize(d)?
+            .parse()
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+/// What the hang watchdog does once it has reported a hang.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnHang {
+    /// End the job (exit 1).
+    #[default]
+    Fail,
+    /// Restart all workers, as after a failure (counts against `--max-restarts`).
+    Restart,
+}
+
+impl FromStr for OnHang {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<OnHang, String> {
+        match s {
+            "fail" => Ok(OnHang::Fail),
+            "restart" => Ok(OnHang::Restart),
+            _ => Err(format!("`{s}` is not `fail` or `restart`")),
+        }
+    }
+}
+
+impl fmt::Display for OnHang {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            OnHang::Fail => "fail",
+            OnHang::Restart => "restart",
+        })
+    }
+}
+
+/// Staying alive: the warning before the time limit, the stop that asks workers to
+/// checkpoint, the requeue budget, the hang watchdog (docs/launch.md, "Staying alive").
+/// `herd launch`'s flags, and a plan's keys of the same names.
+#[derive(Debug, Clone, PartialEq, Eq, Args, Serialize, Deserialize)]
+pub struct KeepAlive {
+    /// In a SLURM job with a time limit: stop the workers this many seconds before it (ask
+    /// them to checkpoint, then requeue within --max-requeues); 0: no warning of herd's own.
+    #[arg(long, value_name = "SECONDS", default_value_t = KeepAlive::LAUNCH.warn_before)]
+    pub warn_before: Seconds,
+    /// The signal that asks every worker to checkpoint and exit (time limit, preemption).
+    #[arg(long, value_name = "SIGNAL", default_value_t = KeepAlive::LAUNCH.stop_signal)]
+    pub stop_signal: StopSignal,
+    /// Seconds the workers have after the stop signal before they are torn down.
+    #[arg(long, value_name = "SECONDS", default_value_t = KeepAlive::LAUNCH.stop_grace)]
+    pub stop_grace: Seconds,
+    /// Requeues of the job allowed for each cause: time limits, preemptions and node
+    /// failures are counted apart (needs a requeueable job: `sbatch --requeue`).
+    #[arg(long, value_name = "N", default_value_t = KeepAlive::LAUNCH.max_requeues)]
+    pub max_requeues: u32,
+    /// Seconds without progress of any rank (no output line, no touch of
+    /// $HERD_HEARTBEAT_FILE) that make a hang: herd names the rank that went silent first
+    /// and dumps every rank's stack with py-spy; 0: no watchdog.
+    #[arg(long, value_name = "SECONDS", default_value_t = KeepAlive::LAUNCH.hang_timeout)]
+    pub hang_timeout: Seconds,
+    /// What a hang does: `fail` the job or `restart` its workers (within --max-restarts).
+    #[arg(long, value_name = "fail|restart", default_value_t = KeepAlive::LAUNCH.on_hang)]
+    pub on_hang: OnHang,
+}
+
+/// `herd submit`'s requeues per cause: a submitted job is made requeueable, and a few
+/// requeues carry a long run through time limits and preemptions.
+pub const SUBMIT_MAX_REQUEUES: u32 = 3;
+/// `herd submit`'s warning before the time limit (at most a quarter of it): time for the
+/// workers to checkpoint and for the requeue.
+pub const SUBMIT_WARN_BEFORE: Seconds = Seconds::from_secs(120);
+
+impl KeepAlive {
+    /// `herd launch`'s defaults: an agent started by hand knows no requeue policy and asks
+    /// SLURM for no warning, so it neither warns nor requeues of its own accord.
+    pub const LAUNCH: KeepAlive = KeepAlive {
+        warn_before: Seconds::ZERO,
+        stop_signal: StopSignal::USR1,
+        stop_grace: Seconds::from_secs(60),
+        max_requeues: 0,
+        hang_timeout: Seconds::ZERO,
+        on_hang: OnHang::Fail,
+    };
+
+    /// `herd submit`'s defaults for a job with `time_limit`: [`KeepAlive::LAUNCH`] but
+    /// [`SUBMIT_MAX_REQUEUES`] requeues, a warning [`SUBMIT_WARN_BEFORE`] ahead (at most a
+    /// quarter of the time limit) and a grace of at most half the warning, so a short test
+    /// job is stopped, checkpointed and requeued in time.
+    pub fn submit(time_limit: Option<Duration>) -> KeepAlive {
+        let quarter =
+            time_limit.map_or(SUBMIT_WARN_BEFORE, |t| Seconds::from_secs(t.as_secs() / 4));
+        let warn_before = SUBMIT_WARN_BEFORE.min(quarter);
+        KeepAlive {
+            max_requeues: SUBMIT_MAX_REQUEUES,
+            warn_before,
+            stop_grace: KeepAlive::submit_stop_grace(warn_before),
+            ..Self::LAUNCH
+        }
+    }
+
+    /// `herd submit`'s grace for a warning `warn_before` ahead: `herd launch`'s, at most
+    /// half the warning (whole seconds).
+    pub fn submit_stop_grace(warn_before: Seconds) -> Seconds {
+        Self::LAUNCH
+            .stop_grace
+            .min(Seconds::from_secs(warn_before.whole() / 2))
+    }
+
+    /// The hang watchdog's timeout; `None` when it is off.
+    pub fn watchdog(&self) -> Option<Duration> {
+        (!self.hang_timeout.is_zero()).then(|| self.hang_timeout.duration())
+    }
+}
+
+impl Default for KeepAlive {
+    fn default() -> KeepAlive {
+        KeepAlive::LAUNCH
+    }
+}
+
+/// Which of its node's GPUs each worker sees (`herd launch`, `herd run`, `herd exec`,
+/// `herd env`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Args)]
+pub struct GpuBindArg {
+    /// GPUs each worker sees: `all` of its node's (as torchrun and srun show them, so
+    /// `cuda:LOCAL_RANK` works) or `per-rank` (only its own share, for code that always uses
+    /// `cuda:0`).
+    #[arg(long, value_name = "all|per-rank", default_value_t = GpuBind::All)]
+    pub gpu_bind: GpuBind,
+}
+
+impl GpuBindArg {
+    /// The flag that gives this binding: none for `all`, the default.
+    pub fn to_args(&self) -> Vec<String> {
+        match self.gpu_bind {
+            GpuBind::All => Vec::new(),
+            bind => vec!["--gpu-bind".into(), bind.to_string()],
+        }
+    }
+}
+
+/// The agent's options: `herd launch`'s and `herd run`'s flags (the log folder and the
+/// command aside, which each run has of its own).
+#[derive(Debug, Clone, PartialEq, Eq, Args)]
+pub struct AgentOptions {
+    /// Workers per node (default: the node's GPUs, else 1). `--nproc_per_node` works too.
+    #[arg(
+        long,
+        alias = "nproc_per_node",
+        value_name = "G",
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    pub nproc_per_node: Option<u32>,
+    /// Which GPUs each worker sees.
+    #[command(flatten)]
+    pub gpus: GpuBindArg,
+    /// Restart all workers up to N times after a failure (fresh port, next attempt).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub max_restarts: u32,
+    /// Prefix each console line with the worker's rank (`3: …`), like `srun --label`.
+    #[arg(long)]
+    pub label: bool,
+    /// How to read training metrics from the workers' lines into the logs folder:
+    /// auto, json, kv, torchtitan, deepspeed, megatron, swav, off, or regex:RE.
+    #[arg(long, value_name = "FORMAT", default_value_t = herd_metrics::Format::Auto)]
+    pub metrics: herd_metrics::Format,
+    /// Seconds between SIGTERM and SIGKILL when tearing workers down.
+    #[arg(long, value_name = "SECONDS", default_value_t = Seconds::from_secs(1))]
+    pub kill_grace: Seconds,
+    /// Seconds the nodes may take to find each other.
+    #[arg(long, value_name = "SECONDS", default_value_t = Seconds::from_secs(300))]
+    pub rendezvous_timeout: Seconds,
+    /// Seconds of silence after which another node's agent counts as lost (a crashed or
+    /// frozen node ends the attempt this long after it stopped answering).
+    #[arg(long, value_name = "SECONDS", default_value_t = Seconds::from_secs(10))]
+    pub heartbeat_timeout: Seconds,
+    /// Time limits, preemption, requeues, hangs.
+    #[command(flatten)]
+    pub keep: KeepAlive,
+}
+
+impl Default for AgentOptions {
+    /// `herd launch` with no flags.
+    fn default() -> AgentOptions {
+        #[derive(clap::Parser)]
+        struct Bare {
+            #[command(flatten)]
+            opts: AgentOptions,
+        }
+        // The flags' own defaults, so they are stated once (in the attributes above).
+        match <Bare as clap::Parser>::try_parse_from(["herd"]) {
+            Ok(bare) => bare.opts,
+            Err(e) => unreachable!("the flags' defaults parse: {e}"),
+        }
+    }
+}
+
+impl AgentOptions {
+    /// These options as `herd launch` flags: every one whose value differs from the flag's
+    /// default, in the order the flags are defined. Values are one word each, never given
+    /// to a shell here (the batch script quotes them).
+    pub fn to_args(&self) -> Vec<String> {
+        let d = AgentOptions::default();
+        let (k, dk) = (&self.keep, &d.keep);
+        // (flag, value, whether it differs from the default)
+        let flags: [(&str, String, bool); 12] = [
+            (
+                "nproc-per-node",
+                self.nproc_per_node
+                    .map(|g| g.to_string())
+                    .unwrap_or_default(),
+                self.nproc_per_node.is_some(),
+            ),
+            (
+                "gpu-bind",
+                self.gpus.gpu_bind.to_string(),
+                self.gpus != d.gpus,
+            ),
+            (
+                "max-restarts",
+                self.max_restarts.to_string(),
+                self.max_restarts != d.max_restarts,
+            ),
+            (
+                "metrics",
+                self.metrics.to_string(),
+                self.metrics != d.metrics,
+            ),
+            (
+                "kill-grace",
+                self.kill_grace.to_string(),
+                self.kill_grace != d.kill_grace,
+            ),
+            (
+                "rendezvous-timeout",
+                self.rendezvous_timeout.to_string(),
+                self.rendezvous_timeout != d.rendezvous_timeout,
+            ),
+            (
+                "heartbeat-timeout",
+                self.heartbeat_timeout.to_string(),
+                self.heartbeat_timeout != d.heartbeat_timeout,
+            ),
+            (
+                "warn-before",
+                k.warn_before.to_string(),
+                k.warn_before != dk.warn_before,
+            ),
+            (
+                "stop-signal",
+                k.stop_signal.to_string(),
+                k.stop_signal != dk.stop_signal,
+            ),
+            (
+                "stop-grace",
+                k.stop_grace.to_string(),
+                k.stop_grace != dk.stop_grace,
+            ),
+            (
+                "max-requeues",
+                k.max_requeues.to_string(),
+                k.max_requeues != dk.max_requeues,
+            ),
+            (
+                "hang-timeout",
+                k.hang_timeout.to_string(),
+                k.hang_timeout != dk.hang_timeout,
+            ),
+        ];
+        let mut args: Vec<String> = Vec::new();
+        for (name, value, differs) in flags {
+            if differs {
+                args.push(format!("--{name}"));
+                args.push(value);
+            }
+        }
+        if k.on_hang != dk.on_hang {
+            args.extend(["--on-hang".to_owned(), k.on_hang.to_string()]);
+        }
+        if self.label {
+            args.push("--label".into());
+        }
+        args
+    }
+}
+
+#[cfg(test)]
+mod tests;
