@@ -10,9 +10,8 @@ use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
 
 use clap::Args;
-use herd_slurm::{
-    addr, worker_env, Allocation, AllocationError, GpuBind, LaunchInfo, Position, Vars,
-};
+use herd_slurm::allocation::addr;
+use herd_slurm::{worker_env, Allocation, AllocationError, GpuBind, LaunchInfo, Position, Vars};
 
 use crate::{CliError, ExitStatus};
 

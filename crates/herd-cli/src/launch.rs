@@ -10,8 +10,9 @@ use herd_agent::signals::Forwarder;
 use herd_agent::Signal;
 use herd_agent::{Config, KeepAlive, OnHang, Outcome};
 use herd_rendezvous::JobKey;
-use herd_slurm::vars::{HERD_EXP_DIR, HERD_JOB_SECRET};
-use herd_slurm::{addr, Allocation, AllocationError, GpuBind, Gpus, LaunchInfo, Vars};
+use herd_slurm::allocation::addr;
+use herd_slurm::worker::vars::{HERD_EXP_DIR, HERD_JOB_SECRET};
+use herd_slurm::{Allocation, AllocationError, GpuBind, Gpus, LaunchInfo, Vars};
 
 use crate::{CliError, ExitStatus};
 

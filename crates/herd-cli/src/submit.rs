@@ -68,10 +68,10 @@ pub fn plan(args: &PlanArgs) -> Result<Plan, CliError> {
 /// The cluster's partitions with their node sizes, when `scontrol` answers (and `sinfo`,
 /// for the node sizes); `None` otherwise, with a note unless SLURM is not installed here.
 fn partitions() -> Option<Vec<herd_plan::Partition>> {
-    use herd_slurm::commands;
+    use herd_slurm::scheduler::command;
     let note =
         |what: &str, e: &dyn std::fmt::Display| eprintln!("herd: note: {what} not checked: {e}");
-    let text = match commands::show_partitions() {
+    let text = match command::show_partitions() {
         Ok(text) => text,
         Err(e) if e.is_not_installed() => return None,
         Err(e) => {
@@ -86,7 +86,7 @@ fn partitions() -> Option<Vec<herd_plan::Partition>> {
             return None;
         }
     };
-    match commands::sinfo(herd_plan::SINFO_FORMAT)
+    match command::sinfo(herd_plan::SINFO_FORMAT)
         .map_err(|e| e.to_string())
         .and_then(|text| herd_plan::parse_sinfo(&text).map_err(|e| e.to_string()))
     {
@@ -115,7 +115,7 @@ pub fn dependency(after: &[String]) -> Result<Option<String>, Vec<String>> {
     let jobs = if entries.iter().all(|(t, _)| is_job_id(t)) {
         Vec::new()
     } else {
-        match herd_slurm::commands::my_jobs() {
+        match herd_slurm::scheduler::command::my_jobs() {
             Ok(jobs) => jobs,
             Err(e) => {
                 return Err(vec![format!(
@@ -399,7 +399,7 @@ fn record_queued(exp: &herd_exp::Experiment, submission: u32, job_id: &str) {
 
 /// `sbatch --parsable` the experiment's script from its folder; the job id or why not.
 fn sbatch(exp: &herd_exp::Experiment) -> Result<String, herd_slurm::SlurmError> {
-    herd_slurm::commands::sbatch(&exp.dir().join("job.sbatch"), exp.dir())
+    herd_slurm::scheduler::command::sbatch(&exp.dir().join("job.sbatch"), exp.dir())
 }
 
 /// `herd submit --resume NAME`: a new attempt of an existing experiment.

@@ -16,7 +16,9 @@
 
 use std::path::Path;
 
-use herd_slurm::vars::{HERD_CHECKPOINT_DIR, HERD_EXP_DIR, HERD_JOB_SECRET, HERD_RESUME_FROM};
+use herd_slurm::worker::vars::{
+    HERD_CHECKPOINT_DIR, HERD_EXP_DIR, HERD_JOB_SECRET, HERD_RESUME_FROM,
+};
 use herd_slurm::GpuBind;
 
 use crate::quote::{quote, quote_words};

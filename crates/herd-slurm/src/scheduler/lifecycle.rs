@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::commands::{run, show_job, SlurmError, QUERY_TIMEOUT};
+use crate::scheduler::command::{run, show_job, SlurmError, QUERY_TIMEOUT};
 
 /// Why an attempt ended (or is ending): written into the timeline, the manifest and the
 /// failure report; the requeue budget is counted per cause.

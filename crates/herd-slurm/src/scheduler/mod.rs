@@ -1,0 +1,12 @@
+//! Talking to SLURM and reading what it says: every command herd runs (`sbatch`, `squeue`,
+//! `scontrol`, `sinfo`, `scancel`, `srun`) and every parser of their output.
+//!
+//! - [`command`]: the one helper every SLURM command goes through (no shell, timeouts,
+//!   typed [`SlurmError`](command::SlurmError)s) and the thin wrappers of each command.
+//! - [`queue`]: the queue in one `squeue` call, states and pending reasons in words.
+//! - [`lifecycle`]: why a job's attempt ends ([`lifecycle::Cause`]), decided from what
+//!   `scontrol show job` says, and the requeue that brings it back.
+
+pub mod command;
+pub mod lifecycle;
+pub mod queue;
