@@ -21,8 +21,8 @@ use serde::Serialize;
 use crate::keys::Key;
 use crate::partition::Partition;
 use crate::resolve::{Mode, Plan};
-use crate::values::Memory;
 use herd_slurm::GpuBind;
+use herd_slurm::Memory;
 
 /// How bad a finding is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]

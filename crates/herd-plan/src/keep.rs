@@ -6,7 +6,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::keys::{Key, Source};
 use crate::resolve::{Layers, Mode};
-use crate::values::{non_negative, TimeLimit, ValueError};
+use crate::values::{non_negative, ValueError};
+use herd_slurm::TimeLimit;
 
 /// Requeue budget, warning, stop and hang watchdog of a plan.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

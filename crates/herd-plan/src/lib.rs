@@ -43,7 +43,8 @@
 //!   [`Plan`], recording each key's [`Source`]; [`ResolveError`] lists every bad value.
 //! - [`keep`]: the staying-alive keys ([`keep::Keep`]): requeue budget, warning, stop, hang
 //!   watchdog, their defaults and checks.
-//! - [`values`]: SLURM's [`TimeLimit`], [`Memory`] and [`Signal`] formats, parsed strictly.
+//! - [`values`]: SLURM's [`Signal`] format and counts, parsed strictly; SLURM's
+//!   [`TimeLimit`] and [`Memory`] are herd-slurm's (its formats), re-exported here.
 //! - [`partition`]: the partition table from `scontrol show partition -o` and `sinfo`.
 //! - [`check`](mod@check): [`check()`] → [`Finding`]s, each naming the keys to change.
 //! - [`render`]: [`render_script`] → the batch script.
@@ -68,6 +69,7 @@ pub mod values;
 pub use check::{
     check, check_script, has_errors, CheckContext, Finding, MemoryPolicy, ProgramLookup, Severity,
 };
+pub use herd_slurm::{Memory, TimeLimit};
 pub use job::{load_profiles, profile_dir, select_profile, JobFile, LoadError, Profile};
 pub use keys::{JobKeys, Key, PlanArgs, Source};
 pub use partition::{
@@ -78,4 +80,4 @@ pub use quote::{quote, quote_words, NulError};
 pub use ranks::{format_rank_table, rank_table, RankRow};
 pub use render::{render_script, RenderError, ScriptParams};
 pub use resolve::{parse_param, resolve, Mode, Plan, Problem, ResolveError, DEFAULT_EXP_ROOT};
-pub use values::{Memory, Signal, TextOrNumber, TimeLimit, ValueError};
+pub use values::{Signal, TextOrNumber, ValueError};

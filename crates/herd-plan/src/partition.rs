@@ -8,7 +8,7 @@
 
 use serde::Serialize;
 
-use crate::values::{Memory, TimeLimit};
+use herd_slurm::{Memory, TimeLimit};
 
 /// Largest scheduler output read (far above any real cluster's partition list).
 pub const MAX_OUTPUT_BYTES: usize = 16 << 20;

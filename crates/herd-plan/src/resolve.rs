@@ -23,7 +23,8 @@ use crate::job::{select_profile, JobFile, Profile};
 use crate::keep::resolve_keep;
 pub use crate::keep::Keep;
 use crate::keys::{JobKeys, Key, Source};
-use crate::values::{non_negative, positive, Memory, Signal, TextOrNumber, TimeLimit, ValueError};
+use crate::values::{non_negative, positive, Signal, TextOrNumber, ValueError};
+use herd_slurm::{Memory, TimeLimit};
 
 /// How the batch script starts the workers (docs/design.md §2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
@@ -448,16 +449,16 @@ pub fn resolve(
         Key::Mem,
         |k| k.mem.as_ref(),
         |v: &TextOrNumber| match v {
-            TextOrNumber::Text(t) => t.parse::<Memory>(),
-            TextOrNumber::Number(n) => Memory::from_number(*n),
+            TextOrNumber::Text(t) => t.parse::<Memory>().map_err(ValueError::from),
+            TextOrNumber::Number(n) => Memory::from_number(*n).map_err(ValueError::from),
         },
     );
     let time = l.take(
         Key::Time,
         |k| k.time.as_ref(),
         |v: &TextOrNumber| match v {
-            TextOrNumber::Text(t) => t.parse::<TimeLimit>(),
-            TextOrNumber::Number(n) => TimeLimit::from_minutes(*n),
+            TextOrNumber::Text(t) => t.parse::<TimeLimit>().map_err(ValueError::from),
+            TextOrNumber::Number(n) => TimeLimit::from_minutes(*n).map_err(ValueError::from),
         },
     );
     let signal = l.take(

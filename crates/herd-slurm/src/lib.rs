@@ -4,7 +4,8 @@
 //!   runs goes through one helper ([`scheduler::command`]: timeouts, typed errors, the
 //!   `HERD_LOG=debug` trace); the queue in one `squeue` call ([`scheduler::queue`]); why a
 //!   job's attempt ends and its requeue, from `scontrol show job`
-//!   ([`scheduler::lifecycle`]).
+//!   ([`scheduler::lifecycle`]); SLURM's time and memory formats ([`TimeLimit`],
+//!   [`Memory`]).
 //! - [`allocation`]: the allocation model, what SLURM tells a process about its job and
 //!   step in its variables, checked for consistency: [`Allocation`], tasks per node
 //!   ([`allocation::counts`]), a node's address that other nodes reach
@@ -20,4 +21,5 @@ pub mod worker;
 pub use allocation::counts::{format_counts, parse_counts};
 pub use allocation::{Allocation, AllocationError, Gpus, HetGroup, Layout, Task, Vars};
 pub use scheduler::command::SlurmError;
+pub use scheduler::values::{FormatError, Memory, TimeLimit};
 pub use worker::{worker_env, GpuBind, GpuBindError, LaunchInfo, Position};

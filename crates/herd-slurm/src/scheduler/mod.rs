@@ -6,7 +6,10 @@
 //! - [`queue`]: the queue in one `squeue` call, states and pending reasons in words.
 //! - [`lifecycle`]: why a job's attempt ends ([`lifecycle::Cause`]), decided from what
 //!   `scontrol show job` says, and the requeue that brings it back.
+//! - [`values`]: SLURM's time and memory formats ([`TimeLimit`](values::TimeLimit),
+//!   [`Memory`](values::Memory), durations in its output), one reading each.
 
 pub mod command;
 pub mod lifecycle;
 pub mod queue;
+pub mod values;

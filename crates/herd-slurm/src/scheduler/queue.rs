@@ -10,7 +10,7 @@ use std::ffi::OsStr;
 use std::time::Duration;
 
 use crate::scheduler::command::{run, SlurmError};
-use crate::scheduler::lifecycle::parse_duration;
+use crate::scheduler::values::parse_duration;
 
 /// The `squeue -O` fields herd reads, each ended by `|`; the name is last, since it may
 /// itself contain `|`. A field with a suffix and no width is printed whole.
