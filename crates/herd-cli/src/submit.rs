@@ -11,6 +11,8 @@ use herd_plan::{
     ScriptParams, Severity,
 };
 
+use herd_slurm::scheduler::partition::{self, Partition};
+
 use crate::{CliError, ExitStatus};
 
 /// The working folder: the project `herd submit` snapshots.
@@ -67,33 +69,22 @@ pub fn plan(args: &PlanArgs) -> Result<Plan, CliError> {
 
 /// The cluster's partitions with their node sizes, when `scontrol` answers (and `sinfo`,
 /// for the node sizes); `None` otherwise, with a note unless SLURM is not installed here.
-fn partitions() -> Option<Vec<herd_plan::Partition>> {
-    use herd_slurm::scheduler::command;
+fn partitions() -> Option<Vec<Partition>> {
     let note =
         |what: &str, e: &dyn std::fmt::Display| eprintln!("herd: note: {what} not checked: {e}");
-    let text = match command::show_partitions() {
-        Ok(text) => text,
-        Err(e) if e.is_not_installed() => return None,
+    match partition::query() {
+        Ok(table) => {
+            if let Some(e) = &table.node_sizes_unknown {
+                note("node sizes", e);
+            }
+            Some(table.partitions)
+        }
+        Err(e) if e.is_not_installed() => None,
         Err(e) => {
             note("partitions", &e);
-            return None;
+            None
         }
-    };
-    let mut parts = match herd_plan::parse_scontrol_partitions(&text) {
-        Ok(p) => p,
-        Err(e) => {
-            note("partitions", &e);
-            return None;
-        }
-    };
-    match command::sinfo(herd_plan::SINFO_FORMAT)
-        .map_err(|e| e.to_string())
-        .and_then(|text| herd_plan::parse_sinfo(&text).map_err(|e| e.to_string()))
-    {
-        Ok(rows) => herd_plan::add_node_groups(&mut parts, &rows),
-        Err(e) => note("node sizes", &e),
     }
-    Some(parts)
 }
 
 /// An `after` entry `NAME|ID[:ok|any|notok]` as (target, kind); the kind defaults to `ok`.

@@ -4,7 +4,7 @@
 //!
 //! What the world contributes is passed in, so every check is testable without a cluster or
 //! a file system: the partition table (parsed from `scontrol`/`sinfo` by
-//! [`crate::partition`]), a program lookup (snapshot folder, `PATH`, and a closure that says
+//! [`herd_slurm::scheduler::partition`]), a program lookup (snapshot folder, `PATH`, and a closure that says
 //! whether a file exists), and the rendered script.
 //!
 //! Memory: a node's memory must cover [`MemoryPolicy::min_per_cpu_mb`] (default 1 GiB) for
@@ -19,8 +19,8 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use crate::keys::Key;
-use crate::partition::Partition;
 use crate::resolve::{Mode, Plan};
+use herd_slurm::scheduler::partition::Partition;
 use herd_slurm::GpuBind;
 use herd_slurm::Memory;
 
@@ -767,8 +767,10 @@ mod tests {
     use super::*;
     use crate::job::JobFile;
     use crate::keys::JobKeys;
-    use crate::partition::{add_node_groups, parse_scontrol_partitions, parse_sinfo};
     use crate::resolve::resolve;
+    use herd_slurm::scheduler::partition::{
+        add_node_groups, parse_scontrol_partitions, parse_sinfo,
+    };
 
     fn plan_with(text: &str, flags: &JobKeys) -> Plan {
         let job =
@@ -978,12 +980,14 @@ PartitionName=dev AllowGroups=ALL AllowAccounts=ALL AllowQos=ALL AllocNodes=ALL 
         // Enough nodes in all, but not enough with 4 GPUs and 8 CPUs free of other shapes.
         let mut mixed = bed();
         mixed[0].node_groups[0].count = 1;
-        mixed[0].node_groups.push(crate::partition::NodeGroup {
-            count: 2,
-            cpus: 8,
-            mem_mb: 16000,
-            gpus: vec![],
-        });
+        mixed[0]
+            .node_groups
+            .push(herd_slurm::scheduler::partition::NodeGroup {
+                count: 2,
+                cpus: 8,
+                mem_mb: 16000,
+                gpus: vec![],
+            });
         let p = plan(&format!(
             "nodes = 2\ngpus_per_node = 4\ncpus_per_task = 8\n{CMD}"
         ));

@@ -45,8 +45,9 @@
 //!   watchdog, their defaults and checks.
 //! - [`values`]: SLURM's [`Signal`] format and counts, parsed strictly; SLURM's
 //!   [`TimeLimit`] and [`Memory`] are herd-slurm's (its formats), re-exported here.
-//! - [`partition`]: the partition table from `scontrol show partition -o` and `sinfo`.
-//! - [`check`](mod@check): [`check()`] → [`Finding`]s, each naming the keys to change.
+//! - [`check`](mod@check): [`check()`] → [`Finding`]s, each naming the keys to change; the
+//!   partitions it compares with are herd-slurm's partition table
+//!   (`herd_slurm::scheduler::partition`).
 //! - [`render`]: [`render_script`] → the batch script.
 //! - [`ranks`]: [`rank_table`] for `--dry-run`.
 //! - [`quote`](mod@quote): the POSIX single-quoting every user value goes through.
@@ -59,7 +60,6 @@ pub mod check;
 pub mod job;
 pub mod keep;
 pub mod keys;
-pub mod partition;
 pub mod quote;
 pub mod ranks;
 pub mod render;
@@ -72,10 +72,6 @@ pub use check::{
 pub use herd_slurm::{Memory, TimeLimit};
 pub use job::{load_profiles, profile_dir, select_profile, JobFile, LoadError, Profile};
 pub use keys::{JobKeys, Key, PlanArgs, Source};
-pub use partition::{
-    add_node_groups, parse_scontrol_partitions, parse_sinfo, NodeGroup, OutputError, Partition,
-    SinfoRow, SINFO_FORMAT,
-};
 pub use quote::{quote, quote_words, NulError};
 pub use ranks::{format_rank_table, rank_table, RankRow};
 pub use render::{render_script, RenderError, ScriptParams};

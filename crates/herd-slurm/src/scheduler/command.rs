@@ -205,16 +205,6 @@ pub fn parse_squeue_jobs(text: &str) -> Vec<QueuedJob> {
         .collect()
 }
 
-/// `scontrol show partition -o`: one line per partition (parsed by herd-plan's checks).
-pub fn show_partitions() -> Result<String, SlurmError> {
-    run(
-        "scontrol",
-        &["show".as_ref(), "partition".as_ref(), "-o".as_ref()],
-        None,
-        QUERY_TIMEOUT,
-    )
-}
-
 /// `scontrol show job -o ID`: the job's one line of `Key=Value` fields.
 pub fn show_job(id: &str) -> Result<String, SlurmError> {
     run(
@@ -230,16 +220,6 @@ pub fn show_config() -> Result<String, SlurmError> {
     run(
         "scontrol",
         &["show".as_ref(), "config".as_ref()],
-        None,
-        QUERY_TIMEOUT,
-    )
-}
-
-/// `sinfo -h -e -o FORMAT` (`-e`: one line per group of nodes with the same configuration).
-pub fn sinfo(format: &str) -> Result<String, SlurmError> {
-    run(
-        "sinfo",
-        &["-h".as_ref(), "-e".as_ref(), "-o".as_ref(), format.as_ref()],
         None,
         QUERY_TIMEOUT,
     )

@@ -3,6 +3,8 @@
 //!
 //! - [`command`]: the one helper every SLURM command goes through (no shell, timeouts,
 //!   typed [`SlurmError`](command::SlurmError)s) and the thin wrappers of each command.
+//! - [`partition`]: the partitions, their limits and node sizes (`scontrol show partition`,
+//!   `sinfo`).
 //! - [`queue`]: the queue in one `squeue` call, states and pending reasons in words.
 //! - [`lifecycle`]: why a job's attempt ends ([`lifecycle::Cause`]), decided from what
 //!   `scontrol show job` says, and the requeue that brings it back.
@@ -11,5 +13,6 @@
 
 pub mod command;
 pub mod lifecycle;
+pub mod partition;
 pub mod queue;
 pub mod values;

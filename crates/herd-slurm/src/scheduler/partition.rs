@@ -1,14 +1,17 @@
-//! The partition table the checks compare a plan with, read from SLURM's own output by pure
-//! parsers: `scontrol show partition -o` for limits and [`SINFO_FORMAT`] `sinfo` lines for
-//! the nodes' CPUs, memory and GPUs.
+//! The partition table herd-plan's checks compare a plan with: [`query`] asks
+//! `scontrol show partition -o` for the limits and `sinfo` ([`SINFO_FORMAT`]) for the nodes'
+//! CPUs, memory and GPUs, and reads both.
 //!
-//! The CLI runs the commands; these functions only read their text, so they are tested on
-//! pasted real output. Keys SLURM adds in later versions are ignored; a key herd reads with
-//! a value it cannot read is an error naming the line and key.
+//! The readers are pure functions of the commands' text, tested on pasted real output. Keys
+//! SLURM adds in later versions are ignored; a key herd reads with a value it cannot read is
+//! an error naming the line and key.
+
+use std::ffi::OsStr;
 
 use serde::Serialize;
 
-use herd_slurm::{Memory, TimeLimit};
+use crate::scheduler::command::{run, SlurmError, QUERY_TIMEOUT};
+use crate::scheduler::values::{Memory, TimeLimit};
 
 /// Largest scheduler output read (far above any real cluster's partition list).
 pub const MAX_OUTPUT_BYTES: usize = 16 << 20;
@@ -17,6 +20,72 @@ pub const MAX_OUTPUT_BYTES: usize = 16 << 20;
 /// (partition, availability, time limit, node count, CPUs, memory in MB, GRES, nodes; one
 /// line per group of nodes with the same configuration).
 pub const SINFO_FORMAT: &str = "%R|%a|%l|%D|%c|%m|%G|%N";
+
+/// The cluster's partitions as SLURM reports them now.
+#[derive(Debug)]
+pub struct PartitionTable {
+    /// Every partition, each with its node groups when `sinfo` answered.
+    pub partitions: Vec<Partition>,
+    /// Why the partitions have no node groups: `sinfo` failed, timed out or printed what
+    /// herd cannot read (the limits from `scontrol` are still there).
+    pub node_sizes_unknown: Option<PartitionError>,
+}
+
+/// Why the partition table could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum PartitionError {
+    /// The command failed, timed out or is not installed.
+    #[error(transparent)]
+    Slurm(#[from] SlurmError),
+    /// The command printed what herd cannot read.
+    #[error(transparent)]
+    Output(#[from] OutputError),
+}
+
+impl PartitionError {
+    /// Whether SLURM is not installed here (a laptop): nothing to check, nothing to say.
+    pub fn is_not_installed(&self) -> bool {
+        matches!(self, PartitionError::Slurm(e) if e.is_not_installed())
+    }
+}
+
+/// The partition table: `scontrol show partition -o` for the partitions and their limits
+/// (an error when it fails or cannot be read), then `sinfo` for their node groups (when it
+/// fails, the table comes without them and says why in
+/// [`PartitionTable::node_sizes_unknown`]).
+pub fn query() -> Result<PartitionTable, PartitionError> {
+    let text = run(
+        "scontrol",
+        &["show".as_ref(), "partition".as_ref(), "-o".as_ref()],
+        None,
+        QUERY_TIMEOUT,
+    )?;
+    let mut partitions = parse_scontrol_partitions(&text)?;
+    let sinfo = run(
+        "sinfo",
+        &[
+            "-h".as_ref(),
+            "-e".as_ref(),
+            "-o".as_ref(),
+            OsStr::new(SINFO_FORMAT),
+        ],
+        None,
+        QUERY_TIMEOUT,
+    )
+    .map_err(PartitionError::from)
+    .and_then(|text| parse_sinfo(&text).map_err(PartitionError::from));
+    let node_sizes_unknown = match sinfo {
+        Ok(rows) => {
+            add_node_groups(&mut partitions, &rows);
+            None
+        }
+        Err(e) => Some(e),
+    };
+    Ok(PartitionTable {
+        partitions,
+        node_sizes_unknown,
+    })
+}
 
 /// One partition and its limits. `None` limits are unlimited (or not reported).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
