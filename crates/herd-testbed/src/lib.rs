@@ -17,6 +17,7 @@ use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use herd_slurm::scheduler::command;
+use herd_slurm::scheduler::fields::fields;
 
 /// Errors talking to the bed. Each carries the command and what it printed.
 #[derive(Debug, thiserror::Error)]
@@ -128,27 +129,13 @@ impl JobInfo {
     }
 }
 
-/// Parse one line of `scontrol show job -o`: space-separated `Key=Value` fields.
-///
-/// Values never contain spaces except in `Command=`/`WorkDir=`/`Std*=` paths, which the
-/// bed's tests keep free of spaces; a token without `=` is appended to the previous value.
+/// Parse one line of `scontrol show job -o` with herd-slurm's `Key=Value` reader
+/// ([`herd_slurm::scheduler::fields`]); a key printed twice keeps its last value.
 pub fn parse_scontrol_job(line: &str) -> Option<JobInfo> {
-    let mut fields: BTreeMap<String, String> = BTreeMap::new();
-    let mut last: Option<String> = None;
-    for token in line.split_whitespace() {
-        match token.split_once('=') {
-            Some((key, value)) if !key.is_empty() => {
-                fields.insert(key.to_owned(), value.to_owned());
-                last = Some(key.to_owned());
-            }
-            _ => {
-                if let Some(value) = last.as_ref().and_then(|k| fields.get_mut(k)) {
-                    value.push(' ');
-                    value.push_str(token);
-                }
-            }
-        }
-    }
+    let fields: BTreeMap<String, String> = fields(line)
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
     let get = |k: &str| fields.get(k).cloned();
     Some(JobInfo {
         state: get("JobState")?,

@@ -14,6 +14,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::scheduler::command::{run, show_job, SlurmError, QUERY_TIMEOUT};
+use crate::scheduler::fields::fields;
 use crate::scheduler::values::parse_duration;
 
 /// Why an attempt ended (or is ending): written into the timeline, the manifest and the
@@ -102,12 +103,12 @@ pub struct JobFacts {
 }
 
 impl JobFacts {
-    /// Parse the one line of `scontrol show job -o ID`.
+    /// Parse the one line of `scontrol show job -o ID` (an array's first task when it
+    /// prints several); a key printed twice counts where it is first.
     pub fn parse(text: &str) -> Option<JobFacts> {
-        let field = |key: &str| {
-            text.split_whitespace()
-                .find_map(|w| w.strip_prefix(key).and_then(|v| v.strip_prefix('=')))
-        };
+        let line = text.lines().find(|l| !l.trim().is_empty())?;
+        let fields = fields(line);
+        let field = |key: &str| fields.iter().find(|(k, _)| *k == key).map(|&(_, v)| v);
         let state = field("JobState")?.to_owned();
         let limit = field("TimeLimit").and_then(parse_duration);
         let run = field("RunTime").and_then(parse_duration);

@@ -3,6 +3,8 @@
 //!
 //! - [`command`]: the one helper every SLURM command goes through (no shell, timeouts,
 //!   typed [`SlurmError`](command::SlurmError)s) and the thin wrappers of each command.
+//! - [`fields`]: the one reader of `scontrol -o` lines (`Key=Value` fields), for jobs,
+//!   partitions and the test bed alike.
 //! - [`partition`]: the partitions, their limits and node sizes (`scontrol show partition`,
 //!   `sinfo`).
 //! - [`queue`]: the queue in one `squeue` call, states and pending reasons in words.
@@ -12,6 +14,7 @@
 //!   [`Memory`](values::Memory), durations in its output), one reading each.
 
 pub mod command;
+pub mod fields;
 pub mod lifecycle;
 pub mod partition;
 pub mod queue;

@@ -11,6 +11,7 @@ use std::ffi::OsStr;
 use serde::Serialize;
 
 use crate::scheduler::command::{run, SlurmError, QUERY_TIMEOUT};
+use crate::scheduler::fields::fields;
 use crate::scheduler::values::{Memory, TimeLimit};
 
 /// Largest scheduler output read (far above any real cluster's partition list).
@@ -188,24 +189,6 @@ fn limit_time(value: &str) -> Result<Option<TimeLimit>, String> {
     }
 }
 
-/// Split a `scontrol -o` line into `Key=Value` pairs. A word without `=` belongs to the
-/// value before it (scontrol does not quote values with spaces).
-fn pairs(line: &str) -> Vec<(&str, String)> {
-    let mut out: Vec<(&str, String)> = Vec::new();
-    for word in line.split_whitespace() {
-        match word.split_once('=') {
-            Some((k, v)) if !k.is_empty() => out.push((k, v.to_owned())),
-            _ => {
-                if let Some(last) = out.last_mut() {
-                    last.1.push(' ');
-                    last.1.push_str(word);
-                }
-            }
-        }
-    }
-    out
-}
-
 /// Read `scontrol show partition -o` (one partition per line). Blank lines are skipped.
 pub fn parse_scontrol_partitions(text: &str) -> Result<Vec<Partition>, OutputError> {
     let err = |line: usize, message: String| OutputError {
@@ -224,28 +207,28 @@ pub fn parse_scontrol_partitions(text: &str) -> Result<Vec<Partition>, OutputErr
         }
         let mut p = Partition::default();
         let mut named = false;
-        for (key, value) in pairs(line) {
+        for (key, value) in fields(line) {
             let bad = |m: String| err(n, format!("{key}: {m}"));
             match key {
                 "PartitionName" => {
-                    p.name = value;
+                    p.name = value.to_owned();
                     named = true;
                 }
                 "Default" => p.default = value == "YES",
-                "State" => p.state = value,
-                "MaxNodes" => p.max_nodes = limit_u32(&value).map_err(bad)?,
-                "MinNodes" => p.min_nodes = limit_u32(&value).map_err(bad)?.unwrap_or(0),
-                "MaxTime" => p.max_time = limit_time(&value).map_err(bad)?,
-                "TotalNodes" => p.total_nodes = limit_u32(&value).map_err(bad)?,
-                "TotalCPUs" => p.total_cpus = limit_u32(&value).map_err(bad)?,
-                "MaxCPUsPerNode" => p.max_cpus_per_node = limit_u32(&value).map_err(bad)?,
+                "State" => p.state = value.to_owned(),
+                "MaxNodes" => p.max_nodes = limit_u32(value).map_err(bad)?,
+                "MinNodes" => p.min_nodes = limit_u32(value).map_err(bad)?.unwrap_or(0),
+                "MaxTime" => p.max_time = limit_time(value).map_err(bad)?,
+                "TotalNodes" => p.total_nodes = limit_u32(value).map_err(bad)?,
+                "TotalCPUs" => p.total_cpus = limit_u32(value).map_err(bad)?,
+                "MaxCPUsPerNode" => p.max_cpus_per_node = limit_u32(value).map_err(bad)?,
                 "MaxMemPerNode" => {
-                    p.max_mem_per_node = match value.as_str() {
+                    p.max_mem_per_node = match value {
                         "UNLIMITED" => None,
                         v => Some(v.parse::<Memory>().map_err(|e| bad(e.message))?),
                     }
                 }
-                "Nodes" => p.nodes = (value != "(null)").then_some(value),
+                "Nodes" => p.nodes = (value != "(null)").then(|| value.to_owned()),
                 "TRES" => {
                     for item in value.split(',') {
                         if let Some(v) = item.strip_prefix("gres/gpu=") {
