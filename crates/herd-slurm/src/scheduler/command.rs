@@ -169,42 +169,6 @@ pub fn parse_sbatch(text: &str) -> Option<String> {
     (!id.is_empty() && id.bytes().all(|b| b.is_ascii_digit())).then(|| id.to_owned())
 }
 
-/// A job of this user in the queue.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct QueuedJob {
-    /// Its id (`1234`, or `1234_5` for an array task).
-    pub id: String,
-    /// Its name.
-    pub name: String,
-}
-
-/// This user's jobs in the queue, with one `squeue` call.
-pub fn my_jobs() -> Result<Vec<QueuedJob>, SlurmError> {
-    let text = run(
-        "squeue",
-        &[
-            "-h".as_ref(),
-            "--me".as_ref(),
-            "-o".as_ref(),
-            "%i|%j".as_ref(),
-        ],
-        None,
-        QUERY_TIMEOUT,
-    )?;
-    Ok(parse_squeue_jobs(&text))
-}
-
-/// `squeue -h -o '%i|%j'` lines as jobs (a name may contain `|`: the id is the first field).
-pub fn parse_squeue_jobs(text: &str) -> Vec<QueuedJob> {
-    text.lines()
-        .filter_map(|l| l.split_once('|'))
-        .map(|(id, name)| QueuedJob {
-            id: id.trim().to_owned(),
-            name: name.trim().to_owned(),
-        })
-        .collect()
-}
-
 /// `scontrol show job -o ID`: the job's one line of `Key=Value` fields.
 pub fn show_job(id: &str) -> Result<String, SlurmError> {
     run(
@@ -285,24 +249,6 @@ mod tests {
         assert_eq!(parse_sbatch("4242;cluster\n").as_deref(), Some("4242"));
         assert_eq!(parse_sbatch("Submitted batch job 4242"), None);
         assert_eq!(parse_sbatch(""), None);
-    }
-
-    #[test]
-    fn squeue_lines_are_jobs_names_may_hold_bars() {
-        let jobs = parse_squeue_jobs("12|train\n13_4|sweep|lr=0.1\nnot a job\n");
-        assert_eq!(
-            jobs,
-            [
-                QueuedJob {
-                    id: "12".into(),
-                    name: "train".into()
-                },
-                QueuedJob {
-                    id: "13_4".into(),
-                    name: "sweep|lr=0.1".into()
-                }
-            ]
-        );
     }
 
     #[test]

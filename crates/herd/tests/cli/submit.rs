@@ -523,3 +523,48 @@ fn check_reads_the_partitions_and_notes_a_failing_sinfo() {
     );
     assert!(!stderr.contains("partitions not checked"), "{stderr}");
 }
+
+/// `--after NAME` looks the name up among this user's jobs with herd's one squeue query
+/// and leaves out the jobs that have ended: with a running and an ended `pretrain`, the
+/// script depends on the running one.
+#[test]
+fn after_a_name_depends_on_the_job_of_that_name_that_has_not_ended() {
+    let dir = submit_project(&[("train.py", 10)]);
+    fake_command(
+        dir.path(),
+        "squeue",
+        &format!(
+            "echo \"squeue $*\" >> '{}'\ncat <<'EOF'\n\
+20|20|N/A|RUNNING|None|0:10|1:00|gpu-a01|1|0|me|(null)|2026-12-01T14:25:14|pretrain|\n\
+21|21|N/A|COMPLETED|None|0:10|1:00|gpu-a02|1|0|me|(null)|2026-12-01T14:20:14|pretrain|\n\
+EOF",
+            dir.path().join("called").display()
+        ),
+    );
+    let out = herd_here(
+        dir.path(),
+        &[
+            "submit",
+            "--dry-run",
+            "-J",
+            "eval",
+            "--after",
+            "pretrain",
+            "--",
+            "true",
+        ],
+        &[],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let script = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        script.contains("#SBATCH --dependency=afterok:20\n"),
+        "{script}"
+    );
+    let called = slurm_called(dir.path());
+    assert!(
+        called.contains("squeue -h --states=all --me -O JobID:|"),
+        "{called}"
+    );
+}
