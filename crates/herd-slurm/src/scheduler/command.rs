@@ -1,6 +1,7 @@
-//! Talking to SLURM: `sbatch`, `squeue`, `scontrol`, `sinfo` and `scancel`, each run with
-//! a timeout, their output parsed into types where herd reads it, every failure a typed
-//! [`SlurmError`].
+//! The one way herd runs a SLURM command: [`run`] for `sbatch`, `squeue`, `scontrol`,
+//! `sinfo` and `scancel` (output captured, with a timeout), [`run_attached`] for an `srun`
+//! step that runs as long as the job; every failure a typed [`SlurmError`]. The thin
+//! wrappers of the commands herd runs below them.
 //!
 //! Nothing here goes through a shell: arguments are passed as they are. A command that does
 //! not answer within its timeout (slurmctld down, overloaded or rate-limiting) is killed and
@@ -149,6 +150,26 @@ pub fn run(
     Ok(String::from_utf8_lossy(&stdout).into_owned())
 }
 
+/// Runs `program args…` attached to herd's own stdin, stdout and stderr, with `envs` added
+/// to its environment and no timeout (an `srun` step lasts as long as its job), and returns
+/// how it exited; [`SlurmError::Start`] when it cannot start.
+pub fn run_attached(
+    program: &'static str,
+    args: &[&OsStr],
+    envs: &[(&str, &OsStr)],
+) -> Result<ExitStatus, SlurmError> {
+    let mut cmd = Command::new(program);
+    cmd.args(args)
+        .envs(envs.iter().copied())
+        .stdin(Stdio::inherit())
+        .stdout(Stdio::inherit())
+        .stderr(Stdio::inherit());
+    cmd.status().map_err(|source| SlurmError::Start {
+        command: program,
+        source,
+    })
+}
+
 /// `sbatch --parsable SCRIPT` from `workdir`: the new job's id.
 pub fn sbatch(script: &Path, workdir: &Path) -> Result<String, SlurmError> {
     let text = run(
@@ -249,6 +270,32 @@ mod tests {
         assert_eq!(parse_sbatch("4242;cluster\n").as_deref(), Some("4242"));
         assert_eq!(parse_sbatch("Submitted batch job 4242"), None);
         assert_eq!(parse_sbatch(""), None);
+    }
+
+    #[test]
+    fn an_attached_command_gets_the_extra_variables_and_says_how_it_exited() {
+        let status = run_attached(
+            "sh",
+            &[
+                "-c".as_ref(),
+                "test \"$HERD_TEST_SECRET\" = 's e c' && exit 3".as_ref(),
+            ],
+            &[("HERD_TEST_SECRET", "s e c".as_ref())],
+        )
+        .expect("sh runs");
+        assert_eq!(status.code(), Some(3), "the variable reached it");
+        let err = run_attached("herd-no-such-command", &[], &[]).expect_err("missing");
+        assert!(
+            matches!(
+                &err,
+                SlurmError::Start {
+                    command: "herd-no-such-command",
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        assert!(err.is_not_installed(), "{err:?}");
     }
 
     #[test]
