@@ -13,6 +13,8 @@ use std::path::Path;
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::worker::vars::HERD_LOG;
+
 /// How long a query (`squeue`, `scontrol show`, `sinfo`, `scancel`) may take.
 pub const QUERY_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -80,13 +82,26 @@ impl SlurmError {
 
 /// Runs `program args…` (in `cwd` when given) and returns its stdout; a non-zero exit is
 /// [`SlurmError::Failed`] with its stderr, no answer within `timeout` is
-/// [`SlurmError::Timeout`] (the process is killed).
+/// [`SlurmError::Timeout`] (the process is killed). With `HERD_LOG=debug` the command line
+/// and how long it took are written on stderr ([`Trace`]).
 pub fn run(
     program: &'static str,
     args: &[&OsStr],
     cwd: Option<&Path>,
     timeout: Duration,
 ) -> Result<String, SlurmError> {
+    run_traced(program, args, cwd, timeout, &mut Trace::from_env())
+}
+
+/// [`run`], its debug line going to `trace`.
+fn run_traced(
+    program: &'static str,
+    args: &[&OsStr],
+    cwd: Option<&Path>,
+    timeout: Duration,
+    trace: &mut Trace<'_>,
+) -> Result<String, SlurmError> {
+    let started = Instant::now();
     let mut cmd = Command::new(program);
     cmd.args(args)
         .stdin(Stdio::null())
@@ -95,10 +110,16 @@ pub fn run(
     if let Some(dir) = cwd {
         cmd.current_dir(dir);
     }
-    let mut child = cmd.spawn().map_err(|source| SlurmError::Start {
-        command: program,
-        source,
-    })?;
+    let mut child = match cmd.spawn() {
+        Ok(child) => child,
+        Err(source) => {
+            trace.ended(program, args, started, Ended::NotStarted(&source));
+            return Err(SlurmError::Start {
+                command: program,
+                source,
+            });
+        }
+    };
     // Both pipes read on threads, so a chatty command never blocks on a full pipe.
     let drain = |pipe: Option<Box<dyn Read + Send>>| {
         std::thread::spawn(move || {
@@ -111,7 +132,7 @@ pub fn run(
     };
     let out = drain(child.stdout.take().map(|p| Box::new(p) as _));
     let err = drain(child.stderr.take().map(|p| Box::new(p) as _));
-    let deadline = Instant::now() + timeout;
+    let deadline = started + timeout;
     let mut pause = Duration::from_millis(1);
     let status = loop {
         match child.try_wait() {
@@ -123,6 +144,7 @@ pub fn run(
             Ok(None) | Err(_) => {
                 let _ = child.kill();
                 let _ = child.wait();
+                trace.ended(program, args, started, Ended::TimedOut);
                 let mut command = program.to_owned();
                 for a in args {
                     command.push(' ');
@@ -134,6 +156,7 @@ pub fn run(
     };
     let stdout = out.join().unwrap_or_default();
     let stderr = err.join().unwrap_or_default();
+    trace.ended(program, args, started, Ended::Exited(status));
     if !status.success() {
         let text = String::from_utf8_lossy(&stderr);
         let text = text.trim();
@@ -152,22 +175,152 @@ pub fn run(
 
 /// Runs `program args…` attached to herd's own stdin, stdout and stderr, with `envs` added
 /// to its environment and no timeout (an `srun` step lasts as long as its job), and returns
-/// how it exited; [`SlurmError::Start`] when it cannot start.
+/// how it exited; [`SlurmError::Start`] when it cannot start. With `HERD_LOG=debug` the
+/// command line is written on stderr as it starts and again, with how long it took, when it
+/// ends (the variables' values never: one is the job's secret).
 pub fn run_attached(
     program: &'static str,
     args: &[&OsStr],
     envs: &[(&str, &OsStr)],
 ) -> Result<ExitStatus, SlurmError> {
+    run_attached_traced(program, args, envs, &mut Trace::from_env())
+}
+
+/// [`run_attached`], its debug lines going to `trace`.
+fn run_attached_traced(
+    program: &'static str,
+    args: &[&OsStr],
+    envs: &[(&str, &OsStr)],
+    trace: &mut Trace<'_>,
+) -> Result<ExitStatus, SlurmError> {
+    let started = Instant::now();
+    // It may run for hours: say what runs before it ends, too.
+    trace.started(program, args);
     let mut cmd = Command::new(program);
     cmd.args(args)
         .envs(envs.iter().copied())
         .stdin(Stdio::inherit())
         .stdout(Stdio::inherit())
         .stderr(Stdio::inherit());
-    cmd.status().map_err(|source| SlurmError::Start {
-        command: program,
-        source,
-    })
+    match cmd.status() {
+        Ok(status) => {
+            trace.ended(program, args, started, Ended::Exited(status));
+            Ok(status)
+        }
+        Err(source) => {
+            trace.ended(program, args, started, Ended::NotStarted(&source));
+            Err(SlurmError::Start {
+                command: program,
+                source,
+            })
+        }
+    }
+}
+
+/// Where the helper's debug lines go: stderr when `HERD_LOG=debug`, nowhere otherwise, or
+/// (in tests) a list.
+enum Trace<'a> {
+    /// No debug lines.
+    Off,
+    /// `herd: debug: …` lines on stderr.
+    Stderr,
+    /// The lines, collected.
+    #[cfg_attr(not(test), allow(dead_code))]
+    Lines(&'a mut Vec<String>),
+}
+
+/// How a command ended, as its debug line says.
+enum Ended<'a> {
+    /// It exited (well or not).
+    Exited(ExitStatus),
+    /// It did not answer within its timeout and was killed.
+    TimedOut,
+    /// It could not be started.
+    NotStarted(&'a std::io::Error),
+}
+
+impl Trace<'_> {
+    /// From `HERD_LOG`, read at every command and never cached, so whoever sets it (a
+    /// test, a process starting herd) is heard at once.
+    fn from_env() -> Trace<'static> {
+        if wants_debug(std::env::var_os(HERD_LOG).as_deref()) {
+            Trace::Stderr
+        } else {
+            Trace::Off
+        }
+    }
+
+    /// `herd: debug: PROGRAM ARGS… (started)`.
+    fn started(&mut self, program: &str, args: &[&OsStr]) {
+        if !matches!(self, Trace::Off) {
+            self.write(format!(
+                "herd: debug: {} (started)",
+                command_line(program, args)
+            ));
+        }
+    }
+
+    /// `herd: debug: PROGRAM ARGS… (12 ms)`, and how it failed when it did.
+    fn ended(&mut self, program: &str, args: &[&OsStr], started: Instant, ended: Ended<'_>) {
+        if matches!(self, Trace::Off) {
+            return;
+        }
+        let took = took(started.elapsed());
+        let how = match ended {
+            Ended::Exited(status) if status.success() => took,
+            Ended::Exited(status) => format!("{took}, failed: {status}"),
+            Ended::TimedOut => format!("{took}, timed out: killed"),
+            Ended::NotStarted(e) => format!("{took}, could not start: {e}"),
+        };
+        self.write(format!(
+            "herd: debug: {} ({how})",
+            command_line(program, args)
+        ));
+    }
+
+    fn write(&mut self, line: String) {
+        match self {
+            Trace::Off => {}
+            Trace::Stderr => eprintln!("{line}"),
+            Trace::Lines(lines) => lines.push(line),
+        }
+    }
+}
+
+/// Whether a `HERD_LOG` value asks for debug lines: `debug`, in any case.
+fn wants_debug(value: Option<&OsStr>) -> bool {
+    value.is_some_and(|v| v.eq_ignore_ascii_case("debug"))
+}
+
+/// `program args…` as a shell would need it typed (for reading and pasting only: herd never
+/// runs it through a shell), each argument that holds anything but `[A-Za-z0-9_@%+=:,./-]`
+/// single-quoted.
+fn command_line(program: &str, args: &[&OsStr]) -> String {
+    let mut line = program.to_owned();
+    for a in args {
+        let a = a.to_string_lossy();
+        let plain = !a.is_empty()
+            && a.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"_@%+=:,./-".contains(&b));
+        line.push(' ');
+        if plain {
+            line.push_str(&a);
+        } else {
+            line.push('\'');
+            line.push_str(&a.replace('\'', "'\\''"));
+            line.push('\'');
+        }
+    }
+    line
+}
+
+/// A command's duration: milliseconds under 10 s, else seconds to a tenth.
+fn took(d: Duration) -> String {
+    if d < Duration::from_secs(10) {
+        format!("{} ms", d.as_millis())
+    } else {
+        format!("{:.1} s", d.as_secs_f64())
+    }
 }
 
 /// `sbatch --parsable SCRIPT` from `workdir`: the new job's id.
@@ -296,6 +449,118 @@ mod tests {
             "{err:?}"
         );
         assert!(err.is_not_installed(), "{err:?}");
+    }
+
+    /// What the one debug line of `lines`, for `command`, says in its brackets.
+    fn traced<'a>(lines: &'a [String], command: &str) -> &'a str {
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        lines[0]
+            .strip_prefix(&format!("herd: debug: {command} ("))
+            .and_then(|rest| rest.strip_suffix(')'))
+            .unwrap_or_else(|| panic!("not a debug line of `{command}`: {lines:?}"))
+    }
+
+    #[test]
+    fn every_command_run_is_traced_with_its_line_and_duration() {
+        let mut lines = Vec::new();
+        let out = run_traced(
+            "sh",
+            &["-c".as_ref(), "sleep 0.05; echo hi".as_ref()],
+            None,
+            QUERY_TIMEOUT,
+            &mut Trace::Lines(&mut lines),
+        );
+        assert_eq!(out.expect("runs"), "hi\n");
+        let how = traced(&lines, "sh -c 'sleep 0.05; echo hi'");
+        let ms: u64 = how
+            .strip_suffix(" ms")
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{how}"));
+        assert!((50..10_000).contains(&ms), "{how}");
+    }
+
+    #[test]
+    fn a_failed_a_timed_out_and_a_missing_command_are_traced_as_such() {
+        let mut lines = Vec::new();
+        let _ = run_traced(
+            "sh",
+            &["-c".as_ref(), "exit 3".as_ref()],
+            None,
+            QUERY_TIMEOUT,
+            &mut Trace::Lines(&mut lines),
+        );
+        let how = traced(&lines, "sh -c 'exit 3'");
+        assert!(how.ends_with(" ms, failed: exit status: 3"), "{how}");
+
+        let mut lines = Vec::new();
+        let _ = run_traced(
+            "sleep",
+            &["30".as_ref()],
+            None,
+            Duration::from_millis(200),
+            &mut Trace::Lines(&mut lines),
+        );
+        let how = traced(&lines, "sleep 30");
+        assert!(how.ends_with(" ms, timed out: killed"), "{how}");
+
+        let mut lines = Vec::new();
+        let _ = run_traced(
+            "herd-no-such-command",
+            &["--x".as_ref()],
+            None,
+            QUERY_TIMEOUT,
+            &mut Trace::Lines(&mut lines),
+        );
+        let how = traced(&lines, "herd-no-such-command --x");
+        assert!(how.contains(" ms, could not start: "), "{how}");
+    }
+
+    #[test]
+    fn an_attached_command_is_traced_as_it_starts_and_ends_without_its_variables() {
+        let mut lines = Vec::new();
+        let status = run_attached_traced(
+            "sh",
+            &["-c".as_ref(), "exit 0".as_ref()],
+            &[("HERD_TEST_SECRET", "s3cr3t".as_ref())],
+            &mut Trace::Lines(&mut lines),
+        )
+        .expect("sh runs");
+        assert!(status.success());
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        assert_eq!(lines[0], "herd: debug: sh -c 'exit 0' (started)");
+        let how = traced(&lines[1..], "sh -c 'exit 0'");
+        assert!(how.ends_with(" ms"), "{how}");
+        assert!(!lines.concat().contains("s3cr3t"), "{lines:?}");
+    }
+
+    #[test]
+    fn herd_log_debug_in_any_case_asks_for_the_trace() {
+        assert!(wants_debug(Some("debug".as_ref())));
+        assert!(wants_debug(Some("DEBUG".as_ref())));
+        for off in [None, Some(""), Some("info"), Some("debugx"), Some("1")] {
+            assert!(!wants_debug(off.map(OsStr::new)), "{off:?}");
+        }
+    }
+
+    #[test]
+    fn command_lines_quote_what_a_shell_would_read() {
+        let line = command_line(
+            "sinfo",
+            &[
+                "-h".as_ref(),
+                "%N %t".as_ref(),
+                "JobID:|,Name:|".as_ref(),
+                "it's".as_ref(),
+                "".as_ref(),
+                "--jobs=12,13".as_ref(),
+            ],
+        );
+        assert_eq!(
+            line,
+            "sinfo -h '%N %t' 'JobID:|,Name:|' 'it'\\''s' '' --jobs=12,13"
+        );
+        assert_eq!(took(Duration::from_millis(12)), "12 ms");
+        assert_eq!(took(Duration::from_millis(12_340)), "12.3 s");
     }
 
     #[test]
