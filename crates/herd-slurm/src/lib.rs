@@ -2,8 +2,10 @@
 //!
 //! - [`scheduler`]: talking to SLURM and reading what it says. Every SLURM command herd
 //!   runs goes through one helper ([`scheduler::command`]: timeouts, typed errors, the
-//!   `HERD_LOG=debug` trace); the queue in one `squeue` call ([`scheduler::queue`]); why a
-//!   job's attempt ends and its requeue, from `scontrol show job`
+//!   `HERD_LOG=debug` trace); one reader of `scontrol`'s `Key=Value` lines
+//!   ([`scheduler::fields`]); the partition table from `scontrol` and `sinfo`
+//!   ([`scheduler::partition`]); the queue in one `squeue` call ([`scheduler::queue`]); why
+//!   a job's attempt ends and its requeue, from `scontrol show job`
 //!   ([`scheduler::lifecycle`]); SLURM's time and memory formats ([`TimeLimit`],
 //!   [`Memory`]).
 //! - [`allocation`]: the allocation model, what SLURM tells a process about its job and

@@ -83,7 +83,7 @@ impl SlurmError {
 /// Runs `program args…` (in `cwd` when given) and returns its stdout; a non-zero exit is
 /// [`SlurmError::Failed`] with its stderr, no answer within `timeout` is
 /// [`SlurmError::Timeout`] (the process is killed). With `HERD_LOG=debug` the command line
-/// and how long it took are written on stderr ([`Trace`]).
+/// and how long it took are written on stderr.
 pub fn run(
     program: &'static str,
     args: &[&OsStr],
