@@ -3,9 +3,9 @@
 //! and where they were set.
 //!
 //! What the world contributes is passed in, so every check is testable without a cluster or
-//! a file system: the partition table (parsed from `scontrol`/`sinfo` by
-//! [`herd_slurm::scheduler::partition`]), a program lookup (snapshot folder, `PATH`, and a closure that says
-//! whether a file exists), and the rendered script.
+//! a file system: the partition table (read from `scontrol`/`sinfo` by
+//! [`herd_slurm::scheduler::partition`]), a program lookup (snapshot folder, `PATH`, and a
+//! closure that says whether a file exists), and the rendered script.
 //!
 //! Memory: a node's memory must cover [`MemoryPolicy::min_per_cpu_mb`] (default 1 GiB) for
 //! each CPU the job asks for there, plus [`MemoryPolicy::per_worker_mb`] (default 0) of data

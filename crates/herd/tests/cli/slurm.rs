@@ -127,8 +127,13 @@ fn traced<'a>(stderr: &'a str, command: &str) -> &'a str {
         .unwrap_or_else(|| panic!("{line}"))
 }
 
-/// herd's squeue call as the debug line shows it.
-const SQUEUE: &str = "squeue -h --states=all --me -O 'JobID:|,ArrayJobID:|,ArrayTaskID:|,State:|,Reason:|,TimeUsed:|,TimeLimit:|,NodeList:|,NumNodes:|,exit_code:|,UserName:|,Dependency:|,StartTime:|,Name:|'";
+/// herd's squeue call as the debug line shows it (its format quoted: it holds `|`).
+fn squeue_line() -> String {
+    format!(
+        "squeue -h --states=all --me -O '{}'",
+        herd_slurm::scheduler::queue::FORMAT
+    )
+}
 
 /// With HERD_LOG=debug every SLURM command herd runs is written on stderr with its command
 /// line and how long it took, and one that fails says so; without it, nothing is.
@@ -137,7 +142,7 @@ fn herd_log_debug_traces_each_slurm_command_and_its_duration() {
     let dir = fake_bin("squeue", "sleep 0.05");
     let out = status_in(dir.path(), &[("HERD_LOG", "debug")]);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    let how = traced(&stderr, SQUEUE);
+    let how = traced(&stderr, &squeue_line());
     let ms: u64 = how
         .strip_suffix(" ms")
         .and_then(|n| n.parse().ok())
@@ -155,7 +160,7 @@ fn herd_log_debug_traces_each_slurm_command_and_its_duration() {
     let out = status_in(failing.path(), &[("HERD_LOG", "debug")]);
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     let stderr = String::from_utf8_lossy(&out.stderr);
-    let how = traced(&stderr, SQUEUE);
+    let how = traced(&stderr, &squeue_line());
     assert!(how.ends_with(" ms, failed: exit status: 1"), "{how}");
 }
 
