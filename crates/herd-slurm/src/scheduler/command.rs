@@ -8,7 +8,7 @@
 //! reported as [`SlurmError::Timeout`], so no herd command hangs on the scheduler.
 
 use std::ffi::OsStr;
-use std::io::Read;
+use std::io::{Read, Write};
 use std::path::Path;
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
@@ -281,7 +281,10 @@ impl Trace<'_> {
     fn write(&mut self, line: String) {
         match self {
             Trace::Off => {}
-            Trace::Stderr => eprintln!("{line}"),
+            // A closed stderr is no reason to fail the command: the line is dropped.
+            Trace::Stderr => {
+                let _ = writeln!(std::io::stderr(), "{line}");
+            }
             Trace::Lines(lines) => lines.push(line),
         }
     }
