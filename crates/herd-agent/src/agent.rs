@@ -111,7 +111,7 @@ pub enum Outcome {
     /// The job failed; the leader has the report, followers may not.
     Failed(Option<FailureReport>),
     /// The workers were stopped for `cause` and the job requeued: it runs again.
-    Requeued(herd_slurm::lifecycle::Cause),
+    Requeued(herd_slurm::scheduler::lifecycle::Cause),
 }
 
 /// Errors that stop an agent before supervision can say anything better.

@@ -6,7 +6,7 @@ use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use herd_slurm::vars::{HERD_HEARTBEAT_FILE, HERD_LOG_DIR, HERD_METRICS_FILE};
+use herd_slurm::worker::vars::{HERD_HEARTBEAT_FILE, HERD_LOG_DIR, HERD_METRICS_FILE};
 use herd_slurm::{worker_env, LaunchInfo, Layout, Position};
 use nix::sys::signal::Signal;
 use tokio::sync::mpsc;

@@ -15,7 +15,7 @@ use crate::keep::{no_longer_running, record_run, requeue};
 use crate::protocol::{read_peer, send, Msg};
 use crate::signals::{self, Action};
 use herd_exp::failure::FailureReport;
-use herd_slurm::lifecycle::Cause;
+use herd_slurm::scheduler::lifecycle::Cause;
 
 /// Follow the leader to the end of the job.
 pub(crate) async fn follow(

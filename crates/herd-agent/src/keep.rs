@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use herd_slurm::lifecycle::{self, Cause, JobFacts};
+use herd_slurm::scheduler::lifecycle::{self, Cause, JobFacts};
 use herd_slurm::Layout;
 use serde_json::json;
 
@@ -106,7 +106,7 @@ pub(crate) async fn requeue(
             // slurmctld would requeue a preempted job by itself: end it for good.
             let id2 = id.clone();
             let _ = tokio::task::spawn_blocking(move || {
-                herd_slurm::commands::scancel(&[id2.as_str()], None)
+                herd_slurm::scheduler::command::scancel(&[id2.as_str()], None)
             })
             .await;
         }

@@ -18,7 +18,7 @@
 //!   scheduler what is happening; the workers are not signalled.
 //!
 //! What a signal means for the job (the user's own, a preemption, the time limit) is the
-//! leader's decision, from the scheduler's facts (`herd_slurm::lifecycle`).
+//! leader's decision, from the scheduler's facts (`herd_slurm::scheduler::lifecycle`).
 //!
 //! Every other signal keeps its default action.
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 use clap::Args;
 use herd_exp::progress::{self, Progress};
 use herd_exp::Experiment;
-use herd_slurm::queue::{self, QueueRow, Scope};
+use herd_slurm::scheduler::queue::{self, QueueRow, Scope};
 use serde_json::json;
 
 use crate::site::exp_root;
@@ -156,7 +156,7 @@ pub fn run(args: CancelArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError
         return Ok(ExitStatus::Success);
     }
     let ids: Vec<&str> = live.iter().map(|p| p.id.as_str()).collect();
-    herd_slurm::commands::scancel(&ids, None).map_err(CliError::Slurm)?;
+    herd_slurm::scheduler::command::scancel(&ids, None).map_err(CliError::Slurm)?;
     let user = std::env::var("USER")
         .or_else(|_| std::env::var("LOGNAME"))
         .ok()

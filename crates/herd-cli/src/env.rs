@@ -6,9 +6,8 @@ use std::path::PathBuf;
 use clap::Args;
 use herd_hostlist::compress;
 use herd_plan::GpuBindArg;
-use herd_slurm::{
-    addr, format_counts, worker_env, Allocation, GpuBind, LaunchInfo, Position, Vars,
-};
+use herd_slurm::allocation::addr;
+use herd_slurm::{format_counts, worker_env, Allocation, GpuBind, LaunchInfo, Position, Vars};
 use serde_json::json;
 
 use crate::{CliError, ExitStatus};
@@ -69,7 +68,7 @@ pub fn run(args: EnvArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
             node_rank: task.node_rank,
         };
         let mut env = worker_env(&alloc.layout, pos, &info);
-        for passthrough in herd_slurm::vars::PASSED_THROUGH {
+        for passthrough in herd_slurm::worker::vars::PASSED_THROUGH {
             if let Some(v) = vars.get(passthrough) {
                 env.insert(passthrough.to_owned(), v.to_owned());
             }

@@ -11,7 +11,8 @@ use std::os::unix::process::CommandExt;
 
 use clap::Args;
 use herd_plan::GpuBindArg;
-use herd_slurm::{addr, worker_env, Allocation, AllocationError, LaunchInfo, Position, Vars};
+use herd_slurm::allocation::addr;
+use herd_slurm::{worker_env, Allocation, AllocationError, LaunchInfo, Position, Vars};
 
 use crate::{CliError, ExitStatus};
 

@@ -1,6 +1,6 @@
 //! `herd launch` (the per-node agent) and `herd run` (launch here, or on the allocation).
 
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -11,8 +11,10 @@ use herd_agent::{Config, Outcome};
 use herd_exp::layout::{ExperimentDir, LogsDir};
 use herd_plan::AgentOptions;
 use herd_rendezvous::JobKey;
-use herd_slurm::vars::{HERD_EXP_DIR, HERD_JOB_SECRET};
-use herd_slurm::{addr, Allocation, AllocationError, Gpus, LaunchInfo, Vars};
+use herd_slurm::allocation::addr;
+use herd_slurm::scheduler::command;
+use herd_slurm::worker::vars::{HERD_EXP_DIR, HERD_JOB_SECRET};
+use herd_slurm::{Allocation, AllocationError, Gpus, LaunchInfo, Vars};
 
 use crate::{CliError, ExitStatus};
 
@@ -241,25 +243,20 @@ pub fn run(args: RunArgs) -> Result<ExitStatus, CliError> {
                 None => PathBuf::from("herd-logs").join(alloc.job_id.to_string()),
             });
         let log_dir = std::path::absolute(&log_dir).unwrap_or(log_dir);
-        let mut cmd = std::process::Command::new("srun");
-        cmd.arg(format!("--nodes={nodes}"))
-            .arg(format!("--ntasks={nodes}"))
-            .arg("--ntasks-per-node=1")
-            .arg("--kill-on-bad-exit=1")
-            .arg(&herd)
-            .arg("launch")
-            .args(&forwarded)
-            .arg("--log-dir")
-            .arg(&log_dir)
-            .arg("--")
-            .args(&o.command)
-            .env(HERD_JOB_SECRET, &secret);
-        let status = cmd.status().map_err(|source| {
-            CliError::Slurm(herd_slurm::SlurmError::Start {
-                command: "srun",
-                source,
-            })
-        })?;
+        let mut args: Vec<OsString> = vec![
+            format!("--nodes={nodes}").into(),
+            format!("--ntasks={nodes}").into(),
+            "--ntasks-per-node=1".into(),
+            "--kill-on-bad-exit=1".into(),
+            herd.into(),
+            "launch".into(),
+        ];
+        args.extend(forwarded);
+        args.extend(["--log-dir".into(), log_dir.into(), "--".into()]);
+        args.extend(o.command.iter().cloned());
+        let args: Vec<&OsStr> = args.iter().map(OsString::as_os_str).collect();
+        let status = command::run_attached("srun", &args, &[(HERD_JOB_SECRET, secret.as_ref())])
+            .map_err(CliError::Slurm)?;
         return Ok(if status.success() {
             ExitStatus::Success
         } else {

@@ -142,7 +142,7 @@ pub enum CliError {
     Allocation(#[from] herd_slurm::AllocationError),
     /// A node has no address the other nodes can reach.
     #[error("{0}")]
-    Addr(#[from] herd_slurm::addr::AddrError),
+    Addr(#[from] herd_slurm::allocation::addr::AddrError),
     /// The agent stopped before supervision could report (rendezvous, log folder, …).
     #[error("{0}")]
     Agent(#[from] herd_agent::AgentError),

@@ -10,6 +10,10 @@ use herd_plan::{
     Finding, JobFile, JobKeys, MemoryPolicy, Plan, PlanArgs, ProgramLookup, ScriptParams, Severity,
 };
 
+use herd_slurm::scheduler::command::QUERY_TIMEOUT;
+use herd_slurm::scheduler::partition::{self, Partition};
+use herd_slurm::scheduler::queue::{self, QueueRow, Scope};
+
 use crate::site::{cluster_profiles, hostname, is_job_id};
 use crate::{CliError, ExitStatus};
 
@@ -46,33 +50,22 @@ pub fn plan(args: &PlanArgs) -> Result<Plan, CliError> {
 
 /// The cluster's partitions with their node sizes, when `scontrol` answers (and `sinfo`,
 /// for the node sizes); `None` otherwise, with a note unless SLURM is not installed here.
-fn partitions() -> Option<Vec<herd_plan::Partition>> {
-    use herd_slurm::commands;
+fn partitions() -> Option<Vec<Partition>> {
     let note =
         |what: &str, e: &dyn std::fmt::Display| eprintln!("herd: note: {what} not checked: {e}");
-    let text = match commands::show_partitions() {
-        Ok(text) => text,
-        Err(e) if e.is_not_installed() => return None,
+    match partition::query() {
+        Ok(table) => {
+            if let Some(e) = &table.node_sizes_unknown {
+                note("node sizes", e);
+            }
+            Some(table.partitions)
+        }
+        Err(e) if e.is_not_installed() => None,
         Err(e) => {
             note("partitions", &e);
-            return None;
+            None
         }
-    };
-    let mut parts = match herd_plan::parse_scontrol_partitions(&text) {
-        Ok(p) => p,
-        Err(e) => {
-            note("partitions", &e);
-            return None;
-        }
-    };
-    match commands::sinfo(herd_plan::SINFO_FORMAT)
-        .map_err(|e| e.to_string())
-        .and_then(|text| herd_plan::parse_sinfo(&text).map_err(|e| e.to_string()))
-    {
-        Ok(rows) => herd_plan::add_node_groups(&mut parts, &rows),
-        Err(e) => note("node sizes", &e),
     }
-    Some(parts)
 }
 
 /// An `after` entry `NAME|ID[:ok|any|notok]` as (target, kind); the kind defaults to `ok`.
@@ -89,13 +82,12 @@ pub fn dependency(after: &[String]) -> Result<Option<String>, Vec<String>> {
     if after.is_empty() {
         return Ok(None);
     }
-    let entries: Vec<(&str, &str)> = after.iter().map(|e| split_after(e)).collect();
     // One squeue query, and only when a job is named rather than given by id.
-    let jobs = if entries.iter().all(|(t, _)| is_job_id(t)) {
+    let rows = if after.iter().all(|e| is_job_id(split_after(e).0)) {
         Vec::new()
     } else {
-        match herd_slurm::commands::my_jobs() {
-            Ok(jobs) => jobs,
+        match queue::query(Scope::Mine, QUERY_TIMEOUT) {
+            Ok(rows) => rows,
             Err(e) => {
                 return Err(vec![format!(
                     "--after {}: cannot look up job names: {e}; give job ids instead, or try again",
@@ -104,6 +96,22 @@ pub fn dependency(after: &[String]) -> Result<Option<String>, Vec<String>> {
             }
         }
     };
+    after_ids(after, &rows)
+}
+
+/// [`dependency`] from this user's queue `rows`: a name matches the jobs of that name that
+/// have not ended (the query also lists those that ended minutes ago), each by the id
+/// squeue's `%i` shows (`1234`, an array task's `1234_5`).
+fn after_ids(after: &[String], rows: &[QueueRow]) -> Result<Option<String>, Vec<String>> {
+    if after.is_empty() {
+        return Ok(None);
+    }
+    let entries: Vec<(&str, &str)> = after.iter().map(|e| split_after(e)).collect();
+    let jobs: Vec<(String, &str)> = rows
+        .iter()
+        .filter(|r| !r.job_state().is_final())
+        .map(|r| (r.id(), r.name.as_str()))
+        .collect();
     let mut problems = Vec::new();
     let mut by_kind: Vec<(&str, Vec<String>)> = Vec::new();
     for (entry, &(target, kind)) in after.iter().zip(&entries) {
@@ -111,14 +119,14 @@ pub fn dependency(after: &[String]) -> Result<Option<String>, Vec<String>> {
             vec![target.to_owned()]
         } else {
             jobs.iter()
-                .filter(|j| j.name == target)
-                .map(|j| j.id.clone())
+                .filter(|(_, name)| *name == target)
+                .map(|(id, _)| id.clone())
                 .collect()
         };
         match ids.len() {
             1 => {}
             0 => {
-                let names: Vec<&str> = jobs.iter().map(|j| j.name.as_str()).collect();
+                let names: Vec<&str> = jobs.iter().map(|&(_, name)| name).collect();
                 problems.push(format!(
                     "--after {entry}: no queued or running job of yours is named {target:?} (yours: {}); fix the name in `after`",
                     if names.is_empty() { "none".to_owned() } else { names.join(", ") }
@@ -377,7 +385,7 @@ fn record_queued(exp: &herd_exp::Experiment, submission: u32, job_id: &str) {
 
 /// `sbatch --parsable` the experiment's script from its folder; the job id or why not.
 fn sbatch(exp: &herd_exp::Experiment) -> Result<String, herd_slurm::SlurmError> {
-    herd_slurm::commands::sbatch(&exp.paths().job_script(), exp.dir())
+    herd_slurm::scheduler::command::sbatch(&exp.paths().job_script(), exp.dir())
 }
 
 /// `herd submit --resume NAME`: a new attempt of an existing experiment.
@@ -466,4 +474,77 @@ fn wait(jobs: &mut [crate::status::Watched], out: &mut dyn Write) -> Result<Exit
     let stderr = std::io::stderr();
     let tty = stderr.is_terminal();
     crate::status::watch(jobs, crate::site::DEFAULT_TIMEOUT, &mut stderr.lock(), tty)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// This user's queue as `squeue --states=all` lists it: a running and an ended
+    /// `pretrain`, an array `sweep` (task 1 running, tasks 2-3 pending), two queued `eval`s,
+    /// a failed `old`.
+    const QUEUE: &str = "\
+20|20|N/A|RUNNING|None|0:10|1:00|gpu-a01|1|0|me|(null)|2026-12-01T14:25:14|pretrain|
+21|21|N/A|COMPLETED|None|0:10|1:00|gpu-a02|1|0|me|(null)|2026-12-01T14:20:14|pretrain|
+23|22|1|RUNNING|None|0:05|1:00|gpu-a03|1|0|me|(null)|2026-12-01T14:25:20|sweep|
+22|22|2-3|PENDING|JobArrayTaskLimit|0:00|1:00||1|0|me|(null)|N/A|sweep|
+30|30|N/A|PENDING|Priority|0:00|1:00||1|0|me|(null)|N/A|eval|
+31|31|N/A|PENDING|Priority|0:00|1:00||1|0|me|(null)|N/A|eval|
+100|100|N/A|FAILED|NonZeroExitCode|0:02|1:00|gpu-a01|1|256|me|(null)|2026-12-01T14:00:00|old|
+";
+
+    fn after(entries: &[&str], queue: &str) -> Result<Option<String>, Vec<String>> {
+        let rows = queue::parse(queue).expect("squeue output");
+        let entries: Vec<String> = entries.iter().map(|e| (*e).to_owned()).collect();
+        after_ids(&entries, &rows)
+    }
+
+    #[test]
+    fn a_name_matches_only_jobs_that_have_not_ended() {
+        assert_eq!(
+            after(&["pretrain"], QUEUE),
+            Ok(Some("afterok:20".into())),
+            "21, also named pretrain, has ended"
+        );
+        let one_eval = QUEUE.replace(
+            "31|31|N/A|PENDING|Priority|0:00|1:00||1|0|me|(null)|N/A|eval|\n",
+            "",
+        );
+        assert_eq!(
+            after(&["pretrain:any", "99:notok", "eval"], &one_eval),
+            Ok(Some("afterany:20,afternotok:99,afterok:30".into())),
+            "kinds grouped, ids as given"
+        );
+    }
+
+    #[test]
+    fn an_array_task_is_named_by_its_array_and_task() {
+        let one_task = "23|22|1|RUNNING|None|0:05|1:00|gpu-a03|1|0|me|(null)|N/A|sweep|\n";
+        assert_eq!(after(&["sweep"], one_task), Ok(Some("afterok:22_1".into())));
+        assert_eq!(
+            after(&["sweep"], QUEUE),
+            Err(vec![
+                "--after sweep: 2 jobs are named \"sweep\" (ids 22_1, 22_[2-3]); give the id instead"
+                    .to_owned()
+            ])
+        );
+    }
+
+    #[test]
+    fn no_job_or_several_jobs_of_a_name_say_which_there_are() {
+        assert_eq!(
+            after(&["eval", "old:any"], QUEUE),
+            Err(vec![
+                "--after eval: 2 jobs are named \"eval\" (ids 30, 31); give the id instead".to_owned(),
+                "--after old:any: no queued or running job of yours is named \"old\" (yours: pretrain, sweep, sweep, eval, eval); fix the name in `after`".to_owned(),
+            ])
+        );
+        assert_eq!(
+            after(&["pretrain"], ""),
+            Err(vec![
+                "--after pretrain: no queued or running job of yours is named \"pretrain\" (yours: none); fix the name in `after`".to_owned()
+            ])
+        );
+        assert_eq!(after(&[], QUEUE), Ok(None));
+    }
 }

@@ -7,7 +7,8 @@ use crate::keys::{Key, Source};
 use crate::launch::{KeepAlive, OnHang, Seconds, StopSignal};
 use crate::layers::Layers;
 use crate::plan::Mode;
-use crate::values::{non_negative, TimeLimit, ValueError};
+use crate::values::{non_negative, ValueError};
+use herd_slurm::TimeLimit;
 
 /// The keep-alive keys, checked against each other, the time limit and the mode.
 pub(crate) fn resolve_keep(

@@ -50,9 +50,11 @@
 //!   made from.
 //! - [`names`]: what a name or an `#SBATCH` value must be (resolution and rendering check
 //!   the same rules).
-//! - [`values`]: SLURM's [`TimeLimit`], [`Memory`] and [`Signal`] formats, parsed strictly.
-//! - [`partition`]: the partition table from `scontrol show partition -o` and `sinfo`.
-//! - [`check`](mod@check): [`check()`] → [`Finding`]s, each naming the keys to change.
+//! - [`values`]: SLURM's [`Signal`] format and counts, parsed strictly; SLURM's
+//!   [`TimeLimit`] and [`Memory`] are herd-slurm's (its formats), re-exported here.
+//! - [`check`](mod@check): [`check()`] → [`Finding`]s, each naming the keys to change; the
+//!   partitions it compares with are herd-slurm's partition table
+//!   (`herd_slurm::scheduler::partition`).
 //! - [`render`]: [`render_script`] → the batch script.
 //! - [`ranks`]: [`rank_table`] for `--dry-run`.
 //! - [`quote`](mod@quote): the POSIX single-quoting every user value goes through.
@@ -68,7 +70,6 @@ pub mod keys;
 pub mod launch;
 pub mod layers;
 pub mod names;
-pub mod partition;
 pub mod plan;
 pub mod quote;
 pub mod ranks;
@@ -79,16 +80,13 @@ pub mod values;
 pub use check::{
     check, check_script, has_errors, CheckContext, Finding, MemoryPolicy, ProgramLookup, Severity,
 };
+pub use herd_slurm::{Memory, TimeLimit};
 pub use job::{load_profiles, profile_dir, select_profile, JobFile, LoadError, Profile};
 pub use keys::{JobKeys, Key, PlanArgs, Source};
 pub use launch::{AgentOptions, GpuBindArg, KeepAlive, OnHang, Seconds, StopSignal};
-pub use partition::{
-    add_node_groups, parse_scontrol_partitions, parse_sinfo, NodeGroup, OutputError, Partition,
-    SinfoRow, SINFO_FORMAT,
-};
 pub use plan::{Mode, Plan, Problem, ResolveError, DEFAULT_EXP_ROOT};
 pub use quote::{quote, quote_if_needed, quote_words, NulError};
 pub use ranks::{format_rank_table, rank_table, RankRow};
 pub use render::{render_script, RenderError, ScriptParams};
 pub use resolve::{parse_param, resolve};
-pub use values::{Memory, Signal, TextOrNumber, TimeLimit, ValueError};
+pub use values::{Signal, TextOrNumber, ValueError};

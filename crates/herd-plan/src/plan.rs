@@ -12,7 +12,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::keys::{Key, Source};
 use crate::launch::{AgentOptions, GpuBindArg, KeepAlive};
-use crate::values::{Memory, Signal, TimeLimit, ValueError};
+use crate::values::{Signal, ValueError};
+use herd_slurm::{Memory, TimeLimit};
 
 /// How the batch script starts the workers (docs/design.md §2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]

@@ -19,7 +19,9 @@
 use std::path::Path;
 
 use herd_exp::layout::{ExperimentDir, LogsDir, Stream};
-use herd_slurm::vars::{HERD_CHECKPOINT_DIR, HERD_EXP_DIR, HERD_JOB_SECRET, HERD_RESUME_FROM};
+use herd_slurm::worker::vars::{
+    HERD_CHECKPOINT_DIR, HERD_EXP_DIR, HERD_JOB_SECRET, HERD_RESUME_FROM,
+};
 
 use crate::launch::GpuBindArg;
 use crate::names::{job_name_ok, sbatch_arg, sbatch_safe, simple_name_ok};

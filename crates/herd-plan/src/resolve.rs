@@ -24,7 +24,8 @@ use crate::names::{job_name, sanitize_job_name, sbatch_arg, sbatch_safe, simple_
 use crate::plan::{
     Mode, Plan, ResolveError, DEFAULT_EXCLUDE, DEFAULT_EXP_ROOT, MAX_ARG_BYTES, MAX_RANKS,
 };
-use crate::values::{non_negative, positive, Memory, Signal, TextOrNumber, TimeLimit, ValueError};
+use crate::values::{non_negative, positive, Signal, TextOrNumber, ValueError};
+use herd_slurm::{Memory, TimeLimit};
 
 /// Split a `--param NAME=VALUE` argument (the value may contain `=`).
 pub fn parse_param(arg: &str) -> Result<(String, String), ValueError> {
@@ -241,16 +242,16 @@ fn sbatch_keys(l: &mut Layers<'_>) -> SbatchKeys {
             Key::Mem,
             |k| k.mem.as_ref(),
             |v: &TextOrNumber| match v {
-                TextOrNumber::Text(t) => t.parse::<Memory>(),
-                TextOrNumber::Number(n) => Memory::from_number(*n),
+                TextOrNumber::Text(t) => t.parse::<Memory>().map_err(ValueError::from),
+                TextOrNumber::Number(n) => Memory::from_number(*n).map_err(ValueError::from),
             },
         ),
         time: l.take(
             Key::Time,
             |k| k.time.as_ref(),
             |v: &TextOrNumber| match v {
-                TextOrNumber::Text(t) => t.parse::<TimeLimit>(),
-                TextOrNumber::Number(n) => TimeLimit::from_minutes(*n),
+                TextOrNumber::Text(t) => t.parse::<TimeLimit>().map_err(ValueError::from),
+                TextOrNumber::Number(n) => TimeLimit::from_minutes(*n).map_err(ValueError::from),
             },
         ),
         signal: l.take(

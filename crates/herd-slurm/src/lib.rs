@@ -1,29 +1,27 @@
-//! The SLURM allocation model: what SLURM tells a process about its job and step, checked
-//! for consistency, and the environment herd gives each worker.
+//! Everything herd knows about SLURM, in three folders:
 //!
-//! - [`counts`]: `SLURM_TASKS_PER_NODE`-style lists (`2(x3),1`).
-//! - [`allocation`]: [`Allocation`] read from job and step variables.
-//! - [`worker`]: [`worker_env`], the variables of docs/design.md §3.
-//! - [`addr`]: a node's address that other nodes reach (never loopback).
-//! - [`checkpoint`]: the newest complete checkpoint, which a new attempt resumes from.
-//! - [`commands`]: `sbatch`, `squeue`, `scontrol`, `sinfo`, `scancel`, with timeouts and
-//!   typed errors.
-//! - [`lifecycle`]: why a job's attempt ends ([`lifecycle::Cause`]), decided from what
-//!   `scontrol show job` says, and the requeue that brings it back.
-//! - [`queue`]: the queue in one `squeue` call, states and pending reasons in words.
-//! - [`vars`]: the names of herd's own variables (`HERD_*`).
+//! - [`scheduler`]: talking to SLURM and reading what it says. Every SLURM command herd
+//!   runs goes through one helper ([`scheduler::command`]: timeouts, typed errors, the
+//!   `HERD_LOG=debug` trace); one reader of `scontrol`'s `Key=Value` lines
+//!   ([`scheduler::fields`]); the partition table from `scontrol` and `sinfo`
+//!   ([`scheduler::partition`]); the queue in one `squeue` call ([`scheduler::queue`]); why
+//!   a job's attempt ends and its requeue, from `scontrol show job`
+//!   ([`scheduler::lifecycle`]); SLURM's time and memory formats ([`TimeLimit`],
+//!   [`Memory`]).
+//! - [`allocation`]: the allocation model, what SLURM tells a process about its job and
+//!   step in its variables, checked for consistency: [`Allocation`], tasks per node
+//!   ([`allocation::counts`]), a node's address that other nodes reach
+//!   ([`allocation::addr`]).
+//! - [`worker`]: the worker environment, the variables of docs/design.md §3
+//!   ([`worker_env`]), herd's own `HERD_*` names ([`worker::vars`]), and the checkpoint a new
+//!   attempt resumes from ([`worker::checkpoint`]).
 
-pub mod addr;
 pub mod allocation;
-pub mod checkpoint;
-pub mod commands;
-pub mod counts;
-pub mod lifecycle;
-pub mod queue;
-pub mod vars;
+pub mod scheduler;
 pub mod worker;
 
+pub use allocation::counts::{format_counts, parse_counts};
 pub use allocation::{Allocation, AllocationError, Gpus, HetGroup, Layout, Task, Vars};
-pub use commands::SlurmError;
-pub use counts::{format_counts, parse_counts};
+pub use scheduler::command::SlurmError;
+pub use scheduler::values::{FormatError, Memory, TimeLimit};
 pub use worker::{worker_env, GpuBind, GpuBindError, LaunchInfo, Position};

@@ -16,7 +16,8 @@ use std::process::{Command, Output, Stdio};
 use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
-use herd_slurm::commands;
+use herd_slurm::scheduler::command;
+use herd_slurm::scheduler::fields::fields;
 
 /// Errors talking to the bed. Each carries the command and what it printed.
 #[derive(Debug, thiserror::Error)]
@@ -128,27 +129,13 @@ impl JobInfo {
     }
 }
 
-/// Parse one line of `scontrol show job -o`: space-separated `Key=Value` fields.
-///
-/// Values never contain spaces except in `Command=`/`WorkDir=`/`Std*=` paths, which the
-/// bed's tests keep free of spaces; a token without `=` is appended to the previous value.
+/// Parse one line of `scontrol show job -o` with herd-slurm's `Key=Value` reader
+/// ([`herd_slurm::scheduler::fields`]); a key printed twice keeps its last value.
 pub fn parse_scontrol_job(line: &str) -> Option<JobInfo> {
-    let mut fields: BTreeMap<String, String> = BTreeMap::new();
-    let mut last: Option<String> = None;
-    for token in line.split_whitespace() {
-        match token.split_once('=') {
-            Some((key, value)) if !key.is_empty() => {
-                fields.insert(key.to_owned(), value.to_owned());
-                last = Some(key.to_owned());
-            }
-            _ => {
-                if let Some(value) = last.as_ref().and_then(|k| fields.get_mut(k)) {
-                    value.push(' ');
-                    value.push_str(token);
-                }
-            }
-        }
-    }
+    let fields: BTreeMap<String, String> = fields(line)
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
     let get = |k: &str| fields.get(k).cloned();
     Some(JobInfo {
         state: get("JobState")?,
@@ -398,7 +385,7 @@ pub struct Bed {
 impl Bed {
     /// Reach the bed: `sinfo` must answer and list idle nodes; the torch venv must exist.
     pub fn connect() -> Result<Bed, BedError> {
-        let listed = commands::node_states("gpu")?;
+        let listed = command::node_states("gpu")?;
         let mut nodes = Vec::new();
         for (node, state) in &listed {
             if !matches!(state.as_str(), "idle" | "mix" | "alloc" | "comp") {
@@ -472,7 +459,7 @@ impl Bed {
 
     /// `sbatch --parsable SCRIPT` from `workdir`; returns the job id.
     pub fn sbatch(&self, script: &Path, workdir: &Path) -> Result<JobId, BedError> {
-        let id = commands::sbatch(script, workdir)?;
+        let id = command::sbatch(script, workdir)?;
         id.parse().map(JobId).map_err(|_| BedError::Parse {
             command: format!("sbatch --parsable {}", script.display()),
             output: id,
@@ -481,7 +468,7 @@ impl Bed {
 
     /// `scontrol show job -o ID`.
     pub fn job(&self, job: JobId) -> Result<JobInfo, BedError> {
-        let text = commands::show_job(&job.to_string())?;
+        let text = command::show_job(&job.to_string())?;
         parse_scontrol_job(text.lines().next().unwrap_or_default()).ok_or(BedError::Parse {
             command: format!("scontrol show job -o {job}"),
             output: text,
@@ -516,7 +503,7 @@ impl Bed {
     /// `scancel --signal=SIGNAL ID`: the signal reaches every task of the job's steps (not
     /// the batch shell), as SLURM's own preemption warning does with `--signal=SIG@T`.
     pub fn signal(&self, job: JobId, signal: &str) -> Result<(), BedError> {
-        Ok(commands::scancel(&[&job.to_string()], Some(signal))?)
+        Ok(command::scancel(&[&job.to_string()], Some(signal))?)
     }
 
     /// Processes on the bed's nodes whose command line contains `needle`, as
@@ -558,7 +545,7 @@ impl Bed {
 
     /// The id the next submitted job will get (`scontrol show config`: NEXT_JOB_ID).
     pub fn next_job_id(&self) -> Result<JobId, BedError> {
-        let text = commands::show_config()?;
+        let text = command::show_config()?;
         text.lines()
             .find_map(|l| {
                 let (k, v) = l.split_once('=')?;
@@ -573,7 +560,7 @@ impl Bed {
 
     /// `scancel ID`.
     pub fn cancel(&self, job: JobId) -> Result<(), BedError> {
-        Ok(commands::scancel(&[&job.to_string()], None)?)
+        Ok(command::scancel(&[&job.to_string()], None)?)
     }
 }
 

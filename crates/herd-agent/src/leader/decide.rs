@@ -5,7 +5,7 @@
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
-use herd_slurm::lifecycle::{Cause, JobFacts};
+use herd_slurm::scheduler::lifecycle::{Cause, JobFacts};
 use nix::sys::signal::Signal;
 use serde_json::json;
 use tokio::sync::mpsc;

@@ -7,7 +7,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
 use herd_rendezvous::{Leader, RendezvousError};
-use herd_slurm::lifecycle::Cause;
+use herd_slurm::scheduler::lifecycle::Cause;
 use herd_slurm::Layout;
 use nix::sys::signal::Signal;
 use serde_json::json;

@@ -55,7 +55,7 @@ pub fn run(args: LogsArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError> 
 /// folder then tells how it ended: `ok` is whether it did so well); `None` while it is
 /// queued or running, or when the scheduler does not answer.
 fn scheduler_says_over(exp: &herd_exp::Experiment) -> Option<bool> {
-    use herd_slurm::queue::{self, Scope};
+    use herd_slurm::scheduler::queue::{self, Scope};
     let progress = herd_exp::progress::Progress::read(exp).ok()?;
     let id = progress.job_id.clone()?;
     let rows = queue::query(

@@ -18,7 +18,7 @@ use std::time::Duration;
 use clap::Args;
 use herd_exp::progress::{self, Progress};
 use herd_exp::Experiment;
-use herd_slurm::queue::{self, Scope};
+use herd_slurm::scheduler::queue::{self, Scope};
 use serde_json::json;
 
 use crate::site::{exp_root, scheduler_trouble};

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use herd_exp::progress::Progress;
 use herd_exp::Experiment;
-use herd_slurm::queue::{self, JobState, QueueRow};
+use herd_slurm::scheduler::queue::{self, JobState, QueueRow};
 use serde_json::{json, Value};
 
 /// One job as the scheduler shows it: a plain job's row, or an array's rows together.

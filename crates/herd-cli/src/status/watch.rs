@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use herd_exp::progress::Progress;
 use herd_exp::Experiment;
-use herd_slurm::queue::{self, Scope};
+use herd_slurm::scheduler::queue::{self, Scope};
 
 use super::view::{record_end, view, SchedJob, View};
 use crate::site::scheduler_trouble;

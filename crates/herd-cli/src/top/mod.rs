@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use crossterm::event::{self, Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
-use herd_slurm::queue::{self, Scope};
+use herd_slurm::scheduler::queue::{self, Scope};
 
 use crate::{CliError, ExitStatus};
 use model::{Frame, Reader, Thresholds};

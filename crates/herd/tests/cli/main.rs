@@ -1,7 +1,9 @@
 //! The `herd` binary's command line, run as a user runs it: here the commands, hostlists,
 //! `env`, `exec`, completions and the man page; `submit` and `check` in `submit.rs`; the
-//! views of a job (`status`, `logs`, `top`) in `views.rs`.
+//! views of a job (`status`, `logs`, `top`) in `views.rs`; herd's own SLURM commands with
+//! fake ones on PATH in `slurm.rs`.
 
+mod slurm;
 mod submit;
 mod views;
 

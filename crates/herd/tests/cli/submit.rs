@@ -454,3 +454,117 @@ fn submit_and_check_help_list_every_key() {
         }
     }
 }
+
+/// Writes `bin/NAME` under `dir` (a [`submit_project`]): a fake SLURM command running `body`.
+fn fake_command(dir: &std::path::Path, name: &str, body: &str) {
+    let path = dir.join("bin").join(name);
+    std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).expect("fake command");
+    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+}
+
+/// `herd ARGS` run in `dir`'s project with only its fake SLURM commands (and the system's)
+/// on PATH, no cluster profiles, and `env` set.
+fn herd_here(dir: &std::path::Path, args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_herd"))
+        .args(args)
+        .current_dir(dir.join("project"))
+        .env(
+            "PATH",
+            format!("{}:/usr/bin:/bin", dir.join("bin").display()),
+        )
+        .env("HOME", dir)
+        .env("XDG_CONFIG_HOME", dir.join("config"))
+        .env_remove("SLURM_JOB_ID")
+        .env_remove("HERD_LOG")
+        .envs(env.iter().copied())
+        .output()
+        .expect("herd runs")
+}
+
+/// `scontrol show partition -o` on the test bed (slurm-wlm 22.05.8), as printed.
+const BED_PARTITIONS: &str = "\
+PartitionName=gpu AllowGroups=ALL AllowAccounts=ALL AllowQos=ALL AllocNodes=ALL Default=YES QoS=N/A DefaultTime=NONE DisableRootJobs=NO ExclusiveUser=NO GraceTime=0 Hidden=NO MaxNodes=UNLIMITED MaxTime=UNLIMITED MinNodes=0 LLN=NO MaxCPUsPerNode=UNLIMITED Nodes=gpu-a[01-03] PriorityJobFactor=1 PriorityTier=1 RootOnly=NO ReqResv=NO OverSubscribe=NO OverTimeLimit=NONE PreemptMode=OFF State=UP TotalCPUs=24 TotalNodes=3 SelectTypeParameters=NONE JobDefaults=(null) DefMemPerNode=UNLIMITED MaxMemPerNode=UNLIMITED TRES=cpu=24,mem=48000M,node=3,billing=24
+PartitionName=dev AllowGroups=ALL AllowAccounts=ALL AllowQos=ALL AllocNodes=ALL Default=NO QoS=N/A DefaultTime=NONE DisableRootJobs=NO ExclusiveUser=NO GraceTime=0 Hidden=NO MaxNodes=UNLIMITED MaxTime=00:05:00 MinNodes=0 LLN=NO MaxCPUsPerNode=UNLIMITED Nodes=gpu-a[01-03] PriorityJobFactor=1 PriorityTier=1 RootOnly=NO ReqResv=NO OverSubscribe=NO OverTimeLimit=NONE PreemptMode=OFF State=UP TotalCPUs=24 TotalNodes=3 SelectTypeParameters=NONE JobDefaults=(null) DefMemPerNode=UNLIMITED MaxMemPerNode=UNLIMITED TRES=cpu=24,mem=48000M,node=3,billing=24
+";
+
+/// `herd check` compares the plan with the partitions `scontrol show partition -o` lists
+/// (a time over dev's MaxTime is an error naming it), and an `sinfo` that fails leaves
+/// out the node sizes with a note saying so, sinfo's words included.
+#[test]
+fn check_reads_the_partitions_and_notes_a_failing_sinfo() {
+    let dir = submit_project(&[("train.py", 10)]);
+    fake_command(
+        dir.path(),
+        "scontrol",
+        &format!("cat <<'EOF'\n{BED_PARTITIONS}EOF"),
+    );
+    fake_command(
+        dir.path(),
+        "sinfo",
+        "echo 'sinfo: error: Unable to contact slurm controller (connect failure)' >&2\nexit 1",
+    );
+    let out = herd_here(
+        dir.path(),
+        &[
+            "check", "-J", "x", "-p", "dev", "--time", "10", "--", "true",
+        ],
+        &[],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("--time = 00:10:00 is longer than partition dev's MaxTime=00:05:00"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("herd: note: node sizes not checked: sinfo: error: Unable to contact slurm controller (connect failure)\n"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("partitions not checked"), "{stderr}");
+}
+
+/// `--after NAME` looks the name up among this user's jobs with herd's one squeue query
+/// and leaves out the jobs that have ended: with a running and an ended `pretrain`, the
+/// script depends on the running one.
+#[test]
+fn after_a_name_depends_on_the_job_of_that_name_that_has_not_ended() {
+    let dir = submit_project(&[("train.py", 10)]);
+    fake_command(
+        dir.path(),
+        "squeue",
+        &format!(
+            "echo \"squeue $*\" >> '{}'\ncat <<'EOF'\n\
+20|20|N/A|RUNNING|None|0:10|1:00|gpu-a01|1|0|me|(null)|2026-12-01T14:25:14|pretrain|\n\
+21|21|N/A|COMPLETED|None|0:10|1:00|gpu-a02|1|0|me|(null)|2026-12-01T14:20:14|pretrain|\n\
+EOF",
+            dir.path().join("called").display()
+        ),
+    );
+    let out = herd_here(
+        dir.path(),
+        &[
+            "submit",
+            "--dry-run",
+            "-J",
+            "eval",
+            "--after",
+            "pretrain",
+            "--",
+            "true",
+        ],
+        &[],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let script = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        script.contains("#SBATCH --dependency=afterok:20\n"),
+        "{script}"
+    );
+    let called = slurm_called(dir.path());
+    assert!(
+        called.contains("squeue -h --states=all --me -O JobID:|"),
+        "{called}"
+    );
+}

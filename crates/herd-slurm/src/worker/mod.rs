@@ -5,15 +5,21 @@
 //! `srun` launch (`SLURM_PROCID`, `SLURM_LOCALID`, `SLURM_NTASKS`, `SLURM_TASKS_PER_NODE`)
 //! gets the right ranks even when one agent per node spawns the workers; the GPUs each
 //! worker sees ([`GpuBind`]), a sane `OMP_NUM_THREADS`, and `HERD_*`.
+//!
+//! - [`vars`]: the names of herd's own variables (`HERD_*`).
+//! - [`checkpoint`]: the newest complete checkpoint, which a new attempt resumes from
+//!   (`HERD_RESUME_FROM`).
+
+pub mod checkpoint;
+pub mod vars;
 
 use std::collections::BTreeMap;
 
 use herd_hostlist::compress;
 use serde::{Deserialize, Serialize};
 
+use crate::allocation::counts::format_counts;
 use crate::allocation::Layout;
-use crate::counts::format_counts;
-use crate::vars;
 
 /// Where one worker sits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -118,7 +124,7 @@ pub struct LaunchInfo {
     /// `HERD_CHECKPOINT_DIR`, where the job writes its checkpoints, when set.
     pub checkpoint_dir: Option<std::path::PathBuf>,
     /// `HERD_RESUME_FROM`: the newest complete checkpoint there when the attempt started
-    /// ([`crate::checkpoint::newest`]); `None` leaves a value the user set alone.
+    /// ([`checkpoint::newest`]); `None` leaves a value the user set alone.
     pub resume_from: Option<std::path::PathBuf>,
 }
 
@@ -156,7 +162,7 @@ impl LaunchInfo {
     /// [`LaunchInfo::checkpoint_dir`] now (`None` without a folder or a checkpoint).
     pub fn newest_checkpoint(&self) -> std::io::Result<Option<std::path::PathBuf>> {
         match &self.checkpoint_dir {
-            Some(dir) => crate::checkpoint::newest(dir),
+            Some(dir) => checkpoint::newest(dir),
             None => Ok(None),
         }
     }

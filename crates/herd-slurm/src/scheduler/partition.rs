@@ -1,14 +1,18 @@
-//! The partition table the checks compare a plan with, read from SLURM's own output by pure
-//! parsers: `scontrol show partition -o` for limits and [`SINFO_FORMAT`] `sinfo` lines for
-//! the nodes' CPUs, memory and GPUs.
+//! The partition table herd-plan's checks compare a plan with: [`query`] asks
+//! `scontrol show partition -o` for the limits and `sinfo` ([`SINFO_FORMAT`]) for the nodes'
+//! CPUs, memory and GPUs, and reads both.
 //!
-//! The CLI runs the commands; these functions only read their text, so they are tested on
-//! pasted real output. Keys SLURM adds in later versions are ignored; a key herd reads with
-//! a value it cannot read is an error naming the line and key.
+//! The readers are pure functions of the commands' text, tested on pasted real output. Keys
+//! SLURM adds in later versions are ignored; a key herd reads with a value it cannot read is
+//! an error naming the line and key.
+
+use std::ffi::OsStr;
 
 use serde::Serialize;
 
-use crate::values::{Memory, TimeLimit};
+use crate::scheduler::command::{run, SlurmError, QUERY_TIMEOUT};
+use crate::scheduler::fields::fields;
+use crate::scheduler::values::{Memory, TimeLimit};
 
 /// Largest scheduler output read (far above any real cluster's partition list).
 pub const MAX_OUTPUT_BYTES: usize = 16 << 20;
@@ -17,6 +21,72 @@ pub const MAX_OUTPUT_BYTES: usize = 16 << 20;
 /// (partition, availability, time limit, node count, CPUs, memory in MB, GRES, nodes; one
 /// line per group of nodes with the same configuration).
 pub const SINFO_FORMAT: &str = "%R|%a|%l|%D|%c|%m|%G|%N";
+
+/// The cluster's partitions as SLURM reports them now.
+#[derive(Debug)]
+pub struct PartitionTable {
+    /// Every partition, each with its node groups when `sinfo` answered.
+    pub partitions: Vec<Partition>,
+    /// Why the partitions have no node groups: `sinfo` failed, timed out or printed what
+    /// herd cannot read (the limits from `scontrol` are still there).
+    pub node_sizes_unknown: Option<PartitionError>,
+}
+
+/// Why the partition table could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum PartitionError {
+    /// The command failed, timed out or is not installed.
+    #[error(transparent)]
+    Slurm(#[from] SlurmError),
+    /// The command printed what herd cannot read.
+    #[error(transparent)]
+    Output(#[from] OutputError),
+}
+
+impl PartitionError {
+    /// Whether SLURM is not installed here (a laptop): nothing to check, nothing to say.
+    pub fn is_not_installed(&self) -> bool {
+        matches!(self, PartitionError::Slurm(e) if e.is_not_installed())
+    }
+}
+
+/// The partition table: `scontrol show partition -o` for the partitions and their limits
+/// (an error when it fails or cannot be read), then `sinfo` for their node groups (when it
+/// fails, the table comes without them and says why in
+/// [`PartitionTable::node_sizes_unknown`]).
+pub fn query() -> Result<PartitionTable, PartitionError> {
+    let text = run(
+        "scontrol",
+        &["show".as_ref(), "partition".as_ref(), "-o".as_ref()],
+        None,
+        QUERY_TIMEOUT,
+    )?;
+    let mut partitions = parse_scontrol_partitions(&text)?;
+    let sinfo = run(
+        "sinfo",
+        &[
+            "-h".as_ref(),
+            "-e".as_ref(),
+            "-o".as_ref(),
+            OsStr::new(SINFO_FORMAT),
+        ],
+        None,
+        QUERY_TIMEOUT,
+    )
+    .map_err(PartitionError::from)
+    .and_then(|text| parse_sinfo(&text).map_err(PartitionError::from));
+    let node_sizes_unknown = match sinfo {
+        Ok(rows) => {
+            add_node_groups(&mut partitions, &rows);
+            None
+        }
+        Err(e) => Some(e),
+    };
+    Ok(PartitionTable {
+        partitions,
+        node_sizes_unknown,
+    })
+}
 
 /// One partition and its limits. `None` limits are unlimited (or not reported).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -119,24 +189,6 @@ fn limit_time(value: &str) -> Result<Option<TimeLimit>, String> {
     }
 }
 
-/// Split a `scontrol -o` line into `Key=Value` pairs. A word without `=` belongs to the
-/// value before it (scontrol does not quote values with spaces).
-fn pairs(line: &str) -> Vec<(&str, String)> {
-    let mut out: Vec<(&str, String)> = Vec::new();
-    for word in line.split_whitespace() {
-        match word.split_once('=') {
-            Some((k, v)) if !k.is_empty() => out.push((k, v.to_owned())),
-            _ => {
-                if let Some(last) = out.last_mut() {
-                    last.1.push(' ');
-                    last.1.push_str(word);
-                }
-            }
-        }
-    }
-    out
-}
-
 /// Read `scontrol show partition -o` (one partition per line). Blank lines are skipped.
 pub fn parse_scontrol_partitions(text: &str) -> Result<Vec<Partition>, OutputError> {
     let err = |line: usize, message: String| OutputError {
@@ -155,28 +207,28 @@ pub fn parse_scontrol_partitions(text: &str) -> Result<Vec<Partition>, OutputErr
         }
         let mut p = Partition::default();
         let mut named = false;
-        for (key, value) in pairs(line) {
+        for (key, value) in fields(line) {
             let bad = |m: String| err(n, format!("{key}: {m}"));
             match key {
                 "PartitionName" => {
-                    p.name = value;
+                    p.name = value.to_owned();
                     named = true;
                 }
                 "Default" => p.default = value == "YES",
-                "State" => p.state = value,
-                "MaxNodes" => p.max_nodes = limit_u32(&value).map_err(bad)?,
-                "MinNodes" => p.min_nodes = limit_u32(&value).map_err(bad)?.unwrap_or(0),
-                "MaxTime" => p.max_time = limit_time(&value).map_err(bad)?,
-                "TotalNodes" => p.total_nodes = limit_u32(&value).map_err(bad)?,
-                "TotalCPUs" => p.total_cpus = limit_u32(&value).map_err(bad)?,
-                "MaxCPUsPerNode" => p.max_cpus_per_node = limit_u32(&value).map_err(bad)?,
+                "State" => p.state = value.to_owned(),
+                "MaxNodes" => p.max_nodes = limit_u32(value).map_err(bad)?,
+                "MinNodes" => p.min_nodes = limit_u32(value).map_err(bad)?.unwrap_or(0),
+                "MaxTime" => p.max_time = limit_time(value).map_err(bad)?,
+                "TotalNodes" => p.total_nodes = limit_u32(value).map_err(bad)?,
+                "TotalCPUs" => p.total_cpus = limit_u32(value).map_err(bad)?,
+                "MaxCPUsPerNode" => p.max_cpus_per_node = limit_u32(value).map_err(bad)?,
                 "MaxMemPerNode" => {
-                    p.max_mem_per_node = match value.as_str() {
+                    p.max_mem_per_node = match value {
                         "UNLIMITED" => None,
                         v => Some(v.parse::<Memory>().map_err(|e| bad(e.message))?),
                     }
                 }
-                "Nodes" => p.nodes = (value != "(null)").then_some(value),
+                "Nodes" => p.nodes = (value != "(null)").then(|| value.to_owned()),
                 "TRES" => {
                     for item in value.split(',') {
                         if let Some(v) = item.strip_prefix("gres/gpu=") {

@@ -5,13 +5,20 @@
 //! …) describe the step, and the unprefixed ones (`SLURM_NNODES`, `SLURM_NTASKS`,
 //! `SLURM_TASKS_PER_NODE`) follow the step, while `SLURM_NODELIST` still names the job's
 //! nodes. A batch script is not a task even though SLURM sets `SLURM_PROCID=0` there.
+//!
+//! - [`counts`]: `SLURM_TASKS_PER_NODE`-style lists (`2(x3),1`).
+//! - [`addr`]: the address other nodes reach one of the allocation's nodes at (never
+//!   loopback): the agents' leader and the workers' `MASTER_ADDR` both come from it.
+
+pub mod addr;
+pub mod counts;
 
 use std::collections::BTreeMap;
 
 use herd_hostlist::HostList;
 use serde::Serialize;
 
-use crate::counts::{parse_counts, CountsError};
+use counts::{parse_counts, CountsError};
 
 /// Environment variables to read the allocation from.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -13,7 +13,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::commands::{run, show_job, SlurmError, QUERY_TIMEOUT};
+use crate::scheduler::command::{run, show_job, SlurmError, QUERY_TIMEOUT};
+use crate::scheduler::fields::fields;
+use crate::scheduler::values::parse_duration;
 
 /// Why an attempt ended (or is ending): written into the timeline, the manifest and the
 /// failure report; the requeue budget is counted per cause.
@@ -101,12 +103,12 @@ pub struct JobFacts {
 }
 
 impl JobFacts {
-    /// Parse the one line of `scontrol show job -o ID`.
+    /// Parse the one line of `scontrol show job -o ID` (an array's first task when it
+    /// prints several); a key printed twice counts where it is first.
     pub fn parse(text: &str) -> Option<JobFacts> {
-        let field = |key: &str| {
-            text.split_whitespace()
-                .find_map(|w| w.strip_prefix(key).and_then(|v| v.strip_prefix('=')))
-        };
+        let line = text.lines().find(|l| !l.trim().is_empty())?;
+        let fields = fields(line);
+        let field = |key: &str| fields.iter().find(|(k, _)| *k == key).map(|&(_, v)| v);
         let state = field("JobState")?.to_owned();
         let limit = field("TimeLimit").and_then(parse_duration);
         let run = field("RunTime").and_then(parse_duration);
@@ -152,26 +154,6 @@ impl JobFacts {
         }
         None
     }
-}
-
-/// A SLURM duration (`TimeLimit`, `RunTime`): `[D-]HH:MM:SS`, `MM:SS`, or minutes alone;
-/// `None` for `UNLIMITED`, `INVALID` and anything else.
-pub fn parse_duration(text: &str) -> Option<Duration> {
-    let (days, rest) = match text.split_once('-') {
-        Some((d, r)) => (d.parse::<u64>().ok()?, r),
-        None => (0, text),
-    };
-    let parts: Vec<u64> = rest
-        .split(':')
-        .map(|p| p.parse::<u64>().ok())
-        .collect::<Option<_>>()?;
-    let secs = match parts[..] {
-        [h, m, s] => h * 3600 + m * 60 + s,
-        [m, s] => m * 60 + s,
-        [m] => m * 60,
-        _ => return None,
-    };
-    Some(Duration::from_secs(days * 86_400 + secs))
 }
 
 /// Requeue job `id` (its own id: an array task's, never the whole array's), so that it
@@ -261,20 +243,6 @@ mod tests {
     use super::*;
 
     const RUNNING: &str = "JobId=7 JobName=train UserId=root(0) JobState=RUNNING Reason=None Restarts=0 RunTime=00:00:40 TimeLimit=00:02:00 TimeMin=N/A SubmitTime=2026-12-01T11:42:28 PreemptEligibleTime=2026-12-01T11:42:28 PreemptTime=None SuspendTime=None ExcNodeList=(null)";
-
-    #[test]
-    fn durations_are_read_in_every_form_slurm_prints() {
-        assert_eq!(parse_duration("00:02:00"), Some(Duration::from_secs(120)));
-        assert_eq!(
-            parse_duration("1-02:03:04"),
-            Some(Duration::from_secs(86_400 + 7384))
-        );
-        assert_eq!(parse_duration("05:30"), Some(Duration::from_secs(330)));
-        assert_eq!(parse_duration("5"), Some(Duration::from_secs(300)));
-        assert_eq!(parse_duration("UNLIMITED"), None);
-        assert_eq!(parse_duration("Partition_Limit"), None);
-        assert_eq!(parse_duration("1:2:3:4"), None);
-    }
 
     #[test]
     fn a_running_job_has_its_time_left_and_no_cause() {

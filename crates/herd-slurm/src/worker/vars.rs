@@ -31,5 +31,9 @@ pub const HERD_METRICS_FILE: &str = "HERD_METRICS_FILE";
 /// (set by `herd run` and by the batch script of `herd submit`).
 pub const HERD_JOB_SECRET: &str = "HERD_JOB_SECRET";
 
+/// `debug`: herd writes every SLURM command it runs, with how long it took, on stderr
+/// (`herd: debug: squeue … (12 ms)`).
+pub const HERD_LOG: &str = "HERD_LOG";
+
 /// The variables a worker gets as they are set where herd runs.
 pub const PASSED_THROUGH: [&str; 3] = [HERD_EXP_DIR, HERD_CHECKPOINT_DIR, HERD_RESUME_FROM];

@@ -9,8 +9,8 @@
 use std::ffi::OsStr;
 use std::time::Duration;
 
-use crate::commands::{run, SlurmError};
-use crate::lifecycle::parse_duration;
+use crate::scheduler::command::{run, SlurmError};
+use crate::scheduler::values::parse_duration;
 
 /// The `squeue -O` fields herd reads, each ended by `|`; the name is last, since it may
 /// itself contain `|`. A field with a suffix and no width is printed whole.
@@ -188,6 +188,18 @@ impl JobState {
 }
 
 impl QueueRow {
+    /// Its id as squeue's `%i` shows it, the form `--dependency` and `scancel` take:
+    /// `4242`, an array task's `4242_3`, the array's pending rest `4242_[4-9%2]`.
+    pub fn id(&self) -> String {
+        match &self.array_task {
+            None => self.job_id.clone(),
+            Some(t) if t.bytes().all(|b| b.is_ascii_digit()) => {
+                format!("{}_{t}", self.array_job_id)
+            }
+            Some(t) => format!("{}_[{t}]", self.array_job_id),
+        }
+    }
+
     /// What its state means.
     pub fn job_state(&self) -> JobState {
         JobState::of(&self.state)
@@ -330,6 +342,16 @@ mod tests {
         let cancelled = &rows[6];
         assert_eq!(cancelled.exit, Some((0, 15)));
         assert_eq!(cancelled.exit_code(), Some(143), "128 + SIGTERM");
+    }
+
+    #[test]
+    fn ids_are_shown_as_squeue_shows_them() {
+        let ids: Vec<String> = parse(SAMPLE)
+            .expect("parses")
+            .iter()
+            .map(QueueRow::id)
+            .collect();
+        assert_eq!(ids, ["1", "5_0", "5_[4-9%2]", "7", "5_2", "4", "12"]);
     }
 
     #[test]
