@@ -9,12 +9,17 @@ use herd_slurm::Layout;
 use nix::sys::signal::Signal;
 use tokio::sync::mpsc;
 
-use crate::agent::{cancelled, say, AgentError, Config, Event, Outcome};
 use crate::attempt::Attempt;
+use crate::config::Config;
+use crate::error::AgentError;
+use crate::event::Event;
 use crate::keep::{no_longer_running, record_run, requeue, write_report};
-use crate::protocol::{read_peer, send, Msg};
+use crate::message::Msg;
+use crate::outcome::Outcome;
+use crate::protocol::{read_peer, send};
 use crate::report::FailureReport;
 use crate::signals::{self, Action};
+use crate::words::{cancelled, say};
 use herd_slurm::lifecycle::Cause;
 
 /// Follow the leader to the end of the job.

@@ -1,15 +1,18 @@
 //! herd's per-node agent (docs/design.md §2 agent mode, §3, §6).
 //!
-//! - [`agent`]: the agent's configuration, outcome and [`run`], which leads on node 0 and
-//!   follows elsewhere.
+//! - [`run`] (`agent`): the agent's start, which leads on node 0 and follows elsewhere.
 //! - `leader`, `follower`: node 0's agent (rendezvous, attempts, job-wide teardown,
-//!   restarts, the failure report) and every other node's.
+//!   restarts, the failure report) and every other node's, each a small state machine
+//!   whose event handlers have names (`on_worker_exit`, `on_lost_node`, `on_signal`, …).
 //!   `leader::decide` holds its decisions while an attempt runs: what a signal means, the
 //!   stop before a time limit or on preemption, the hang watchdog.
+//! - What they share: [`Config`], [`KeepAlive`] and [`OnHang`] (`config`), the events
+//!   their loops hear (`event`), [`AgentError`] (`error`), [`Outcome`] (`outcome`), the
+//!   messages between agents (`message`) and what they say on stderr (`words`).
 //! - `keep`: staying alive across allocations: attempt numbers, the requeue budget and
 //!   the requeue, the manifest's record of each attempt.
 //! - `attempt`: one attempt on one node: start its workers, hear their exits, tear down.
-//! - `protocol`: the messages between agents and how they travel.
+//! - `protocol`: how the messages travel between agents.
 //! - [`signals`]: the signals herd handles and what each means, for `herd launch` and
 //!   `herd run` alike.
 //! - [`workers`]: spawning workers (own process group, parent-death signal) and carrying
@@ -19,20 +22,29 @@
 //! - [`error_file`]: torch's `TORCHELASTIC_ERROR_FILE`, which leads the report when the
 //!   failing worker wrote one.
 
-pub mod agent;
+mod agent;
 mod attempt;
+mod config;
+mod error;
 pub mod error_file;
+mod event;
 mod follower;
 mod keep;
 mod leader;
+mod message;
+mod outcome;
 pub mod procs;
 mod protocol;
 pub mod report;
 pub mod signals;
+mod words;
 pub mod workers;
 
-pub use agent::{run, AgentError, Config, KeepAlive, OnHang, Outcome};
+pub use agent::run;
+pub use config::{Config, KeepAlive, OnHang};
+pub use error::AgentError;
 pub use error_file::WorkerError;
 /// Signals as the agent names them (`--stop-signal`).
 pub use nix::sys::signal::Signal;
+pub use outcome::Outcome;
 pub use report::{Exit, FailureReport};

@@ -11,12 +11,14 @@ use serde_json::json;
 use tokio::sync::mpsc;
 
 use super::{broadcast, Follower};
-use crate::agent::{cancelled, say, Config, Event};
 use crate::attempt::Attempt;
+use crate::config::Config;
+use crate::event::Event;
 use crate::keep::job_facts;
-use crate::protocol::Msg;
+use crate::message::Msg;
 use crate::report::{Exit, FailureReport};
 use crate::signals::{self, Action};
+use crate::words::{cancelled, say};
 
 /// The signal that ended a worker (`exit`), when it is one that ends a job: SIGTERM,
 /// SIGINT or SIGHUP, which SLURM sends every process of a job it cancels, preempts or ends

@@ -14,13 +14,18 @@ use serde_json::json;
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::sync::mpsc;
 
-use crate::agent::{count, say, AgentError, Config, Event, OnHang, Outcome};
 use crate::attempt::Attempt;
+use crate::config::{Config, OnHang};
+use crate::error::AgentError;
+use crate::event::Event;
 use crate::keep::{
     job_facts, next_attempt, no_longer_running, record_run, requeue, unix_now, write_report,
 };
-use crate::protocol::{read_peer, send, Msg};
+use crate::message::Msg;
+use crate::outcome::Outcome;
+use crate::protocol::{read_peer, send};
 use crate::report::FailureReport;
+use crate::words::{count, say};
 
 mod decide;
 use decide::{hang_report, End, Lead};
