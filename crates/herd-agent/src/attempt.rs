@@ -11,10 +11,11 @@ use herd_slurm::{worker_env, LaunchInfo, Layout, Position};
 use nix::sys::signal::Signal;
 use tokio::sync::mpsc;
 
-use crate::agent::{Config, Event};
+use crate::config::Config;
+use crate::event::Event;
 use crate::exit::exit_of;
+use crate::message::{RankProgress, RankStack};
 use crate::procs;
-use crate::protocol::{RankProgress, RankStack};
 use crate::workers::{spawn, unix_ms, OutputConfig, OutputSink, Running, WorkerSpec};
 use herd_exp::failure::{Exit, FailureReport, WorkerError};
 use herd_exp::layout::AttemptDir;

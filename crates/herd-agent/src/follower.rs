@@ -1,21 +1,31 @@
 //! A node's agent other than node 0's: joins the leader, starts each attempt it is told to,
 //! reports its workers' failures and completion, tears down when told (or when the leader
 //! is lost) and ends when the leader says the job is over.
+//!
+//! A small state machine: [`Follow`] holds this node's state and each event goes to its
+//! handler (`on_start`, `on_stop`, `on_worker_exit`, `on_lost_leader`, `on_signal`, …).
 
 use std::time::Duration;
 
 use herd_rendezvous::NodeInfo;
+use herd_slurm::scheduler::lifecycle::Cause;
 use herd_slurm::Layout;
 use nix::sys::signal::Signal;
+use tokio::net::tcp::OwnedWriteHalf;
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 
-use crate::agent::{cancelled, say, AgentError, Config, Event, Outcome};
 use crate::attempt::Attempt;
+use crate::config::Config;
+use crate::error::AgentError;
+use crate::event::Event;
 use crate::keep::{no_longer_running, record_run, requeue};
-use crate::protocol::{read_peer, send, Msg};
+use crate::message::Msg;
+use crate::outcome::Outcome;
+use crate::protocol::{read_peer, send};
 use crate::signals::{self, Action};
+use crate::words::{cancelled, say};
 use herd_exp::failure::FailureReport;
-use herd_slurm::scheduler::lifecycle::Cause;
 
 /// Follow the leader to the end of the job.
 pub(crate) async fn follow(
@@ -38,233 +48,348 @@ pub(crate) async fn follow(
         cfg.rendezvous_timeout,
     )
     .await?;
-    let (r, mut w) = link.into_split();
+    let (r, w) = link.into_split();
     read_peer(r, 0, cfg.heartbeat_timeout, true, tx.clone());
     let mut heartbeat = tokio::time::interval(cfg.heartbeat_timeout / 4);
     let mut watchdog = tokio::time::interval(Duration::from_secs(1));
-    let mut attempt: Option<Attempt> = None;
-    // Once this node has failed or been told to stop, only the leader's word moves on.
-    let mut stopped = false;
-    // The leader asked the workers to checkpoint and stop: their exits are expected.
-    let mut stopping = false;
-    // This agent got SIGTERM/SIGINT/SIGHUP and told the leader; if the leader says nothing
-    // by then, this node ends its workers by itself.
-    let mut on_my_own: Option<tokio::time::Instant> = None;
+    let hang_watch = cfg.keep.watchdog().is_some();
+    let mut me = Follow {
+        cfg,
+        host,
+        tx,
+        w,
+        attempt: None,
+        stopped: false,
+        stopping: false,
+        on_my_own: None,
+    };
     loop {
-        let far = tokio::time::Instant::now() + Duration::from_secs(86_400 * 365);
-        let event = tokio::select! {
-            e = rx.recv() => e,
-            _ = tokio::time::sleep_until(on_my_own.unwrap_or(far)) => {
-                let n = attempt.as_ref().map_or(0, |a| a.number);
-                if let Some(a) = attempt.as_mut() { a.teardown(cfg.kill_grace).await; }
-                say(format!("node {} ({host}): no word from the leader after the signal: tore down this node's workers", cfg.node_rank));
-                let report = FailureReport::other(n, cfg.node_rank, &host, format!("the agent on {host} was signalled and the leader did not answer"));
-                let _ = send(&mut w, &Msg::Failed { report }).await;
-                return Ok(Outcome::Failed(None));
+        let far = Instant::now() + Duration::from_secs(86_400 * 365);
+        let done = tokio::select! {
+            e = rx.recv() => match e {
+                Some(event) => me.on_event(event).await?,
+                None => Some(Outcome::Failed(None)),
+            },
+            _ = tokio::time::sleep_until(me.on_my_own.unwrap_or(far)) => {
+                Some(me.on_no_word_after_signal().await)
             }
-            _ = watchdog.tick(), if cfg.keep.watchdog().is_some() => {
-                if let Some(a) = attempt.as_ref().filter(|_| !stopped) {
-                    let ranks = a.progress();
-                    if send(&mut w, &Msg::Progress { attempt: a.number, ranks }).await.is_err() {
-                        continue;
-                    }
-                }
-                continue;
+            _ = watchdog.tick(), if hang_watch => {
+                me.on_progress_tick().await;
+                None
             }
-            _ = heartbeat.tick() => {
-                if send(&mut w, &Msg::Heartbeat).await.is_err() {
-                    if let Some(a) = attempt.as_mut() { a.teardown(cfg.kill_grace).await; }
-                    say(format!("node {}: lost the leader (cannot write to it): tore down this node's workers", cfg.node_rank));
-                    return Ok(lost_leader(&cfg, attempt.as_ref(), "cannot write to it").await);
-                }
-                continue;
-            }
+            _ = heartbeat.tick() => me.on_heartbeat_tick().await,
         };
-        let Some(event) = event else {
-            return Ok(Outcome::Failed(None));
-        };
-        match event {
-            Event::Peer {
-                msg:
-                    Some(Msg::Start {
-                        attempt: n,
-                        master_addr,
-                        master_port,
-                        tasks_per_node,
-                        restarts,
-                        resume_from,
-                    }),
-                ..
-            } => {
-                if let Some(a) = attempt.as_mut() {
-                    a.teardown(cfg.kill_grace).await;
-                }
-                let layout = Layout {
-                    nodes: cfg.node_names.clone(),
-                    tasks_per_node,
-                };
-                if layout.tasks_per_node.len() != layout.nodes.len() {
-                    return Err(AgentError::Layout(
-                        "leader sent a layout for another node count".into(),
-                    ));
-                }
-                stopped = false;
-                stopping = false;
-                match Attempt::start(
-                    &cfg,
-                    (n, restarts),
-                    &layout,
-                    (&master_addr, master_port),
-                    resume_from,
-                    &tx,
-                )
-                .await
-                {
-                    Ok(a) => attempt = Some(a),
-                    Err(report) => {
-                        stopped = true;
-                        let _ = send(&mut w, &Msg::Failed { report }).await;
-                        let _ = send(&mut w, &Msg::TornDown { attempt: n }).await;
-                    }
-                }
-            }
-            Event::Peer {
-                msg: Some(Msg::Stop { attempt: n, signal }),
-                ..
-            } => {
-                let Some(a) = attempt.as_ref().filter(|a| a.number == n) else {
-                    continue;
-                };
-                stopping = true;
-                if let Ok(sig) = signal.parse::<Signal>() {
-                    a.forward(sig);
-                }
-                if a.running.is_empty() && !stopped {
-                    stopped = true;
-                    let _ = send(&mut w, &Msg::NodeDone { attempt: n }).await;
-                }
-            }
-            Event::Peer {
-                msg: Some(Msg::Dump { attempt: n }),
-                ..
-            } => {
-                if let Some(a) = attempt.as_ref().filter(|a| a.number == n) {
-                    let stacks = a.stacks(&cfg).await;
-                    let _ = send(&mut w, &Msg::Stacks { attempt: n, stacks }).await;
-                }
-            }
-            Event::Peer {
-                msg: Some(Msg::Teardown { attempt: n, signal }),
-                ..
-            } => {
-                on_my_own = None;
-                if let Some(a) = attempt.as_mut() {
-                    let first = signal.and_then(|s| s.parse::<Signal>().ok());
-                    a.teardown_with(first.unwrap_or(Signal::SIGTERM), cfg.kill_grace)
-                        .await;
-                }
-                stopped = true;
-                let _ = send(&mut w, &Msg::TornDown { attempt: n }).await;
-            }
-            Event::Peer {
-                msg: Some(Msg::Finish { ok }),
-                ..
-            } => {
-                if let Some(a) = attempt.as_mut() {
-                    if ok {
-                        a.finish_output().await;
-                    } else {
-                        a.teardown(cfg.kill_grace).await;
-                    }
-                }
-                return Ok(if ok {
-                    Outcome::Success
-                } else {
-                    Outcome::Failed(None)
-                });
-            }
-            Event::Peer { msg: Some(_), .. } => {}
-            Event::Peer { msg: None, why, .. } => {
-                if let Some(a) = attempt.as_mut() {
-                    a.teardown(cfg.kill_grace).await;
-                }
-                say(format!(
-                    "node {} ({host}): lost the leader: {why}; tore down this node's workers",
-                    cfg.node_rank
-                ));
-                return Ok(lost_leader(&cfg, attempt.as_ref(), &why).await);
-            }
+        if let Some(outcome) = done {
+            return Ok(outcome);
+        }
+    }
+}
+
+/// A follower's state.
+struct Follow {
+    cfg: Config,
+    /// This node's name.
+    host: String,
+    /// Where this node's workers send their exits (each attempt's start needs it).
+    tx: mpsc::UnboundedSender<Event>,
+    /// The link to the leader.
+    w: OwnedWriteHalf,
+    attempt: Option<Attempt>,
+    /// Once this node has failed or been told to stop, only the leader's word moves on.
+    stopped: bool,
+    /// The leader asked the workers to checkpoint and stop: their exits are expected.
+    stopping: bool,
+    /// This agent got SIGTERM/SIGINT/SIGHUP and told the leader; if the leader says nothing
+    /// by then, this node ends its workers by itself.
+    on_my_own: Option<Instant>,
+}
+
+impl Follow {
+    /// One event; `Some` when this agent's part of the job is over.
+    async fn on_event(&mut self, event: Event) -> Result<Option<Outcome>, AgentError> {
+        Ok(match event {
+            Event::Peer { msg: Some(msg), .. } => return self.on_message(msg).await,
+            Event::Peer { msg: None, why, .. } => Some(self.on_lost_leader(&why).await),
             Event::WorkerExited {
-                attempt: n,
+                attempt,
                 rank,
                 status,
             } => {
-                let Some(a) = attempt.as_mut().filter(|a| a.number == n && !stopped) else {
-                    continue;
-                };
-                if stopping {
-                    // Stopped as asked (whatever the status): done once all are gone.
-                    let _ = a.exited(&cfg, rank, status).await;
-                    if a.running.is_empty() {
-                        stopped = true;
-                        a.finish_output().await;
-                        let _ = send(&mut w, &Msg::NodeDone { attempt: n }).await;
-                    }
-                    continue;
-                }
-                if let Some(report) = a.exited(&cfg, rank, status).await {
-                    stopped = true;
-                    // Tell the leader first (it starts every other node's teardown), then
-                    // end this node's workers.
-                    let _ = send(&mut w, &Msg::Failed { report }).await;
-                    a.teardown(cfg.kill_grace).await;
-                    let _ = send(&mut w, &Msg::TornDown { attempt: n }).await;
-                } else if a.running.is_empty() {
-                    a.finish_output().await;
-                    let _ = send(&mut w, &Msg::NodeDone { attempt: n }).await;
-                }
+                self.on_worker_exit(attempt, rank, status).await;
+                None
             }
-            Event::Signal(sig) => match signals::action(sig) {
-                Some(Action::Terminate) => {
-                    // The leader decides (a cancel, a preemption, the time limit: the same
-                    // signal reaches every agent of the job); alone after the stop's grace.
-                    let told = send(
-                        &mut w,
-                        &Msg::Signalled {
-                            signal: sig.as_str().to_owned(),
-                        },
-                    )
-                    .await;
-                    if told.is_ok() {
-                        if on_my_own.is_none() {
-                            on_my_own = Some(
-                                tokio::time::Instant::now()
-                                    + cfg.keep.stop_grace.duration()
-                                    + cfg.kill_grace
-                                    + Duration::from_secs(10),
-                            );
-                        }
-                        continue;
-                    }
-                    if let Some(a) = attempt.as_mut() {
-                        a.teardown_with(sig, cfg.kill_grace).await;
-                    }
-                    say(format!(
-                        "node {} ({host}): {}; the leader cannot be told: tore down this node's workers",
-                        cfg.node_rank,
-                        cancelled(&host, sig)
-                    ));
-                    return Ok(Outcome::Failed(None));
-                }
-                // The leader gets the same SIGCONT from SLURM and asks the scheduler.
-                Some(Action::Notice) => {}
-                Some(Action::Forward) | None => {
-                    if let Some(a) = attempt.as_ref() {
-                        a.forward(sig);
-                    }
-                }
-            },
+            Event::Signal(sig) => self.on_signal(sig).await,
+        })
+    }
+
+    /// The leader's word.
+    async fn on_message(&mut self, msg: Msg) -> Result<Option<Outcome>, AgentError> {
+        match msg {
+            Msg::Start {
+                attempt,
+                master_addr,
+                master_port,
+                tasks_per_node,
+                restarts,
+                resume_from,
+            } => {
+                let master = (master_addr.as_str(), master_port);
+                self.on_start(attempt, master, tasks_per_node, restarts, resume_from)
+                    .await?;
+            }
+            Msg::Stop { attempt, signal } => self.on_stop(attempt, &signal).await,
+            Msg::Dump { attempt } => self.on_dump(attempt).await,
+            Msg::Teardown { attempt, signal } => self.on_teardown(attempt, signal).await,
+            Msg::Finish { ok } => return Ok(Some(self.on_finish(ok).await)),
+            _ => {}
         }
+        Ok(None)
+    }
+
+    /// Start attempt `n`'s workers of this node (the last attempt's are torn down first);
+    /// one that cannot start fails this node's part at once.
+    async fn on_start(
+        &mut self,
+        n: u32,
+        master: (&str, u16),
+        tasks_per_node: Vec<u32>,
+        restarts: u32,
+        resume_from: Option<String>,
+    ) -> Result<(), AgentError> {
+        if let Some(a) = self.attempt.as_mut() {
+            a.teardown(self.cfg.kill_grace).await;
+        }
+        let layout = Layout {
+            nodes: self.cfg.node_names.clone(),
+            tasks_per_node,
+        };
+        if layout.tasks_per_node.len() != layout.nodes.len() {
+            return Err(AgentError::Layout(
+                "leader sent a layout for another node count".into(),
+            ));
+        }
+        self.stopped = false;
+        self.stopping = false;
+        match Attempt::start(
+            &self.cfg,
+            (n, restarts),
+            &layout,
+            master,
+            resume_from,
+            &self.tx,
+        )
+        .await
+        {
+            Ok(a) => self.attempt = Some(a),
+            Err(report) => {
+                self.stopped = true;
+                let _ = send(&mut self.w, &Msg::Failed { report }).await;
+                let _ = send(&mut self.w, &Msg::TornDown { attempt: n }).await;
+            }
+        }
+        Ok(())
+    }
+
+    /// The leader asks attempt `n`'s workers to checkpoint and stop, with `signal`: from
+    /// now on their exits are expected.
+    async fn on_stop(&mut self, n: u32, signal: &str) {
+        let Some(a) = self.attempt.as_ref().filter(|a| a.number == n) else {
+            return;
+        };
+        self.stopping = true;
+        if let Ok(sig) = signal.parse::<Signal>() {
+            a.forward(sig);
+        }
+        if a.running.is_empty() && !self.stopped {
+            self.stopped = true;
+            let _ = send(&mut self.w, &Msg::NodeDone { attempt: n }).await;
+        }
+    }
+
+    /// The leader wants every rank's stack (the job hangs).
+    async fn on_dump(&mut self, n: u32) {
+        if let Some(a) = self.attempt.as_ref().filter(|a| a.number == n) {
+            let stacks = a.stacks(&self.cfg).await;
+            let _ = send(&mut self.w, &Msg::Stacks { attempt: n, stacks }).await;
+        }
+    }
+
+    /// The leader ends attempt `n`: this node's workers go, with `signal` first when the
+    /// job was cancelled by one; then the leader is told.
+    async fn on_teardown(&mut self, n: u32, signal: Option<String>) {
+        self.on_my_own = None;
+        if let Some(a) = self.attempt.as_mut() {
+            let first = signal.and_then(|s| s.parse::<Signal>().ok());
+            a.teardown_with(first.unwrap_or(Signal::SIGTERM), self.cfg.kill_grace)
+                .await;
+        }
+        self.stopped = true;
+        let _ = send(&mut self.w, &Msg::TornDown { attempt: n }).await;
+    }
+
+    /// The job is over, `ok` or not.
+    async fn on_finish(&mut self, ok: bool) -> Outcome {
+        if let Some(a) = self.attempt.as_mut() {
+            if ok {
+                a.finish_output().await;
+            } else {
+                a.teardown(self.cfg.kill_grace).await;
+            }
+        }
+        if ok {
+            Outcome::Success
+        } else {
+            Outcome::Failed(None)
+        }
+    }
+
+    /// The leader is lost (its connection closed, or it went silent): this node's workers
+    /// go, and node 1 acts for the leader ([`lost_leader`]).
+    async fn on_lost_leader(&mut self, why: &str) -> Outcome {
+        if let Some(a) = self.attempt.as_mut() {
+            a.teardown(self.cfg.kill_grace).await;
+        }
+        say(format!(
+            "node {} ({}): lost the leader: {why}; tore down this node's workers",
+            self.cfg.node_rank, self.host
+        ));
+        lost_leader(&self.cfg, self.attempt.as_ref(), why).await
+    }
+
+    /// One of this node's workers exited. During a stop, whatever its status, as asked;
+    /// otherwise a failure is told to the leader and ends this node's workers, and the
+    /// last worker exiting 0 makes this node done.
+    async fn on_worker_exit(
+        &mut self,
+        n: u32,
+        rank: u32,
+        status: std::io::Result<std::process::ExitStatus>,
+    ) {
+        let stopped = self.stopped;
+        let Some(a) = self.attempt.as_mut().filter(|a| a.number == n && !stopped) else {
+            return;
+        };
+        if self.stopping {
+            // Stopped as asked (whatever the status): done once all are gone.
+            let _ = a.exited(&self.cfg, rank, status).await;
+            if a.running.is_empty() {
+                self.stopped = true;
+                a.finish_output().await;
+                let _ = send(&mut self.w, &Msg::NodeDone { attempt: n }).await;
+            }
+            return;
+        }
+        if let Some(report) = a.exited(&self.cfg, rank, status).await {
+            self.stopped = true;
+            // Tell the leader first (it starts every other node's teardown), then
+            // end this node's workers.
+            let _ = send(&mut self.w, &Msg::Failed { report }).await;
+            a.teardown(self.cfg.kill_grace).await;
+            let _ = send(&mut self.w, &Msg::TornDown { attempt: n }).await;
+        } else if a.running.is_empty() {
+            a.finish_output().await;
+            let _ = send(&mut self.w, &Msg::NodeDone { attempt: n }).await;
+        }
+    }
+
+    /// This agent received a handled signal: SIGTERM, SIGINT or SIGHUP go to the leader,
+    /// SIGCONT is the leader's to read, the others are forwarded to this node's workers.
+    async fn on_signal(&mut self, sig: Signal) -> Option<Outcome> {
+        match signals::action(sig) {
+            Some(Action::Terminate) => self.on_terminate(sig).await,
+            // The leader gets the same SIGCONT from SLURM and asks the scheduler.
+            Some(Action::Notice) => None,
+            Some(Action::Forward) | None => {
+                if let Some(a) = self.attempt.as_ref() {
+                    a.forward(sig);
+                }
+                None
+            }
+        }
+    }
+
+    /// SIGTERM, SIGINT or SIGHUP: the leader decides (a cancel, a preemption, the time
+    /// limit: the same signal reaches every agent of the job); this node acts alone after
+    /// the stop's grace, or at once when the leader cannot be told.
+    async fn on_terminate(&mut self, sig: Signal) -> Option<Outcome> {
+        let told = send(
+            &mut self.w,
+            &Msg::Signalled {
+                signal: sig.as_str().to_owned(),
+            },
+        )
+        .await;
+        if told.is_ok() {
+            if self.on_my_own.is_none() {
+                self.on_my_own = Some(
+                    Instant::now()
+                        + self.cfg.keep.stop_grace.duration()
+                        + self.cfg.kill_grace
+                        + Duration::from_secs(10),
+                );
+            }
+            return None;
+        }
+        if let Some(a) = self.attempt.as_mut() {
+            a.teardown_with(sig, self.cfg.kill_grace).await;
+        }
+        say(format!(
+            "node {} ({}): {}; the leader cannot be told: tore down this node's workers",
+            self.cfg.node_rank,
+            self.host,
+            cancelled(&self.host, sig)
+        ));
+        Some(Outcome::Failed(None))
+    }
+
+    /// The leader said nothing within the grace after this agent's signal: this node's
+    /// workers go, and the leader (if it hears) gets this node's failure.
+    async fn on_no_word_after_signal(&mut self) -> Outcome {
+        let n = self.attempt.as_ref().map_or(0, |a| a.number);
+        if let Some(a) = self.attempt.as_mut() {
+            a.teardown(self.cfg.kill_grace).await;
+        }
+        let (node_rank, host) = (self.cfg.node_rank, &self.host);
+        say(format!("node {node_rank} ({host}): no word from the leader after the signal: tore down this node's workers"));
+        let report = FailureReport::other(
+            n,
+            node_rank,
+            host,
+            format!("the agent on {host} was signalled and the leader did not answer"),
+        );
+        let _ = send(&mut self.w, &Msg::Failed { report }).await;
+        Outcome::Failed(None)
+    }
+
+    /// Each second while the hang watchdog is on: how long each rank has made no progress,
+    /// to the leader.
+    async fn on_progress_tick(&mut self) {
+        if let Some(a) = self.attempt.as_ref().filter(|_| !self.stopped) {
+            let ranks = a.progress();
+            let _ = send(
+                &mut self.w,
+                &Msg::Progress {
+                    attempt: a.number,
+                    ranks,
+                },
+            )
+            .await;
+        }
+    }
+
+    /// A heartbeat to the leader; one that cannot be written means the leader is lost.
+    async fn on_heartbeat_tick(&mut self) -> Option<Outcome> {
+        if send(&mut self.w, &Msg::Heartbeat).await.is_ok() {
+            return None;
+        }
+        if let Some(a) = self.attempt.as_mut() {
+            a.teardown(self.cfg.kill_grace).await;
+        }
+        say(format!(
+            "node {}: lost the leader (cannot write to it): tore down this node's workers",
+            self.cfg.node_rank
+        ));
+        Some(lost_leader(&self.cfg, self.attempt.as_ref(), "cannot write to it").await)
     }
 }
 

@@ -8,7 +8,8 @@ use herd_slurm::scheduler::lifecycle::{self, Cause, JobFacts};
 use herd_slurm::Layout;
 use serde_json::json;
 
-use crate::agent::{say, Config};
+use crate::config::Config;
+use crate::words::say;
 
 /// Ask slurmctld about job `id` without blocking the event loop; a failure is said and
 /// taken as "no facts".

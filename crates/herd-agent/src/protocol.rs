@@ -1,87 +1,17 @@
-//! The wire between agents after the rendezvous handshake: the messages ([`Msg`]), one JSON
-//! object per length-prefixed frame ([`herd_rendezvous::write_frame`], bounded in size), and
-//! the reader that turns a peer's frames, silence or closed connection into agent events.
+//! The wire between agents after the rendezvous handshake: how the messages
+//! ([`Msg`]) travel, one JSON object per length-prefixed frame
+//! ([`herd_rendezvous::write_frame`], bounded in size), and the reader that turns a peer's
+//! frames, silence or closed connection into agent events.
 
 use std::time::Duration;
 
 use herd_rendezvous::{read_frame, write_frame, RendezvousError};
-use serde::{Deserialize, Serialize};
 use tokio::io::AsyncWriteExt;
 use tokio::net::tcp::OwnedReadHalf;
 use tokio::sync::mpsc;
 
-use crate::agent::Event;
-use herd_exp::failure::FailureReport;
-
-/// Messages between agents after the handshake.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub(crate) enum Msg {
-    /// Leader → followers: start attempt `attempt` with this master and layout.
-    Start {
-        attempt: u32,
-        master_addr: String,
-        master_port: u16,
-        tasks_per_node: Vec<u32>,
-        /// Restarts inside this allocation before this attempt (`TORCHELASTIC_RESTART_COUNT`).
-        #[serde(default)]
-        restarts: u32,
-        /// `HERD_RESUME_FROM` for every worker of this attempt, decided once by the leader.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        resume_from: Option<String>,
-    },
-    /// A follower's worker failed (the follower has already torn its node down).
-    Failed { report: FailureReport },
-    /// All of a follower's workers exited 0.
-    NodeDone { attempt: u32 },
-    /// Leader → followers: end your workers now, with `signal` instead of SIGTERM when the
-    /// job was cancelled by one (SIGTERM, SIGINT, SIGHUP), as the leader ends its own: every
-    /// worker of the job sees the signal that cancelled it.
-    Teardown {
-        attempt: u32,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        signal: Option<String>,
-    },
-    /// Follower → leader: my workers are gone.
-    TornDown { attempt: u32 },
-    /// Leader → followers: the job is over.
-    Finish { ok: bool },
-    /// Leader → followers: ask every worker of attempt `attempt` to checkpoint and stop,
-    /// with `signal` (`SIGUSR1`); from now on their exits, whatever the status, are the
-    /// stop, not a failure.
-    Stop { attempt: u32, signal: String },
-    /// Follower → leader: this agent received `signal` (SIGTERM, SIGINT or SIGHUP); the
-    /// leader decides what it means for the job (a cancel, a preemption, the time limit).
-    Signalled { signal: String },
-    /// Follower → leader, every second while the hang watchdog is on: how long each of
-    /// its ranks has made no progress.
-    Progress {
-        attempt: u32,
-        ranks: Vec<RankProgress>,
-    },
-    /// Leader → followers: collect every rank's Python stack (the job hangs).
-    Dump { attempt: u32 },
-    /// Follower → leader: its ranks' stacks.
-    Stacks {
-        attempt: u32,
-        stacks: Vec<RankStack>,
-    },
-    /// Either way, so silence means a lost peer.
-    Heartbeat,
-}
-
-/// How long one rank has made no progress (no output line, no heartbeat).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RankProgress {
-    /// Global rank.
-    pub rank: u32,
-    /// Its pid on its node.
-    pub pid: i32,
-    /// Milliseconds since its last progress, on its node's clock.
-    pub silent_ms: u64,
-}
-
-pub use herd_exp::failure::RankStack;
+use crate::event::Event;
+use crate::message::Msg;
 
 /// Send one message.
 pub(crate) async fn send<W: AsyncWriteExt + Unpin>(
@@ -138,36 +68,4 @@ pub(crate) fn read_peer(
             return;
         }
     });
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn messages_are_tagged_json_objects() {
-        let start = Msg::Start {
-            attempt: 1,
-            master_addr: "10.0.0.1".into(),
-            master_port: 29500,
-            tasks_per_node: vec![2, 2],
-            restarts: 1,
-            resume_from: None,
-        };
-        assert_eq!(
-            serde_json::to_string(&start).expect("encodes"),
-            r#"{"type":"start","attempt":1,"master_addr":"10.0.0.1","master_port":29500,"tasks_per_node":[2,2],"restarts":1}"#
-        );
-        assert_eq!(
-            serde_json::to_string(&Msg::TornDown { attempt: 3 }).expect("encodes"),
-            r#"{"type":"torn_down","attempt":3}"#
-        );
-        assert_eq!(
-            serde_json::to_string(&Msg::Heartbeat).expect("encodes"),
-            r#"{"type":"heartbeat"}"#
-        );
-        let back: Msg = serde_json::from_str(r#"{"type":"finish","ok":false}"#).expect("decodes");
-        assert!(matches!(back, Msg::Finish { ok: false }));
-        assert!(serde_json::from_str::<Msg>(r#"{"type":"launch_missiles"}"#).is_err());
-    }
 }

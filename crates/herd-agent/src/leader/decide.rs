@@ -1,21 +1,21 @@
 //! The leader's decisions while an attempt runs: what a signal means for the job (from the
 //! scheduler's facts), the stop before a time limit or on preemption, and the hang
-//! watchdog's verdict and report.
+//! watchdog's verdict and report; each a method of [`Lead`], the leader's state.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::time::Duration;
 
 use herd_slurm::scheduler::lifecycle::{Cause, JobFacts};
 use nix::sys::signal::Signal;
 use serde_json::json;
-use tokio::sync::mpsc;
 
-use super::{broadcast, Follower};
-use crate::agent::{cancelled, say, Config, Event};
-use crate::attempt::Attempt;
+use super::links::broadcast;
+use super::state::{End, Lead, Stopping};
+use crate::event::Event;
 use crate::keep::job_facts;
-use crate::protocol::Msg;
+use crate::message::{Msg, RankStack};
 use crate::signals::{self, Action};
+use crate::words::{cancelled, say};
 use herd_exp::failure::{Exit, FailureReport};
 
 /// The signal that ended a worker (`exit`), when it is one that ends a job: SIGTERM,
@@ -24,7 +24,7 @@ use herd_exp::failure::{Exit, FailureReport};
 /// shell reports a child the signal killed, and what a launcher or a training script that
 /// catches the signal exits with. A crash (SIGSEGV, SIGABRT), the OOM killer's SIGKILL and
 /// any other code are the worker's own.
-pub(super) fn job_signal(exit: Option<&Exit>) -> Option<Signal> {
+fn job_signal(exit: Option<&Exit>) -> Option<Signal> {
     let sig = match exit? {
         Exit::Signal(name) => name.parse::<Signal>().ok()?,
         Exit::Code(code) => Signal::try_from(code.checked_sub(128)?).ok()?,
@@ -37,48 +37,13 @@ pub(super) fn job_signal(exit: Option<&Exit>) -> Option<Signal> {
 /// a job `COMPLETING` is one SLURM is ending by a cancel (`scancel`, `herd cancel`: while
 /// any process of a cancelled job runs, SLURM 22.05 shows it as `COMPLETING`, not
 /// `CANCELLED`; a job that ends by itself has no worker left to kill).
-pub(super) fn ended_by_slurm(facts: &JobFacts, near: Duration) -> Option<Cause> {
+fn ended_by_slurm(facts: &JobFacts, near: Duration) -> Option<Cause> {
     facts
         .cause(near)
         .or_else(|| (facts.state == "COMPLETING").then_some(Cause::Cancelled))
 }
 
-/// How one attempt ended.
-pub(super) enum End {
-    /// Every worker exited 0.
-    Success,
-    /// The first failure, whether a restart may retry it, and its cause.
-    Failed {
-        report: FailureReport,
-        retryable: bool,
-        cause: Cause,
-    },
-    /// herd stopped the workers (they were asked to checkpoint) for `cause`.
-    Stopped { cause: Cause },
-}
-
-/// The attempt's stop in progress: why, and when what is left is torn down.
-pub(super) struct Stopping {
-    pub(super) cause: Cause,
-    pub(super) deadline: tokio::time::Instant,
-}
-
-/// The leader's view of the job while an attempt runs.
-pub(super) struct Lead<'a> {
-    pub(super) cfg: &'a Config,
-    pub(super) host: String,
-    pub(super) job_id: Option<String>,
-    pub(super) number: u32,
-    pub(super) stopping: Option<Stopping>,
-    /// When herd's own warning before the time limit is due.
-    pub(super) warn_at: Option<tokio::time::Instant>,
-    /// Each follower rank's last progress report: (node rank, pid, silent ms, when heard).
-    pub(super) progress: HashMap<u32, (u32, i32, u64, tokio::time::Instant)>,
-    /// The signal that cancelled this attempt: the followers pass it on before teardown.
-    pub(super) cancelled_by: Option<Signal>,
-}
-
-impl Lead<'_> {
+impl Lead {
     /// When herd's warning is due, from the job's time left now.
     pub(super) async fn arm_warning(&mut self) {
         self.warn_at = None;
@@ -92,12 +57,7 @@ impl Lead<'_> {
     }
 
     /// Ask every worker to checkpoint and stop, for `cause`.
-    pub(super) async fn begin_stop(
-        &mut self,
-        cause: Cause,
-        followers: &mut [Follower],
-        a: &Attempt,
-    ) {
+    pub(super) async fn begin_stop(&mut self, cause: Cause) {
         if self.stopping.is_some() {
             return;
         }
@@ -115,30 +75,26 @@ impl Lead<'_> {
                    "grace_s": keep.stop_grace.duration().as_secs_f64()}),
         );
         broadcast(
-            followers,
+            &mut self.followers,
             &Msg::Stop {
                 attempt: self.number,
                 signal: sig.as_str().to_owned(),
             },
         )
         .await;
-        a.forward(sig);
+        if let Some(a) = self.attempt.as_ref() {
+            a.forward(sig);
+        }
         self.stopping = Some(Stopping {
             cause,
-            deadline: tokio::time::Instant::now() + keep.stop_grace.duration(),
+            deadline: tokio::time::Instant::now() + self.cfg.keep.stop_grace.duration(),
         });
     }
 
     /// A handled signal reached this agent (`from` = None) or a follower: decide from the
     /// scheduler's facts whether it is the time limit, a preemption, a cancel or the user's
-    /// own signal, and act on it. Returns the failure it makes, if any.
-    pub(super) async fn signal(
-        &mut self,
-        sig: Signal,
-        from: Option<u32>,
-        followers: &mut [Follower],
-        a: &Attempt,
-    ) -> Option<(FailureReport, bool, Cause)> {
+    /// own signal, and act on it. Returns the attempt's end it makes, if any.
+    pub(super) async fn on_signal(&mut self, sig: Signal, from: Option<u32>) -> Option<End> {
         let action = signals::action(sig)?;
         if self.stopping.is_some() {
             self.cfg.record(
@@ -154,24 +110,8 @@ impl Lead<'_> {
             None => None,
         };
         let cause = facts.as_ref().and_then(|f| f.cause(near));
-        if action == Action::Notice {
-            // SIGCONT: a preemption stops the job now; a coming time limit is met by
-            // herd's own timer at `warn_before` (SLURM's notice comes up to a minute early);
-            // anything else is nothing to act on.
-            let left = facts.as_ref().and_then(|f| f.time_left);
-            let warn = self.cfg.keep.warn_before.duration();
-            match cause {
-                Some(Cause::Preemption) => {}
-                Some(Cause::TimeLimit)
-                    if left.is_some_and(|l| l <= warn + Duration::from_secs(2)) => {}
-                Some(Cause::TimeLimit) => {
-                    if let Some(l) = left.filter(|_| !warn.is_zero()) {
-                        self.warn_at = Some(tokio::time::Instant::now() + (l - warn));
-                    }
-                    return None;
-                }
-                _ => return None,
-            }
+        if action == Action::Notice && !self.notice_stops(cause, facts.as_ref()) {
+            return None;
         }
         let record = |what: &str| {
             self.cfg.record(
@@ -183,40 +123,71 @@ impl Lead<'_> {
         match (action, cause) {
             (_, Some(c @ (Cause::TimeLimit | Cause::Preemption))) => {
                 record("stop");
-                self.begin_stop(c, followers, a).await;
+                self.begin_stop(c).await;
                 None
             }
             (Action::Terminate, _) => {
                 // Passed on to the workers by the teardown, on every node.
                 record("terminate");
                 self.cancelled_by = Some(sig);
-                let who = match from {
-                    None => self.host.clone(),
-                    Some(n) => followers
-                        .iter()
-                        .find(|f| f.node_rank == n)
-                        .map_or_else(|| format!("node {n}"), |f| f.host.clone()),
-                };
-                Some((
-                    FailureReport::other(
-                        self.number,
-                        from.unwrap_or(0),
-                        &who,
-                        cancelled(&who, sig),
-                    ),
-                    false,
-                    Cause::Cancelled,
-                ))
+                Some(self.cancel(sig, from))
             }
             (Action::Notice, _) => None,
             (Action::Forward, _) => {
                 if from.is_none() {
                     say(format!("forwarding {} to the workers", sig.as_str()));
                     record("forward");
-                    a.forward(sig);
+                    if let Some(a) = self.attempt.as_ref() {
+                        a.forward(sig);
+                    }
                 }
                 None
             }
+        }
+    }
+
+    /// Whether SIGCONT, with the job's `cause` and `facts`, is a stop now. A preemption
+    /// stops the job now; a coming time limit is met by herd's own timer at `warn_before`
+    /// (SLURM's notice comes up to a minute early), re-armed here; anything else is nothing
+    /// to act on.
+    fn notice_stops(&mut self, cause: Option<Cause>, facts: Option<&JobFacts>) -> bool {
+        let left = facts.and_then(|f| f.time_left);
+        let warn = self.cfg.keep.warn_before.duration();
+        match cause {
+            Some(Cause::Preemption) => true,
+            Some(Cause::TimeLimit) if left.is_some_and(|l| l <= warn + Duration::from_secs(2)) => {
+                true
+            }
+            Some(Cause::TimeLimit) => {
+                if let Some(l) = left.filter(|_| !warn.is_zero()) {
+                    self.warn_at = Some(tokio::time::Instant::now() + (l - warn));
+                }
+                false
+            }
+            _ => false,
+        }
+    }
+
+    /// The attempt's end when `sig`, received by this agent (`from` = None) or a
+    /// follower's, cancels the job.
+    fn cancel(&self, sig: Signal, from: Option<u32>) -> End {
+        let who = match from {
+            None => self.host.clone(),
+            Some(n) => self
+                .followers
+                .iter()
+                .find(|f| f.node_rank == n)
+                .map_or_else(|| format!("node {n}"), |f| f.host.clone()),
+        };
+        End::Failed {
+            report: FailureReport::other(
+                self.number,
+                from.unwrap_or(0),
+                &who,
+                cancelled(&who, sig),
+            ),
+            retryable: false,
+            cause: Cause::Cancelled,
         }
     }
 
@@ -279,16 +250,13 @@ impl Lead<'_> {
     /// The hang watchdog's verdict: when no rank has made progress for the hang timeout,
     /// the rank that went silent first (rank, node rank, pid, silent for).
     /// `expected`: the nodes whose ranks still run; each must have reported.
-    pub(super) fn hung(
-        &self,
-        a: &Attempt,
-        expected: &HashSet<u32>,
-    ) -> Option<(u32, u32, i32, Duration)> {
+    pub(super) fn hung(&self, expected: &HashSet<u32>) -> Option<(u32, u32, i32, Duration)> {
         let timeout = self.cfg.keep.watchdog()?;
         let reported: HashSet<u32> = self.progress.values().map(|p| p.0).collect();
         if !expected.is_subset(&reported) {
             return None;
         }
+        let a = self.attempt.as_ref()?;
         let now = tokio::time::Instant::now();
         let mut all: Vec<(u32, u32, i32, u64)> = a
             .progress()
@@ -312,82 +280,90 @@ impl Lead<'_> {
             .max_by_key(|r| (r.3, std::cmp::Reverse(r.0)))
             .map(|&(rank, node, pid, silent)| (rank, node, pid, Duration::from_millis(silent)))
     }
-}
 
-/// The hang report: which rank went silent first, with every rank's stack.
-pub(super) async fn hang_report(
-    lead: &Lead<'_>,
-    followers: &mut [Follower],
-    rx: &mut mpsc::UnboundedReceiver<Event>,
-    a: &Attempt,
-    (rank, node, pid, silent): (u32, u32, i32, Duration),
-) -> FailureReport {
-    let cfg = lead.cfg;
-    let host = cfg
-        .node_names
-        .get(node as usize)
-        .cloned()
-        .unwrap_or_default();
-    let timeout = cfg.keep.hang_timeout.duration();
-    say(format!(
-        "hang: no rank has made progress for {timeout:?}; rank {rank} (pid {pid} on {host}) went silent first, {:.0} s ago; collecting stacks",
-        silent.as_secs_f64()
-    ));
-    cfg.record(
-        "hang",
-        json!({"attempt": lead.number, "rank": rank, "host": host, "pid": pid,
-               "silent_s": silent.as_secs_f64()}),
-    );
-    broadcast(
-        followers,
-        &Msg::Dump {
-            attempt: lead.number,
-        },
-    )
-    .await;
-    let mut stacks = a.stacks(cfg).await;
-    let mut waiting: HashSet<u32> = followers
-        .iter()
-        .filter(|f| f.alive)
-        .map(|f| f.node_rank)
-        .collect();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
-    while !waiting.is_empty() {
-        let Ok(Some(event)) = tokio::time::timeout_at(deadline, rx.recv()).await else {
-            break;
-        };
-        match event {
-            Event::Peer {
-                node_rank,
-                msg: Some(Msg::Stacks { stacks: s, .. }),
-                ..
-            } => {
-                waiting.remove(&node_rank);
-                stacks.extend(s);
-            }
-            Event::Peer {
-                node_rank,
-                msg: None,
-                ..
-            } => {
-                waiting.remove(&node_rank);
-            }
-            _ => {}
-        }
+    /// The hang report: which rank went silent first, with every rank's stack.
+    pub(super) async fn hang_report(
+        &mut self,
+        (rank, node, pid, silent): (u32, u32, i32, Duration),
+    ) -> FailureReport {
+        let host = self
+            .cfg
+            .node_names
+            .get(node as usize)
+            .cloned()
+            .unwrap_or_default();
+        let timeout = self.cfg.keep.hang_timeout.duration();
+        say(format!(
+            "hang: no rank has made progress for {timeout:?}; rank {rank} (pid {pid} on {host}) went silent first, {:.0} s ago; collecting stacks",
+            silent.as_secs_f64()
+        ));
+        self.cfg.record(
+            "hang",
+            json!({"attempt": self.number, "rank": rank, "host": host, "pid": pid,
+                   "silent_s": silent.as_secs_f64()}),
+        );
+        let mut stacks = self.collect_stacks().await;
+        stacks.sort_by_key(|s| s.rank);
+        let mut report = FailureReport::other(
+            self.number,
+            node,
+            &host,
+            format!(
+                "hang: no rank made progress for {:.0} s; rank {rank} (pid {pid} on {host}) went silent first",
+                timeout.as_secs_f64()
+            ),
+        );
+        report.rank = Some(rank);
+        report.stacks = stacks;
+        report
     }
-    stacks.sort_by_key(|s| s.rank);
-    let mut report = FailureReport::other(
-        lead.number,
-        node,
-        &host,
-        format!(
-            "hang: no rank made progress for {:.0} s; rank {rank} (pid {pid} on {host}) went silent first",
-            timeout.as_secs_f64()
-        ),
-    );
-    report.rank = Some(rank);
-    report.stacks = stacks;
-    report
+
+    /// Every rank's stack: this node's, and each live follower's (`Dump`), waiting for
+    /// them at most 15 s.
+    async fn collect_stacks(&mut self) -> Vec<RankStack> {
+        broadcast(
+            &mut self.followers,
+            &Msg::Dump {
+                attempt: self.number,
+            },
+        )
+        .await;
+        let mut stacks = match self.attempt.as_ref() {
+            Some(a) => a.stacks(&self.cfg).await,
+            None => Vec::new(),
+        };
+        let mut waiting: HashSet<u32> = self
+            .followers
+            .iter()
+            .filter(|f| f.alive)
+            .map(|f| f.node_rank)
+            .collect();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+        while !waiting.is_empty() {
+            let Ok(Some(event)) = tokio::time::timeout_at(deadline, self.rx.recv()).await else {
+                break;
+            };
+            match event {
+                Event::Peer {
+                    node_rank,
+                    msg: Some(Msg::Stacks { stacks: s, .. }),
+                    ..
+                } => {
+                    waiting.remove(&node_rank);
+                    stacks.extend(s);
+                }
+                Event::Peer {
+                    node_rank,
+                    msg: None,
+                    ..
+                } => {
+                    waiting.remove(&node_rank);
+                }
+                _ => {}
+            }
+        }
+        stacks
+    }
 }
 
 #[cfg(test)]

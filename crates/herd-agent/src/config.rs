@@ -1,0 +1,85 @@
+//! What an agent is told: its [`Config`]. Its staying-alive settings ([`KeepAlive`]) are
+//! `herd launch`'s flags, defined with the other agent options in `herd_plan::launch`.
+
+use std::ffi::OsString;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use herd_exp::layout::LogsDir;
+pub use herd_plan::launch::{KeepAlive, OnHang};
+use herd_rendezvous::JobKey;
+use herd_slurm::LaunchInfo;
+
+use crate::words::say;
+
+/// Everything an agent needs to know.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// This node's rank (0 leads).
+    pub node_rank: u32,
+    /// Every node's name, by node rank.
+    pub node_names: Vec<String>,
+    /// Where followers find the leader (node 0's address).
+    pub leader_ip: IpAddr,
+    /// Workers on this node.
+    pub nproc: u32,
+    /// The worker command.
+    pub argv: Vec<OsString>,
+    /// The job's identity and secret.
+    pub key: JobKey,
+    /// Where each attempt's per-rank logs go (`herd_exp::layout`).
+    pub log_dir: LogsDir,
+    /// Label console lines with the rank.
+    pub label: bool,
+    /// How to read metrics from the workers' lines (docs/metrics.md).
+    pub metrics: herd_metrics::Format,
+    /// Time between SIGTERM and SIGKILL at teardown.
+    pub kill_grace: Duration,
+    /// How long nodes may take to find each other.
+    pub rendezvous_timeout: Duration,
+    /// Silence after which a peer counts as lost.
+    pub heartbeat_timeout: Duration,
+    /// Candidate rendezvous ports to try.
+    pub port_candidates: usize,
+    /// What happens before the time limit, on preemption and when ranks hang.
+    pub keep: KeepAlive,
+    /// The experiment folder (a submitted job's `HERD_EXP_DIR`): the leader appends the
+    /// job's events to its `timeline.jsonl`.
+    pub exp_dir: Option<PathBuf>,
+    /// What this node's workers are told beyond their place in the layout: the run id,
+    /// `max_restarts` (also the restarts the leader allows), this node's GPUs and how they
+    /// are bound, its CPUs, the user's `OMP_NUM_THREADS`, the job id. Each attempt sets
+    /// `master_addr`, `master_port` and `restart_count` itself.
+    pub launch: LaunchInfo,
+}
+
+impl Config {
+    /// This node's name.
+    pub(crate) fn host(&self) -> &str {
+        &self.node_names[self.node_rank as usize]
+    }
+
+    /// The leader's record of `event` in the experiment's timeline, when there is an
+    /// experiment; a timeline that cannot be written is said once and never stops the job.
+    pub(crate) fn record(&self, event: &str, fields: serde_json::Value) {
+        if self.node_rank == 0 {
+            self.record_here(event, fields);
+        }
+    }
+
+    /// This agent's record of `event`, whichever node it runs on: a follower that acts for
+    /// a lost leader.
+    pub(crate) fn record_here(&self, event: &str, fields: serde_json::Value) {
+        static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+        let Some(dir) = &self.exp_dir else { return };
+        if let Err(e) = herd_exp::timeline::append(dir, event, fields) {
+            if !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                say(format!(
+                    "cannot write the timeline in {}: {e}; the job goes on",
+                    dir.display()
+                ));
+            }
+        }
+    }
+}

@@ -1,0 +1,255 @@
+//! The end of an attempt, step by step: the failure recorded, the teardown everywhere, the
+//! report, then a restart, a requeue or the job's end.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use herd_slurm::scheduler::lifecycle::Cause;
+use nix::sys::signal::Signal;
+use serde_json::json;
+
+use super::links::broadcast;
+use super::state::{End, Lead};
+use crate::event::Event;
+use crate::keep::{no_longer_running, record_run, requeue};
+use crate::message::Msg;
+use crate::outcome::Outcome;
+use crate::words::{count, say};
+use herd_exp::failure::FailureReport;
+
+impl Lead {
+    /// Act on the attempt's end: the job's outcome, or `None` when the next attempt
+    /// starts (a restart).
+    pub(super) async fn end_attempt(&mut self, end: End) -> Option<Outcome> {
+        let end = self.reread_failure(end).await;
+        let (report, retryable, cause) = match end {
+            End::Success => return Some(self.succeed().await),
+            End::Failed {
+                report,
+                retryable,
+                cause,
+            } => (Some(report), retryable, cause),
+            End::Stopped { cause } => (None, false, cause),
+        };
+        // A node failure is recorded once the teardown is done and the job is known not to
+        // be requeued for it already: a frozen leader wakes up (SLURM's SIGCONT) to a job
+        // that node 1 requeued for it, and must not act again.
+        if cause != Cause::NodeFailure {
+            self.record_failed(report.as_ref(), cause);
+        }
+        self.teardown_everywhere().await;
+        if cause == Cause::NodeFailure {
+            if self.requeued_already().await {
+                return Some(Outcome::Requeued(cause));
+            }
+            self.record_failed(report.as_ref(), cause);
+        }
+        self.cfg.record("teardown", json!({"attempt": self.number}));
+        if let Some(r) = &report {
+            eprint!("{}", r.human());
+            r.write(&self.cfg.log_dir);
+        }
+        self.record_checkpoint();
+        if retryable && self.may_restart() {
+            self.restart(cause);
+            return None;
+        }
+        Some(self.requeue_or_end(report, cause).await)
+    }
+
+    /// Every worker exited 0: their last output, `Finish` to every follower, the record.
+    async fn succeed(&mut self) -> Outcome {
+        if let Some(a) = self.attempt.as_mut() {
+            a.finish_output().await;
+        }
+        broadcast(&mut self.followers, &Msg::Finish { ok: true }).await;
+        say(match self.layout.world_size() {
+            1 => "the worker finished".to_owned(),
+            n => format!("all {n} workers finished"),
+        });
+        self.record_run_end(None, "end");
+        self.cfg
+            .record("finished", json!({"attempt": self.number, "ok": true}));
+        Outcome::Success
+    }
+
+    /// The attempt's `failed` event, when it has a report.
+    fn record_failed(&self, report: Option<&FailureReport>, cause: Cause) {
+        if let Some(r) = report {
+            self.cfg.record(
+                "failed",
+                json!({"attempt": self.number, "cause": r.cause, "kind": cause}),
+            );
+        }
+    }
+
+    /// Teardown everywhere: followers first (they work in parallel), then this node; then
+    /// wait for the followers to confirm theirs.
+    async fn teardown_everywhere(&mut self) {
+        let cancelled_by = self.cancelled_by.take();
+        broadcast(
+            &mut self.followers,
+            &Msg::Teardown {
+                attempt: self.number,
+                signal: cancelled_by.map(|s| s.as_str().to_owned()),
+            },
+        )
+        .await;
+        if let Some(a) = self.attempt.as_mut() {
+            a.teardown_with(cancelled_by.unwrap_or(Signal::SIGTERM), self.cfg.kill_grace)
+                .await;
+        }
+        self.wait_torn_down(self.cfg.kill_grace + Duration::from_secs(5))
+            .await;
+    }
+
+    /// Wait until every live follower confirms its teardown (or is lost), at most `limit`.
+    async fn wait_torn_down(&mut self, limit: Duration) {
+        let mut pending: HashSet<u32> = self
+            .followers
+            .iter()
+            .filter(|f| f.alive)
+            .map(|f| f.node_rank)
+            .collect();
+        let deadline = tokio::time::Instant::now() + limit;
+        while !pending.is_empty() {
+            let Ok(Some(event)) = tokio::time::timeout_at(deadline, self.rx.recv()).await else {
+                break;
+            };
+            match event {
+                Event::Peer {
+                    node_rank,
+                    msg: Some(Msg::TornDown { attempt }),
+                    ..
+                } if attempt == self.number => {
+                    pending.remove(&node_rank);
+                }
+                Event::Peer {
+                    node_rank,
+                    msg: None,
+                    ..
+                } => {
+                    pending.remove(&node_rank);
+                    if let Some(f) = self.followers.iter_mut().find(|f| f.node_rank == node_rank) {
+                        f.alive = false;
+                    }
+                }
+                _ => {}
+            }
+        }
+        for f in self
+            .followers
+            .iter()
+            .filter(|f| pending.contains(&f.node_rank))
+        {
+            say(format!(
+                "node {} ({}) did not confirm its teardown in time",
+                f.node_rank, f.host
+            ));
+        }
+    }
+
+    /// After a lost node: whether the job is no longer running because another agent
+    /// requeued it for this loss already (said, then this agent ends without acting).
+    async fn requeued_already(&self) -> bool {
+        let id = self.job_id.as_deref();
+        let Some(state) = no_longer_running(id, Duration::from_secs(2)).await else {
+            return false;
+        };
+        say(format!(
+            "job {} is {state} already (requeued for this node's loss by another agent): ending here",
+            id.unwrap_or("?")
+        ));
+        true
+    }
+
+    /// A `checkpoint` event when the attempt left a newer checkpoint than it resumed from.
+    fn record_checkpoint(&self) {
+        let newest = self.cfg.launch.newest_checkpoint().ok().flatten();
+        let newest = newest.and_then(|p| p.to_str().map(str::to_owned));
+        if newest.is_some() && newest != self.resume {
+            self.cfg.record(
+                "checkpoint",
+                json!({"attempt": self.number, "path": newest}),
+            );
+        }
+    }
+
+    /// Whether a restart is left (`--max-restarts`) and every follower is still there.
+    fn may_restart(&self) -> bool {
+        self.number - self.first < self.cfg.launch.max_restarts
+            && self.followers.iter().all(|f| f.alive)
+    }
+
+    /// The next attempt starts: this one's record, then the next number, said.
+    fn restart(&mut self, cause: Cause) {
+        self.record_run_end(Some(cause), "restart");
+        self.number += 1;
+        say(format!(
+            "restarting all workers: attempt {} ({} of at most {})",
+            self.number,
+            self.number - self.first,
+            count(self.cfg.launch.max_restarts, "restart")
+        ));
+        self.cfg.record("restart", json!({"attempt": self.number}));
+    }
+
+    /// No restart: the job is requeued when its cause allows one and the budget is not
+    /// spent, or it ends here; `Finish` to every follower either way.
+    async fn requeue_or_end(&mut self, report: Option<FailureReport>, cause: Cause) -> Outcome {
+        let number = self.number;
+        let requeued = if Cause::REQUEUED.contains(&cause) {
+            // A lost node is left out of the next allocation (this node is never lost).
+            let lost = report
+                .as_ref()
+                .filter(|r| cause == Cause::NodeFailure && r.node_rank != 0)
+                .map(|r| r.host.clone());
+            let record = |event: &str, fields: serde_json::Value| self.cfg.record(event, fields);
+            requeue(
+                &self.cfg,
+                self.job_id.as_deref(),
+                number,
+                cause,
+                lost.as_deref(),
+                &record,
+            )
+            .await
+        } else {
+            false
+        };
+        self.record_run_end(Some(cause), if requeued { "requeue" } else { "end" });
+        broadcast(&mut self.followers, &Msg::Finish { ok: false }).await;
+        if requeued {
+            return Outcome::Requeued(cause);
+        }
+        self.cfg.record(
+            "finished",
+            json!({"attempt": number, "ok": false, "cause": cause}),
+        );
+        let report = report.unwrap_or_else(|| {
+            FailureReport::other(
+                number,
+                0,
+                &self.host,
+                format!(
+                    "{}: the workers were stopped and the job is not requeued",
+                    cause.words()
+                ),
+            )
+        });
+        Outcome::Failed(Some(report))
+    }
+
+    /// The attempt's entry in the manifest, once its end is known.
+    fn record_run_end(&self, cause: Option<Cause>, then: &str) {
+        record_run(
+            &self.cfg,
+            &self.layout,
+            (self.number, self.requeue_count),
+            self.started_unix,
+            cause,
+            then,
+            &self.resume,
+        );
+    }
+}

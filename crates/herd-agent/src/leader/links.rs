@@ -1,0 +1,23 @@
+//! The leader's links to its followers, and one message to all of them.
+
+use tokio::net::tcp::OwnedWriteHalf;
+
+use crate::message::Msg;
+use crate::protocol::send;
+
+/// The leader's link to one follower.
+pub(super) struct Follower {
+    pub(super) node_rank: u32,
+    pub(super) host: String,
+    pub(super) writer: OwnedWriteHalf,
+    pub(super) alive: bool,
+}
+
+/// Send `msg` to every live follower; one that cannot be written to counts as lost.
+pub(super) async fn broadcast(followers: &mut [Follower], msg: &Msg) {
+    for f in followers.iter_mut().filter(|f| f.alive) {
+        if send(&mut f.writer, msg).await.is_err() {
+            f.alive = false;
+        }
+    }
+}

@@ -1,0 +1,220 @@
+//! The leader's state ([`Lead`]): what it knows of the whole job (its followers, the
+//! layout, the master) and of the attempt that runs now; and the start of each attempt.
+
+use std::collections::{HashMap, HashSet};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::time::Duration;
+
+use herd_slurm::scheduler::lifecycle::Cause;
+use herd_slurm::Layout;
+use nix::sys::signal::Signal;
+use serde_json::json;
+use tokio::sync::mpsc;
+use tokio::time::{Instant, Interval};
+
+use super::links::{broadcast, Follower};
+use crate::attempt::Attempt;
+use crate::config::Config;
+use crate::error::AgentError;
+use crate::event::Event;
+use crate::keep::unix_now;
+use crate::message::Msg;
+use crate::words::say;
+use herd_exp::failure::FailureReport;
+
+/// How one attempt ended.
+pub(super) enum End {
+    /// Every worker exited 0.
+    Success,
+    /// The first failure, whether a restart may retry it, and its cause.
+    Failed {
+        report: FailureReport,
+        retryable: bool,
+        cause: Cause,
+    },
+    /// herd stopped the workers (they were asked to checkpoint) for `cause`.
+    Stopped { cause: Cause },
+}
+
+/// The attempt's stop in progress: why, and when what is left is torn down.
+pub(super) struct Stopping {
+    pub(super) cause: Cause,
+    pub(super) deadline: Instant,
+}
+
+/// The leader's view of the job: the whole job's facts, then the attempt that runs now
+/// (each attempt starts from fresh ones, [`Lead::start_attempt`]).
+pub(super) struct Lead {
+    pub(super) cfg: Config,
+    /// This node's name.
+    pub(super) host: String,
+    /// SLURM's job id, when there is a job to ask SLURM about.
+    pub(super) job_id: Option<String>,
+    /// SLURM's requeue count of this job (`SLURM_RESTART_COUNT`).
+    pub(super) requeue_count: u32,
+    /// Where this node's workers send their exits (each attempt's start needs it).
+    pub(super) tx: mpsc::UnboundedSender<Event>,
+    /// Everything the leader hears: workers, followers, signals.
+    pub(super) rx: mpsc::UnboundedReceiver<Event>,
+    pub(super) followers: Vec<Follower>,
+    pub(super) layout: Layout,
+    pub(super) master_addr: String,
+    /// A heartbeat to every follower each quarter of the heartbeat timeout.
+    pub(super) heartbeat: Interval,
+    /// Each second: the first output, the hang watchdog.
+    pub(super) watchdog: Interval,
+    /// The first attempt's number in this allocation: restarts count from it.
+    pub(super) first: u32,
+    /// The current attempt's number.
+    pub(super) number: u32,
+    /// The checkpoint its workers resume from.
+    pub(super) resume: Option<String>,
+    /// When it started, seconds since the Unix epoch (for the manifest).
+    pub(super) started_unix: u64,
+    /// This node's share of it; `None` when its workers could not start.
+    pub(super) attempt: Option<Attempt>,
+    pub(super) stopping: Option<Stopping>,
+    /// When herd's own warning before the time limit is due.
+    pub(super) warn_at: Option<Instant>,
+    /// Each follower rank's last progress report: (node rank, pid, silent ms, when heard).
+    pub(super) progress: HashMap<u32, (u32, i32, u64, Instant)>,
+    /// The signal that cancelled this attempt: the followers pass it on before teardown.
+    pub(super) cancelled_by: Option<Signal>,
+    /// Followers whose workers all exited 0 (or stopped as asked), or tore down.
+    pub(super) done_nodes: HashSet<u32>,
+    /// Whether any of this node's workers has written a line (recorded once).
+    pub(super) first_output: bool,
+}
+
+impl Lead {
+    /// The leader once every follower has joined (`followers`, `layout`, `master_addr`):
+    /// the first attempt is the next free one of the log folder.
+    pub(super) fn new(
+        cfg: Config,
+        (tx, rx): (mpsc::UnboundedSender<Event>, mpsc::UnboundedReceiver<Event>),
+        followers: Vec<Follower>,
+        layout: Layout,
+        master_addr: String,
+    ) -> Lead {
+        let heartbeat = tokio::time::interval(cfg.heartbeat_timeout / 4);
+        let watchdog = tokio::time::interval(Duration::from_secs(1));
+        let first = cfg.log_dir.next_attempt();
+        Lead {
+            host: cfg.host().to_owned(),
+            job_id: cfg.launch.job_id.map(|j| j.to_string()),
+            requeue_count: cfg.launch.requeues,
+            cfg,
+            tx,
+            rx,
+            followers,
+            layout,
+            master_addr,
+            heartbeat,
+            watchdog,
+            first,
+            number: first,
+            resume: None,
+            started_unix: 0,
+            attempt: None,
+            stopping: None,
+            warn_at: None,
+            progress: HashMap::new(),
+            cancelled_by: None,
+            done_nodes: HashSet::new(),
+            first_output: false,
+        }
+    }
+
+    /// Start attempt `number` everywhere: a fresh `MASTER_PORT`, the checkpoint to resume
+    /// from, `Start` to every follower, then this node's workers. `Some` is the attempt's
+    /// end already: this node's workers could not start.
+    pub(super) async fn start_attempt(&mut self) -> Result<Option<End>, AgentError> {
+        // The last attempt is over (torn down everywhere).
+        self.attempt = None;
+        let number = self.number;
+        let restarts = number - self.first;
+        let port = claim_port()
+            .map_err(|e| AgentError::Layout(format!("cannot claim a MASTER_PORT: {e}")))?;
+        let resume = resume_from(&self.cfg, number);
+        broadcast(
+            &mut self.followers,
+            &Msg::Start {
+                attempt: number,
+                master_addr: self.master_addr.clone(),
+                master_port: port,
+                tasks_per_node: self.layout.tasks_per_node.clone(),
+                restarts,
+                resume_from: resume.clone(),
+            },
+        )
+        .await;
+        self.cfg.record(
+            "attempt_started",
+            json!({"attempt": number, "master_port": port, "resume_from": resume,
+                   "restarts": restarts, "requeue": self.requeue_count}),
+        );
+        self.started_unix = unix_now();
+        self.resume = resume;
+        self.stopping = None;
+        self.progress.clear();
+        self.arm_warning().await;
+        self.first_output = false;
+        self.done_nodes.clear();
+        match Attempt::start(
+            &self.cfg,
+            (number, restarts),
+            &self.layout,
+            (&self.master_addr, port),
+            self.resume.clone(),
+            &self.tx,
+        )
+        .await
+        {
+            Ok(a) => {
+                self.attempt = Some(a);
+                Ok(None)
+            }
+            Err(report) => Ok(Some(End::Failed {
+                report,
+                retryable: false,
+                cause: Cause::WorkerFailure,
+            })),
+        }
+    }
+}
+
+/// A port nobody holds right now, for the workers' TCPStore (rank 0 binds it right after).
+fn claim_port() -> std::io::Result<u16> {
+    let l = std::net::TcpListener::bind(SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0))?;
+    Ok(l.local_addr()?.port())
+}
+
+/// The checkpoint every worker of attempt `number` resumes from (`HERD_RESUME_FROM`): the
+/// newest complete one in the checkpoint folder now, decided here once for all nodes (their
+/// views of a shared file system may lag) and said in the log.
+fn resume_from(cfg: &Config, number: u32) -> Option<String> {
+    let dir = cfg.launch.checkpoint_dir.as_ref()?;
+    match cfg.launch.newest_checkpoint() {
+        Ok(Some(path)) => match path.to_str() {
+            Some(p) => {
+                say(format!("attempt {number} resumes from {p}"));
+                Some(p.to_owned())
+            }
+            None => {
+                say(format!(
+                    "attempt {number}: the newest checkpoint {} is not a UTF-8 path; HERD_RESUME_FROM is not set",
+                    path.display()
+                ));
+                None
+            }
+        },
+        Ok(None) => None,
+        Err(e) => {
+            say(format!(
+                "attempt {number}: cannot read the checkpoint folder {}: {e}; HERD_RESUME_FROM is not set",
+                dir.display()
+            ));
+            None
+        }
+    }
+}
