@@ -2,7 +2,7 @@
 //! torch error file), hear how they exit, forward signals to them, tear them all down, and
 //! turn a failed worker into its [`FailureReport`].
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -87,72 +87,86 @@ impl Attempt {
                 local_rank,
                 node_rank: cfg.node_rank,
             };
-            let mut env = worker_env(layout, pos, &info);
-            env.insert(HERD_LOG_DIR.into(), dir.path().display().to_string());
-            env.insert(
-                HERD_HEARTBEAT_FILE.into(),
-                dir.heartbeat(pos.rank).display().to_string(),
-            );
-            env.insert(
-                HERD_METRICS_FILE.into(),
-                dir.worker_metrics(pos.rank).display().to_string(),
-            );
-            // torch's @record writes the exception here, as under torchrun; a file left by
-            // an earlier run with the same log folder must not be taken for this one's.
-            let error_file = dir.error_file(pos.rank);
-            match std::fs::remove_file(&error_file) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => {
-                    return Err(failed(format!(
-                        "cannot remove the stale error file {}: {e}",
-                        error_file.display()
-                    )))
-                }
-            }
-            env.insert(
-                "TORCHELASTIC_ERROR_FILE".into(),
-                error_file.display().to_string(),
-            );
-            let spec = WorkerSpec {
-                rank: pos.rank,
-                local_rank,
-                env,
-            };
-            let sink = attempt
-                .sink
-                .as_ref()
-                .ok_or_else(|| failed("output closed".into()))?;
-            match spawn(&cfg.argv, &spec, sink) {
-                Ok((running, mut child)) => {
-                    attempt.groups.push(running.pid);
-                    attempt.managed.insert(running.pid);
-                    let tx = tx.clone();
-                    let rank = running.rank;
-                    tokio::spawn(async move {
-                        let status = child.wait().await;
-                        let _ = tx.send(Event::WorkerExited {
-                            attempt: number,
-                            rank,
-                            status,
-                        });
-                    });
-                    attempt.running.insert(pos.rank, running);
-                }
-                Err(e) => {
-                    let cmd = cfg
-                        .argv
-                        .first()
-                        .map(|a| a.to_string_lossy().into_owned())
-                        .unwrap_or_default();
-                    return Err(failed(format!(
-                        "cannot start rank {} (`{cmd}`): {e}",
-                        pos.rank
-                    )));
-                }
-            }
+            let env = attempt.env_of(layout, pos, &info).map_err(&failed)?;
+            attempt.spawn_worker(cfg, pos, env, tx).map_err(&failed)?;
         }
         Ok(attempt)
+    }
+
+    /// Worker `pos`'s variables: the rank variables ([`worker_env`]) and where its logs,
+    /// heartbeat, metrics and torch error file are. A stale error file left by an earlier
+    /// run in the same folder is removed, so it is never taken for this run's.
+    fn env_of(
+        &self,
+        layout: &Layout,
+        pos: Position,
+        info: &LaunchInfo,
+    ) -> Result<BTreeMap<String, String>, String> {
+        let dir = &self.dir;
+        let mut env = worker_env(layout, pos, info);
+        env.insert(HERD_LOG_DIR.into(), dir.path().display().to_string());
+        env.insert(
+            HERD_HEARTBEAT_FILE.into(),
+            dir.heartbeat(pos.rank).display().to_string(),
+        );
+        env.insert(
+            HERD_METRICS_FILE.into(),
+            dir.worker_metrics(pos.rank).display().to_string(),
+        );
+        // torch's @record writes the exception here, as under torchrun.
+        let error_file = dir.error_file(pos.rank);
+        match std::fs::remove_file(&error_file) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                return Err(format!(
+                    "cannot remove the stale error file {}: {e}",
+                    error_file.display()
+                ))
+            }
+        }
+        env.insert(
+            "TORCHELASTIC_ERROR_FILE".into(),
+            error_file.display().to_string(),
+        );
+        Ok(env)
+    }
+
+    /// Starts worker `pos` with `env`; its exit arrives on `tx` as [`Event::WorkerExited`].
+    fn spawn_worker(
+        &mut self,
+        cfg: &Config,
+        pos: Position,
+        env: BTreeMap<String, String>,
+        tx: &mpsc::UnboundedSender<Event>,
+    ) -> Result<(), String> {
+        let spec = WorkerSpec {
+            rank: pos.rank,
+            local_rank: pos.local_rank,
+            env,
+        };
+        let sink = self.sink.as_ref().ok_or("output closed")?;
+        let (running, mut child) = spawn(&cfg.argv, &spec, sink).map_err(|e| {
+            let cmd = cfg
+                .argv
+                .first()
+                .map(|a| a.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            format!("cannot start rank {} (`{cmd}`): {e}", pos.rank)
+        })?;
+        self.groups.push(running.pid);
+        self.managed.insert(running.pid);
+        let (tx, number, rank) = (tx.clone(), self.number, running.rank);
+        tokio::spawn(async move {
+            let status = child.wait().await;
+            let _ = tx.send(Event::WorkerExited {
+                attempt: number,
+                rank,
+                status,
+            });
+        });
+        self.running.insert(pos.rank, running);
+        Ok(())
     }
 
     /// A worker exited: `None` if that was fine, the report if it failed.
