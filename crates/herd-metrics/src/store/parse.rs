@@ -341,7 +341,8 @@ mod tests {
 
     #[test]
     fn a_partial_last_line_waits_and_a_bad_line_names_itself() {
-        let path = Path::new("/x/rank-0.metrics");
+        let file = AttemptDir::new("/x").metrics(0);
+        let path = file.as_path();
         let mut s = Series::default();
         parse_into(
             "# herd metrics 1\n@\tloss\n1\t1\t0.5\n2\t2\t0.",
