@@ -6,8 +6,7 @@ use crate::values::Signal;
 use std::path::PathBuf;
 
 fn plan(text: &str) -> Plan {
-    let job =
-        JobFile::parse(text, Path::new("jobs/train.toml")).unwrap_or_else(|e| panic!("{e}"));
+    let job = JobFile::parse(text, Path::new("jobs/train.toml")).unwrap_or_else(|e| panic!("{e}"));
     resolve(Some(&job), &JobKeys::default(), &[], "login1").unwrap_or_else(|e| panic!("{e}"))
 }
 
@@ -207,8 +206,8 @@ fn refuses_unsafe_inputs() {
     }
     assert!(with("/e", "/h", Some("afterok:1 --x")).is_err());
     // Spaces, quotes and `%` are fine in paths.
-    let s = with("/scratch/my exp/it's 100%", "/o/h e/herd", None)
-        .unwrap_or_else(|e| panic!("{e}"));
+    let s =
+        with("/scratch/my exp/it's 100%", "/o/h e/herd", None).unwrap_or_else(|e| panic!("{e}"));
     assert!(
         s.contains("#SBATCH --output=\"/scratch/my exp/it's 100%%/logs/%j.out\"\n"),
         "{s}"
@@ -221,9 +220,7 @@ fn refuses_unsafe_inputs() {
 
     let mut bad = p.clone();
     bad.sbatch_args = vec!["--comment=a\nb".into()];
-    assert!(
-        render_script(&bad, &params()).is_err_and(|e| e.to_string().contains("sbatch_args"))
-    );
+    assert!(render_script(&bad, &params()).is_err_and(|e| e.to_string().contains("sbatch_args")));
     let mut bad = p.clone();
     bad.command.push("a\0b".into());
     assert!(render_script(&bad, &params()).is_err_and(|e| e.to_string().contains("NUL")));
