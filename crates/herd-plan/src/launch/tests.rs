@@ -221,3 +221,43 @@ fn the_docs_table_lists_every_option_with_both_defaults() {
 }
 
 use std::collections::BTreeSet;
+
+/// The `herd submit` flags' help lines state the staying-alive defaults in words (the keys
+/// table of docs/submit.md is made from them): they must say what [`KeepAlive::submit`]
+/// and the agent's defaults are.
+#[test]
+fn the_submit_keys_help_states_the_defaults_the_code_has() {
+    let cmd = <crate::keys::JobKeys as clap::Args>::augment_args(clap::Command::new("herd"));
+    let help = |key: crate::keys::Key| {
+        cmd.get_arguments()
+            .find(|a| a.get_id() == key.name())
+            .and_then(|a| a.get_help())
+            .map(|h| h.to_string())
+            .unwrap_or_else(|| panic!("`{key}` has no help"))
+    };
+    use crate::keys::Key;
+    let submit = KeepAlive::submit(None);
+    for (key, said) in [
+        (
+            Key::MaxRequeues,
+            format!("(default {};", submit.max_requeues),
+        ),
+        (Key::WarnBefore, format!("(default {},", submit.warn_before)),
+        (Key::StopSignal, format!("(default {})", submit.stop_signal)),
+        (Key::StopGrace, format!("(default {},", submit.stop_grace)),
+        (
+            Key::HangTimeout,
+            format!("(default {}:", submit.hang_timeout),
+        ),
+        (
+            Key::OnHang,
+            format!("`{}` the job (default)", submit.on_hang),
+        ),
+    ] {
+        let h = help(key);
+        assert!(
+            h.contains(&said),
+            "`{key}`'s help {h:?} does not say {said:?}"
+        );
+    }
+}
