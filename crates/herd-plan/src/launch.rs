@@ -385,85 +385,81 @@ impl AgentOptions {
     pub fn to_args(&self) -> Vec<String> {
         let d = AgentOptions::default();
         let (k, dk) = (&self.keep, &d.keep);
-        // (flag, value, whether it differs from the default)
-        let flags: [(&str, String, bool); 12] = [
-            (
-                "nproc-per-node",
-                self.nproc_per_node
-                    .map(|g| g.to_string())
-                    .unwrap_or_default(),
-                self.nproc_per_node.is_some(),
-            ),
-            (
-                "gpu-bind",
-                self.gpus.gpu_bind.to_string(),
-                self.gpus != d.gpus,
-            ),
-            (
-                "max-restarts",
-                self.max_restarts.to_string(),
-                self.max_restarts != d.max_restarts,
-            ),
-            (
-                "metrics",
-                self.metrics.to_string(),
-                self.metrics != d.metrics,
-            ),
-            (
-                "kill-grace",
-                self.kill_grace.to_string(),
-                self.kill_grace != d.kill_grace,
-            ),
-            (
-                "rendezvous-timeout",
-                self.rendezvous_timeout.to_string(),
-                self.rendezvous_timeout != d.rendezvous_timeout,
-            ),
-            (
-                "heartbeat-timeout",
-                self.heartbeat_timeout.to_string(),
-                self.heartbeat_timeout != d.heartbeat_timeout,
-            ),
-            (
-                "warn-before",
-                k.warn_before.to_string(),
-                k.warn_before != dk.warn_before,
-            ),
-            (
-                "stop-signal",
-                k.stop_signal.to_string(),
-                k.stop_signal != dk.stop_signal,
-            ),
-            (
-                "stop-grace",
-                k.stop_grace.to_string(),
-                k.stop_grace != dk.stop_grace,
-            ),
-            (
-                "max-requeues",
-                k.max_requeues.to_string(),
-                k.max_requeues != dk.max_requeues,
-            ),
-            (
-                "hang-timeout",
-                k.hang_timeout.to_string(),
-                k.hang_timeout != dk.hang_timeout,
-            ),
-        ];
-        let mut args: Vec<String> = Vec::new();
-        for (name, value, differs) in flags {
-            if differs {
-                args.push(format!("--{name}"));
-                args.push(value);
-            }
+        let mut args = Vec::new();
+        if let Some(g) = self.nproc_per_node {
+            flag(&mut args, "nproc-per-node", &g, None);
         }
-        if k.on_hang != dk.on_hang {
-            args.extend(["--on-hang".to_owned(), k.on_hang.to_string()]);
-        }
+        args.extend(self.gpus.to_args());
+        flag(
+            &mut args,
+            "max-restarts",
+            &self.max_restarts,
+            Some(&d.max_restarts),
+        );
+        flag(&mut args, "metrics", &self.metrics, Some(&d.metrics));
+        flag(
+            &mut args,
+            "kill-grace",
+            &self.kill_grace,
+            Some(&d.kill_grace),
+        );
+        let rendezvous = Some(&d.rendezvous_timeout);
+        flag(
+            &mut args,
+            "rendezvous-timeout",
+            &self.rendezvous_timeout,
+            rendezvous,
+        );
+        let heartbeat = Some(&d.heartbeat_timeout);
+        flag(
+            &mut args,
+            "heartbeat-timeout",
+            &self.heartbeat_timeout,
+            heartbeat,
+        );
+        flag(
+            &mut args,
+            "warn-before",
+            &k.warn_before,
+            Some(&dk.warn_before),
+        );
+        flag(
+            &mut args,
+            "stop-signal",
+            &k.stop_signal,
+            Some(&dk.stop_signal),
+        );
+        flag(&mut args, "stop-grace", &k.stop_grace, Some(&dk.stop_grace));
+        flag(
+            &mut args,
+            "max-requeues",
+            &k.max_requeues,
+            Some(&dk.max_requeues),
+        );
+        flag(
+            &mut args,
+            "hang-timeout",
+            &k.hang_timeout,
+            Some(&dk.hang_timeout),
+        );
+        flag(&mut args, "on-hang", &k.on_hang, Some(&dk.on_hang));
         if self.label {
             args.push("--label".into());
         }
         args
+    }
+}
+
+/// `--name value` appended to `args`, unless `value` is `default`.
+fn flag<T: PartialEq + fmt::Display>(
+    args: &mut Vec<String>,
+    name: &str,
+    value: &T,
+    default: Option<&T>,
+) {
+    if default != Some(value) {
+        args.push(format!("--{name}"));
+        args.push(value.to_string());
     }
 }
 

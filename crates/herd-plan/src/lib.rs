@@ -64,6 +64,8 @@
 //! examples and meanings, and a test keeps that table in step with the definition.
 
 pub mod check;
+#[cfg(test)]
+mod doc_table;
 pub mod job;
 pub mod keep;
 pub mod keys;

@@ -192,30 +192,17 @@ fn options_table() -> String {
     t
 }
 
-const TABLE_START: &str = "<!-- launch options: begin -->\n";
-const TABLE_END: &str = "<!-- launch options: end -->";
-
 /// docs/launch.md's options table is made from the definition: every flag, its default,
 /// `herd submit`'s where it differs, and its help. `HERD_UPDATE_DOCS=1` rewrites it.
 #[test]
 fn the_docs_table_lists_every_option_with_both_defaults() {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/launch.md");
-    let doc = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
-    let (before, rest) = doc
-        .split_once(TABLE_START)
-        .unwrap_or_else(|| panic!("{path} has no {TABLE_START:?}"));
-    let (shown, after) = rest
-        .split_once(TABLE_END)
-        .unwrap_or_else(|| panic!("{path} has no {TABLE_END:?}"));
     let want = options_table();
-    if shown != want && std::env::var_os("HERD_UPDATE_DOCS").is_some() {
-        let updated = format!("{before}{TABLE_START}{want}{TABLE_END}{after}");
-        std::fs::write(path, updated).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let Some(shown) = crate::doc_table::shown("launch.md", "launch options", &want) else {
         return;
-    }
+    };
     assert!(
         shown == want,
-        "{path}: the options table differs from crates/herd-plan/src/launch.rs; rewrite it with \
+        "docs/launch.md: the options table differs from crates/herd-plan/src/launch.rs; rewrite it with \
          `HERD_UPDATE_DOCS=1 cargo nextest run -p herd-plan docs_table_lists_every_option`, or paste:\n{want}"
     );
 }

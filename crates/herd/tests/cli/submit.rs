@@ -215,19 +215,10 @@ fn submit_project(files: &[(&str, usize)]) -> tempfile::TempDir {
 /// `herd submit ARGS` run in `dir`'s project with only its fake SLURM commands (and the
 /// system's) on PATH and no cluster profiles.
 fn submit_here(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_herd"))
-        .arg("submit")
-        .args(args)
-        .current_dir(dir.join("project"))
-        .env(
-            "PATH",
-            format!("{}:/usr/bin:/bin", dir.join("bin").display()),
-        )
-        .env("HOME", dir)
-        .env("XDG_CONFIG_HOME", dir.join("config"))
-        .env_remove("SLURM_JOB_ID")
-        .output()
-        .expect("herd runs")
+    let argv: Vec<&str> = std::iter::once("submit")
+        .chain(args.iter().copied())
+        .collect();
+    herd_here(dir, &argv, &[])
 }
 
 /// The fake SLURM commands [`submit_here`] ran.

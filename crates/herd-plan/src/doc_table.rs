@@ -1,0 +1,25 @@
+//! Test support: a table of docs/ kept equal to the definition it is made from (the keys of
+//! docs/submit.md, the options of docs/launch.md). `HERD_UPDATE_DOCS=1` rewrites it.
+
+/// The table between `<!-- NAME: begin -->` and `<!-- NAME: end -->` of `docs/FILE`: `None`
+/// when it differed from `want` and `HERD_UPDATE_DOCS` rewrote it, else what it says now.
+pub(crate) fn shown(file: &str, name: &str, want: &str) -> Option<String> {
+    let path = format!("{}/../../docs/{file}", env!("CARGO_MANIFEST_DIR"));
+    let (start, end) = (
+        format!("<!-- {name}: begin -->\n"),
+        format!("<!-- {name}: end -->"),
+    );
+    let doc = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let (before, rest) = doc
+        .split_once(&start)
+        .unwrap_or_else(|| panic!("{path} has no {start:?}"));
+    let (table, after) = rest
+        .split_once(&end)
+        .unwrap_or_else(|| panic!("{path} has no {end:?}"));
+    if table != want && std::env::var_os("HERD_UPDATE_DOCS").is_some() {
+        let updated = format!("{before}{start}{want}{end}{after}");
+        std::fs::write(&path, updated).unwrap_or_else(|e| panic!("{path}: {e}"));
+        return None;
+    }
+    Some(table.to_owned())
+}
