@@ -6,7 +6,9 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use herd_slurm::worker::vars::{HERD_HEARTBEAT_FILE, HERD_LOG_DIR, HERD_METRICS_FILE};
+use herd_slurm::worker::vars::{
+    HERD_HEARTBEAT_FILE, HERD_LOG_DIR, HERD_METRICS_FILE, HERD_STOP_SIGNAL,
+};
 use herd_slurm::{worker_env, LaunchInfo, Layout, Position};
 use nix::sys::signal::Signal;
 use tokio::sync::mpsc;
@@ -87,7 +89,8 @@ impl Attempt {
                 local_rank,
                 node_rank: cfg.node_rank,
             };
-            let env = attempt.env_of(layout, pos, &info).map_err(&failed)?;
+            let mut env = attempt.env_of(layout, pos, &info).map_err(&failed)?;
+            env.insert(HERD_STOP_SIGNAL.into(), cfg.keep.stop_signal.to_string());
             attempt.spawn_worker(cfg, pos, env, tx).map_err(&failed)?;
         }
         Ok(attempt)

@@ -86,36 +86,23 @@ pub(crate) async fn requeue(
     let Some(id) = job_id.map(str::to_owned) else {
         return false;
     };
-    let budget = cfg.keep.max_requeues;
-    let used = requeues_so_far(cfg, cause);
-    if used >= budget {
-        say(format!(
-            "{}: no requeue left ({used} of {budget} for {} used, --max-requeues); the job ends here{}",
-            cause.words(),
-            cause.words(),
-            if cfg.exp_dir.is_some() {
-                "; `herd submit --resume` runs it again from its newest checkpoint"
-            } else {
-                ""
-            }
-        ));
-        record(
-            "requeue_refused",
-            json!({"attempt": attempt, "cause": cause, "used": used, "budget": budget}),
-        );
-        if cause == Cause::Preemption {
-            // slurmctld would requeue a preempted job by itself: end it for good.
-            let id2 = id.clone();
-            let _ = tokio::task::spawn_blocking(move || {
-                herd_slurm::scheduler::command::scancel(&[id2.as_str()], None)
-            })
-            .await;
-        }
+    // Requeued already, by the job's own code (Lightning's SLURM auto-requeue) or a user:
+    // never a second requeue, only what herd's own would do besides.
+    let facts = job_facts(&id).await;
+    if facts
+        .as_ref()
+        .is_some_and(|f| f.requeued_since(cfg.launch.requeues))
+    {
+        return adopt_requeue(cfg, &id, attempt, cause, lost, record).await;
+    }
+    if !within_budget(cfg, &id, attempt, cause, None, record).await {
         return false;
     }
+    let used = requeues_so_far(cfg, cause);
+    let budget = cfg.keep.max_requeues;
     let mut exclude: Vec<String> = lost.map(|h| vec![h.to_owned()]).unwrap_or_default();
     if !exclude.is_empty() {
-        exclude.extend(job_facts(&id).await.and_then(|f| f.excluded));
+        exclude.extend(facts.and_then(|f| f.excluded));
     }
     record(
         "requeue",
@@ -134,13 +121,24 @@ pub(crate) async fn requeue(
         }
     ));
     let id2 = id.clone();
+    let exclude2 = exclude.clone();
     match tokio::task::spawn_blocking(move || {
-        lifecycle::requeue(&id2, &exclude, Duration::from_secs(5))
+        lifecycle::requeue(&id2, &exclude2, Duration::from_secs(5))
     })
     .await
     {
         Ok(Ok(())) => true,
         Ok(Err(e)) => {
+            // The job's own code may have requeued it a moment ago.
+            if job_facts(&id)
+                .await
+                .is_some_and(|f| f.requeued_since(cfg.launch.requeues))
+            {
+                say(format!(
+                    "job {id} was requeued by someone else a moment before herd's requeue ({e}); making it eligible now"
+                ));
+                return make_eligible(&id, exclude).await;
+            }
             say(format!("cannot requeue job {id}: {e}"));
             record(
                 "requeue_failed",
@@ -150,6 +148,103 @@ pub(crate) async fn requeue(
         }
         Err(_) => false,
     }
+}
+
+/// Whether the budget for `cause` has a requeue left (`--max-requeues`); when it does not,
+/// says so, records `requeue_refused` (with `by`, for a requeue the job did itself) and
+/// cancels a job that SLURM would requeue regardless (a preemption, a requeue done
+/// already).
+async fn within_budget(
+    cfg: &Config,
+    id: &str,
+    attempt: u32,
+    cause: Cause,
+    by: Option<&str>,
+    record: &dyn Fn(&str, serde_json::Value),
+) -> bool {
+    let budget = cfg.keep.max_requeues;
+    let used = requeues_so_far(cfg, cause);
+    if used >= budget {
+        say(format!(
+            "{}: no requeue left ({used} of {budget} for {} used, --max-requeues); the job ends here{}",
+            cause.words(),
+            cause.words(),
+            if cfg.exp_dir.is_some() {
+                "; `herd submit --resume` runs it again from its newest checkpoint"
+            } else {
+                ""
+            }
+        ));
+        let mut refused =
+            json!({"attempt": attempt, "cause": cause, "used": used, "budget": budget});
+        if let Some(by) = by {
+            refused["by"] = by.into();
+        }
+        record("requeue_refused", refused);
+        if cause == Cause::Preemption || by.is_some() {
+            // slurmctld would run it again by itself: end it for good.
+            let id2 = id.to_owned();
+            let _ = tokio::task::spawn_blocking(move || {
+                herd_slurm::scheduler::command::scancel(&[id2.as_str()], None)
+            })
+            .await;
+        }
+        return false;
+    }
+    true
+}
+
+/// A requeue someone else did (the job's own code: Lightning's `SLURMEnvironment` requeues
+/// its job at SLURM's signal; a user's `scontrol requeue`), taken as the attempt's requeue
+/// for `cause`: counted against that cause's budget (a job over it is cancelled), recorded
+/// (`requeue` with `"by": "job"`) and followed by what herd's own requeue does besides:
+/// `lost` left out and the job made eligible at once. False when the job ends here.
+pub(crate) async fn adopt_requeue(
+    cfg: &Config,
+    id: &str,
+    attempt: u32,
+    cause: Cause,
+    lost: Option<&str>,
+    record: &dyn Fn(&str, serde_json::Value),
+) -> bool {
+    if !within_budget(cfg, id, attempt, cause, Some("job"), record).await {
+        return false;
+    }
+    let used = requeues_so_far(cfg, cause);
+    let budget = cfg.keep.max_requeues;
+    let mut exclude: Vec<String> = lost.map(|h| vec![h.to_owned()]).unwrap_or_default();
+    if !exclude.is_empty() {
+        exclude.extend(job_facts(id).await.and_then(|f| f.excluded));
+    }
+    record(
+        "requeue",
+        json!({"attempt": attempt, "cause": cause, "count": used + 1, "budget": budget,
+               "exclude": exclude, "by": "job"}),
+    );
+    say(format!(
+        "{}: job {id} was requeued by its own code ({} of {budget} requeues for {}); herd does not requeue it again, it makes it eligible now",
+        cause.words(),
+        used + 1,
+        cause.words(),
+    ));
+    make_eligible(id, exclude).await
+}
+
+/// [`lifecycle::make_eligible`] off the event loop, 5 s from now; a failure is said (the
+/// job still runs again, only later).
+async fn make_eligible(id: &str, exclude: Vec<String>) -> bool {
+    let id2 = id.to_owned();
+    match tokio::task::spawn_blocking(move || {
+        lifecycle::make_eligible(&id2, &exclude, Duration::from_secs(5))
+    })
+    .await
+    {
+        Ok(Err(e)) => say(format!(
+            "job {id} is requeued, but cannot be made eligible now ({e}): SLURM starts it once it releases it"
+        )),
+        Ok(Ok(())) | Err(_) => {}
+    }
+    true
 }
 
 pub(crate) fn unix_now() -> u64 {

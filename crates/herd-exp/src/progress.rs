@@ -29,8 +29,12 @@ pub struct Progress {
     pub rendezvous_ms: Option<u64>,
     /// When its workers' first line came, in the newest attempt.
     pub first_output_ms: Option<u64>,
-    /// How often the current job was requeued by herd.
+    /// How often the current job was requeued: by herd, or by its own code and taken by
+    /// herd as the attempt's requeue (those also in `requeues_by_job`).
     pub requeues: usize,
+    /// Of `requeues`, those the job's own code did (Lightning's SLURM auto-requeue, a
+    /// user's `scontrol requeue`): `"by": "job"` in the timeline.
+    pub requeues_by_job: usize,
     /// Restarts inside the allocation, over the current job.
     pub restarts: usize,
     /// How the agents said the job ended: `(ok, cause)`.
@@ -130,6 +134,9 @@ impl Progress {
                 "requeue" => {
                     // Back in the queue: what the allocation did is over.
                     p.requeues += 1;
+                    if e.get("by").and_then(Value::as_str) == Some("job") {
+                        p.requeues_by_job += 1;
+                    }
                     p.started_ms = None;
                     p.rendezvous_ms = None;
                     p.first_output_ms = None;
@@ -234,10 +241,21 @@ mod tests {
         assert_eq!(p.attempts, 3, "over the experiment");
         assert_eq!(p.attempt, Some(2));
         assert_eq!(p.queued_ms, Some(7));
+
+        // A requeue the job's own code did (Lightning's SLURM plugin), which herd took.
+        let mut own = events.clone();
+        let at = own
+            .iter()
+            .position(|e| e["event"] == "requeue")
+            .expect("a requeue");
+        own[at].insert("by".into(), json!("job"));
+        let p = Progress::from_events(Some("11".into()), 2, &own);
+        assert_eq!((p.requeues, p.requeues_by_job), (1, 1), "{p:?}");
         assert_eq!(p.started_ms, Some(13), "started again after the requeue");
         assert_eq!(p.rendezvous_ms, None, "not yet after the new start");
         assert_eq!(p.first_output_ms, None);
         assert_eq!(p.requeues, 1);
+        assert_eq!(p.requeues_by_job, 0, "herd's own");
         assert_eq!(p.finished, None, "the first job's end is not this one's");
         assert_eq!(p.ended, None);
         assert_eq!(p.last_failure.as_deref(), Some("rank 1 exited with code 3"));

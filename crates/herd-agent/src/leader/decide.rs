@@ -12,7 +12,7 @@ use serde_json::json;
 use super::links::broadcast;
 use super::state::{End, Lead, Stopping};
 use crate::event::Event;
-use crate::keep::job_facts;
+use crate::keep::{adopt_requeue, job_facts};
 use crate::message::{Msg, RankStack};
 use crate::signals::{self, Action};
 use crate::words::{cancelled, say};
@@ -96,11 +96,16 @@ impl Lead {
     /// own signal, and act on it. Returns the attempt's end it makes, if any.
     pub(super) async fn on_signal(&mut self, sig: Signal, from: Option<u32>) -> Option<End> {
         let action = signals::action(sig)?;
-        if self.stopping.is_some() {
-            self.cfg.record(
+        let ignored = |lead: &Lead| {
+            lead.cfg.record(
                 "signal",
-                json!({"attempt": self.number, "signal": sig.as_str(), "action": "ignored (stopping)", "node": from}),
+                json!({"attempt": lead.number, "signal": sig.as_str(), "action": "ignored (stopping)", "node": from}),
             );
+        };
+        // While stopping only a signal that ends the job is looked into: the job's own code
+        // may have requeued it (SLURM then ends its tasks).
+        if self.stopping.is_some() && action != Action::Terminate {
+            ignored(self);
             return None;
         }
         // SLURM's --signal may come up to a minute before the time it was asked for.
@@ -109,6 +114,17 @@ impl Lead {
             Some(id) => job_facts(id).await,
             None => None,
         };
+        if let Some(f) = facts
+            .as_ref()
+            .filter(|f| f.requeued_since(self.requeue_count))
+        {
+            let cause = self.requeue_cause(f, near);
+            return Some(self.adopt_requeue(cause, sig, from, None).await);
+        }
+        if self.stopping.is_some() {
+            ignored(self);
+            return None;
+        }
         let cause = facts.as_ref().and_then(|f| f.cause(near));
         if action == Action::Notice && !self.notice_stops(cause, facts.as_ref()) {
             return None;
@@ -168,6 +184,48 @@ impl Lead {
         }
     }
 
+    /// Why a job that was requeued by someone else (its own code, a user) stops: the stop
+    /// in progress, else a time limit or preemption SLURM's facts show, else `Requeued`.
+    fn requeue_cause(&self, facts: &JobFacts, near: Duration) -> Cause {
+        self.stopping
+            .as_ref()
+            .map(|s| s.cause)
+            .or_else(|| {
+                facts
+                    .cause(near)
+                    .filter(|c| matches!(c, Cause::TimeLimit | Cause::Preemption))
+            })
+            .unwrap_or(Cause::Requeued)
+    }
+
+    /// The job was requeued by its own code (Lightning's `SLURMEnvironment` at SLURM's
+    /// signal, a user's `scontrol requeue`) and SLURM is ending its tasks, which `sig`
+    /// (seen by this agent, a follower `from`, or a worker's death: `seen`) says: take it as
+    /// this attempt's requeue at once, while the job is still on its nodes (made eligible
+    /// now, counted against `cause`'s budget), and end the attempt; herd does not requeue it
+    /// again.
+    pub(super) async fn adopt_requeue(
+        &mut self,
+        cause: Cause,
+        sig: Signal,
+        from: Option<u32>,
+        seen: Option<&str>,
+    ) -> End {
+        let mut fields = json!({"attempt": self.number, "signal": sig.as_str(),
+                                "action": "requeued", "cause": cause, "by": "job", "node": from});
+        if let Some(seen) = seen {
+            fields["seen"] = seen.into();
+        }
+        self.cfg.record("signal", fields);
+        if self.requeued_by_job.is_none() {
+            let id = self.job_id.clone().unwrap_or_default();
+            let record = |event: &str, fields: serde_json::Value| self.cfg.record(event, fields);
+            let adopted = adopt_requeue(&self.cfg, &id, self.number, cause, None, &record).await;
+            self.requeued_by_job = Some(adopted);
+        }
+        End::Stopped { cause }
+    }
+
     /// The attempt's end when `sig`, received by this agent (`from` = None) or a
     /// follower's, cancels the job.
     fn cancel(&self, sig: Signal, from: Option<u32>) -> End {
@@ -211,7 +269,16 @@ impl Lead {
             return end;
         };
         let near = self.cfg.keep.warn_before.duration() + Duration::from_secs(90);
-        let cause = job_facts(&id).await.and_then(|f| ended_by_slurm(&f, near));
+        let facts = job_facts(&id).await;
+        if let Some(f) = facts
+            .as_ref()
+            .filter(|f| f.requeued_since(self.requeue_count))
+        {
+            let cause = self.requeue_cause(f, near);
+            let (node, seen) = (Some(report.node_rank), Some("worker_exit"));
+            return self.adopt_requeue(cause, sig, node, seen).await;
+        }
+        let cause = facts.and_then(|f| ended_by_slurm(&f, near));
         let record = |action: &str| {
             self.cfg.record(
                 "signal",

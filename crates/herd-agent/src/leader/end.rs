@@ -198,7 +198,9 @@ impl Lead {
     /// spent, or it ends here; `Finish` to every follower either way.
     async fn requeue_or_end(&mut self, report: Option<FailureReport>, cause: Cause) -> Outcome {
         let number = self.number;
-        let requeued = if Cause::REQUEUED.contains(&cause) {
+        let requeued = if let Some(adopted) = self.requeued_by_job {
+            adopted
+        } else if Cause::REQUEUED.contains(&cause) {
             // A lost node is left out of the next allocation (this node is never lost).
             let lost = report
                 .as_ref()

@@ -84,6 +84,10 @@ pub(super) struct Lead {
     pub(super) done_nodes: HashSet<u32>,
     /// Whether any of this node's workers has written a line (recorded once).
     pub(super) first_output: bool,
+    /// The job was requeued by its own code during this attempt and herd took that as the
+    /// attempt's requeue: `Some(true)`, or `Some(false)` when the budget refused it (the job
+    /// was cancelled); herd then never requeues it itself.
+    pub(super) requeued_by_job: Option<bool>,
 }
 
 impl Lead {
@@ -122,6 +126,7 @@ impl Lead {
             cancelled_by: None,
             done_nodes: HashSet::new(),
             first_output: false,
+            requeued_by_job: None,
         }
     }
 

@@ -263,9 +263,11 @@ pub fn view(
         }
         let limit = lead.time_limit.map_or_else(|| "no limit".to_owned(), clock);
         let requeued = progress
-            .map(|p| p.requeues)
-            .filter(|&n| n > 0)
-            .map(|n| format!("requeued {n}×; "))
+            .filter(|p| p.requeues > 0)
+            .map(|p| match p.requeues_by_job {
+                0 => format!("requeued {}×; ", p.requeues),
+                k => format!("requeued {}× ({k} by the job itself); ", p.requeues),
+            })
             .unwrap_or_default();
         v.detail = match state {
             // The agents wrote that they started: the folder is newer than the queue.

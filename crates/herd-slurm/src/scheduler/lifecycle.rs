@@ -34,21 +34,30 @@ pub enum Cause {
     Hang,
     /// The user (or an admin) cancelled the job, or sent SIGTERM/SIGINT/SIGHUP.
     Cancelled,
+    /// The job was requeued by someone other than herd (its own code, a user's `scontrol
+    /// requeue`) with no time limit or preemption near.
+    Requeued,
 }
 
 impl Cause {
     /// Every cause, in the order the docs list them.
-    pub const ALL: [Cause; 6] = [
+    pub const ALL: [Cause; 7] = [
         Cause::TimeLimit,
         Cause::Preemption,
         Cause::NodeFailure,
         Cause::WorkerFailure,
         Cause::Hang,
         Cause::Cancelled,
+        Cause::Requeued,
     ];
 
     /// The causes a requeue budget is counted for, in the order the docs list them.
-    pub const REQUEUED: [Cause; 3] = [Cause::TimeLimit, Cause::Preemption, Cause::NodeFailure];
+    pub const REQUEUED: [Cause; 4] = [
+        Cause::TimeLimit,
+        Cause::Preemption,
+        Cause::NodeFailure,
+        Cause::Requeued,
+    ];
 
     /// Its name in files and messages (`time_limit`).
     pub fn name(self) -> &'static str {
@@ -59,6 +68,7 @@ impl Cause {
             Cause::WorkerFailure => "worker_failure",
             Cause::Hang => "hang",
             Cause::Cancelled => "cancelled",
+            Cause::Requeued => "requeued",
         }
     }
 
@@ -76,6 +86,7 @@ impl Cause {
             Cause::WorkerFailure => "worker failure",
             Cause::Hang => "hang",
             Cause::Cancelled => "cancelled",
+            Cause::Requeued => "requeued by the job itself",
         }
     }
 }
@@ -137,6 +148,16 @@ impl JobFacts {
             command: "scontrol",
             output: text.trim().chars().take(300).collect(),
         })
+    }
+
+    /// Whether the job was requeued since an allocation whose requeue count
+    /// (`SLURM_RESTART_COUNT`) was `restarts` started: by herd, the job's own code
+    /// (Lightning's SLURM auto-requeue) or a user. slurmctld counts the requeue (`Restarts`)
+    /// and shows the job `REQUEUED`, then `PENDING`, while its tasks are still being ended.
+    pub fn requeued_since(&self, restarts: u32) -> bool {
+        self.restarts.is_some_and(|r| r > restarts)
+            || self.state.starts_with("REQUEUE")
+            || self.state.starts_with("PENDING")
     }
 
     /// Why the job's tasks were just signalled, from these facts: preempted (slurmctld
@@ -206,6 +227,14 @@ pub fn requeue(id: &str, exclude: &[String], start_in: Duration) -> Result<(), S
         }
         Err(e) => return Err(e),
     }
+    make_eligible(id, exclude, start_in)
+}
+
+/// After a requeue (herd's own, or one the job did itself): leave out `exclude` (nodes
+/// that failed, with those the job excluded already) and make the job eligible `start_in`
+/// from now, not after the credential lifetime slurmctld otherwise holds it back for: call
+/// it while the job is still completing on its nodes.
+pub fn make_eligible(id: &str, exclude: &[String], start_in: Duration) -> Result<(), SlurmError> {
     let job = format!("JobId={id}");
     if !exclude.is_empty() {
         let nodes = format!("ExcNodeList={}", exclude.join(","));

@@ -27,6 +27,10 @@ pub const HERD_HEARTBEAT_FILE: &str = "HERD_HEARTBEAT_FILE";
 /// A file a worker may append herd's metrics convention to (one JSON object a line with a
 /// numeric `step`), instead of or besides printing it (docs/metrics.md).
 pub const HERD_METRICS_FILE: &str = "HERD_METRICS_FILE";
+/// Agent mode: the signal herd sends every worker to ask it to checkpoint and stop before
+/// a time limit or at a preemption (`USR1`, `--stop-signal`), as SLURM's name without `SIG`;
+/// the `herd` Python module handles it (`herd.stop_requested()`).
+pub const HERD_STOP_SIGNAL: &str = "HERD_STOP_SIGNAL";
 /// The job's secret, with which its agents prove to each other that they belong to it
 /// (set by `herd run` and by the batch script of `herd submit`).
 pub const HERD_JOB_SECRET: &str = "HERD_JOB_SECRET";

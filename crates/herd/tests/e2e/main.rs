@@ -6,6 +6,7 @@
 
 mod ddp_baseline;
 mod frameworks;
+mod frameworks_stop;
 mod herd_env;
 mod hostlist_differential;
 mod launch;

@@ -144,3 +144,41 @@ fn the_aarch64_wheel_holds_an_arm_binary_for_glibc_2_17() {
     let newest = newest_glibc(&bin);
     assert!(newest <= (2, 17), "GLIBC_{}.{}", newest.0, newest.1);
 }
+
+/// The same wheel puts the `herd` Python module into the venv: `import herd` there gives
+/// the module of this checkout, outside a job a no-op (no stop, nothing to resume from).
+#[test]
+fn the_wheel_installs_the_herd_python_module() {
+    let herd = from_env("HERD_WHEEL_HERD");
+    let python = herd.parent().expect("venv bin").join("python");
+    let out = Command::new(&python)
+        .args([
+            "-c",
+            "import herd; print(herd.__file__); print(herd.stop_requested(), herd.resume_from())",
+        ])
+        .env_remove("PYTHONPATH")
+        .current_dir(std::env::temp_dir())
+        .output()
+        .expect("the wheel venv's python runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut lines = text.lines();
+    let file = PathBuf::from(lines.next().expect("herd.__file__"));
+    assert!(
+        file.starts_with(herd.parent().and_then(Path::parent).expect("venv")),
+        "imported from the venv: {}",
+        file.display()
+    );
+    assert_eq!(lines.next(), Some("False None"), "{text}");
+    for name in ["__init__.py", "lightning.py", "transformers.py"] {
+        let installed = std::fs::read_to_string(file.with_file_name(name)).expect(name);
+        let ours =
+            std::fs::read_to_string(herd_testbed::repo_root().join("python/herd").join(name))
+                .expect(name);
+        assert_eq!(installed, ours, "{name} in the wheel is this checkout's");
+    }
+}

@@ -1,0 +1,68 @@
+"""PyTorch Lightning written for srun: `plugins=[SLURMEnvironment()]` (auto-requeue on, its
+default), no herd import. At herd's stop signal Lightning saves its `hpc_ckpt_N.ckpt` into
+`default_root_dir` and runs `scontrol requeue` itself; the next attempt resumes from that
+checkpoint by Lightning's own rule (`fit(ckpt_path=None)` under SLURM).
+Usage: lightning_slurm.py OUT STEPS STEP_TIME NODES DEVICES"""
+
+import os
+import sys
+import time
+
+import lightning.pytorch as pl
+import torch
+from lightning.pytorch.plugins.environments import SLURMEnvironment
+
+import steps
+
+out, total, pause = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+nodes, devices = int(sys.argv[4]), int(sys.argv[5])
+
+
+class Steps(torch.utils.data.Dataset):
+    def __len__(self):
+        return 10**6
+
+    def __getitem__(self, i):
+        return i
+
+
+class Module(pl.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.net = steps.model()
+
+    def training_step(self, _batch, _idx):
+        x, y = steps.batch(self.global_step + 1, self.global_rank)
+        return torch.nn.functional.mse_loss(self.net(x), y)
+
+    def on_train_batch_end(self, outputs, batch, batch_idx):
+        steps.record(out, self.global_rank, self.global_step)
+        time.sleep(pause)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+    def train_dataloader(self):
+        return torch.utils.data.DataLoader(Steps(), batch_size=1)
+
+
+trainer = pl.Trainer(
+    accelerator="cpu",
+    strategy="ddp",
+    num_nodes=nodes,
+    devices=devices,
+    max_steps=total,
+    plugins=[SLURMEnvironment()],
+    default_root_dir=os.environ["HERD_CHECKPOINT_DIR"],
+    logger=False,
+    enable_progress_bar=False,
+    enable_model_summary=False,
+    use_distributed_sampler=False,
+)
+module = Module()
+trainer.fit(module)
+steps.finish(out, trainer.global_rank, module.net, trainer.global_step)
+torch.distributed.barrier()
+torch.distributed.destroy_process_group()
+sys.stdout.flush()
+os._exit(0)

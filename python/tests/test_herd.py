@@ -1,0 +1,222 @@
+"""Unit tests of the `herd` Python module, with the standard library only (no torch): run
+by `crates/herd/tests/python.rs` as `python3 -m unittest discover -s python/tests`."""
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+import unittest
+from contextlib import redirect_stdout
+from unittest import mock
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+
+import herd  # noqa: E402
+
+
+def run_python(code, env):
+    """Run `code` in a fresh interpreter that imports herd from this folder."""
+    full = dict(os.environ)
+    for key in list(full):
+        if key.startswith("HERD_") or key == "RANK":
+            del full[key]
+    full.update(env)
+    full["PYTHONPATH"] = os.path.dirname(HERE)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env=full,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+class OutsideHerd(unittest.TestCase):
+    def test_every_function_is_a_harmless_no_op(self):
+        out = run_python(
+            """
+            import os, signal, herd
+            assert not herd.in_job()
+            assert herd.stop_signal() is None
+            assert herd.stop_requested() is False
+            assert herd.resume_from() is None and herd.checkpoint_dir() is None
+            herd.heartbeat()
+            # No handler was installed: SIGUSR1 keeps its default action.
+            assert signal.getsignal(signal.SIGUSR1) == signal.SIG_DFL
+            print("ok")
+            """,
+            {},
+        )
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertEqual(out.stdout.strip(), "ok")
+
+
+class TheStop(unittest.TestCase):
+    def test_the_stop_signal_sets_the_flag_and_does_not_kill(self):
+        out = run_python(
+            """
+            import os, signal, herd
+            assert herd.stop_requested() is False
+            os.kill(os.getpid(), signal.SIGUSR2)
+            assert herd.stop_requested() is True
+            assert herd.stop_requested() is True   # it stays
+            print("alive")
+            """,
+            {"HERD_ATTEMPT": "0", "HERD_STOP_SIGNAL": "USR2"},
+        )
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertEqual(out.stdout.strip(), "alive")
+
+    def test_the_default_stop_signal_is_usr1(self):
+        out = run_python(
+            """
+            import os, signal, herd
+            assert herd.stop_signal() == signal.SIGUSR1
+            os.kill(os.getpid(), signal.SIGUSR1)
+            print(herd.stop_requested())
+            """,
+            {"HERD_ATTEMPT": "3"},
+        )
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertEqual(out.stdout.strip(), "True")
+
+    def test_a_handler_set_before_or_after_herd_is_still_called(self):
+        out = run_python(
+            """
+            import os, signal
+            seen = []
+            signal.signal(signal.SIGUSR1, lambda s, f: seen.append("before"))
+            import herd
+            os.kill(os.getpid(), signal.SIGUSR1)
+            assert herd.stop_requested() and seen == ["before"], seen
+            # The program's own handler, set later, replaces herd's: herd chains it again
+            # at its next question.
+            herd._agreed = herd._received = False
+            signal.signal(signal.SIGUSR1, lambda s, f: seen.append("after"))
+            assert herd.stop_requested() is False
+            os.kill(os.getpid(), signal.SIGUSR1)
+            assert herd.stop_requested() and seen == ["before", "after"], seen
+            print("ok")
+            """,
+            {"HERD_ATTEMPT": "0", "HERD_STOP_SIGNAL": "USR1"},
+        )
+        self.assertEqual(out.returncode, 0, out.stderr)
+
+
+class Variables(unittest.TestCase):
+    def test_resume_from_and_checkpoint_dir_read_herds_variables(self):
+        with tempfile.TemporaryDirectory() as d:
+            ckpt = os.path.join(d, "ckpts")
+            env = {"HERD_CHECKPOINT_DIR": ckpt, "HERD_RESUME_FROM": os.path.join(ckpt, "s-9")}
+            with mock.patch.dict(os.environ, env):
+                self.assertEqual(herd.resume_from(), os.path.join(ckpt, "s-9"))
+                self.assertEqual(herd.checkpoint_dir(), ckpt)
+                self.assertTrue(os.path.isdir(ckpt), "created")
+            with mock.patch.dict(os.environ, {"HERD_RESUME_FROM": ""}):
+                self.assertIsNone(herd.resume_from())
+
+
+class SaveAtomic(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory()
+        self.addCleanup(self.dir.cleanup)
+        self.d = self.dir.name
+        patcher = mock.patch.dict(os.environ, {"RANK": "0"})
+        patcher.start()
+        self.addCleanup(patcher.stop)
+
+    def names(self):
+        return sorted(os.listdir(self.d))
+
+    def test_a_file_appears_only_when_complete(self):
+        final = os.path.join(self.d, "step-10.pt")
+        with herd.save_atomic(final) as tmp:
+            name = os.path.basename(tmp)
+            self.assertTrue(name.startswith(".") and name.endswith(".tmp"), name)
+            self.assertEqual(os.path.dirname(tmp), self.d)
+            with open(tmp, "w") as f:
+                f.write("weights")
+            self.assertFalse(os.path.exists(final))
+        self.assertEqual(self.names(), ["step-10.pt"])
+        with open(final) as f:
+            self.assertEqual(f.read(), "weights")
+
+    def test_a_folder_replaces_an_older_one(self):
+        final = os.path.join(self.d, "step-20")
+        os.makedirs(final)
+        with open(os.path.join(final, "old"), "w") as f:
+            f.write("old")
+        with herd.save_atomic(final) as tmp:
+            os.makedirs(tmp)
+            with open(os.path.join(tmp, "shard-0"), "w") as f:
+                f.write("new")
+        self.assertEqual(self.names(), ["step-20"])
+        self.assertEqual(os.listdir(final), ["shard-0"])
+
+    def test_an_exception_leaves_nothing(self):
+        final = os.path.join(self.d, "step-30.pt")
+        with self.assertRaises(RuntimeError):
+            with herd.save_atomic(final) as tmp:
+                with open(tmp, "w") as f:
+                    f.write("half")
+                raise RuntimeError("disk full")
+        self.assertEqual(self.names(), [])
+
+    def test_nothing_written_nothing_published(self):
+        with herd.save_atomic(os.path.join(self.d, "x.pt")):
+            pass
+        self.assertEqual(self.names(), [])
+
+    def test_only_rank_0_publishes(self):
+        # A save every rank takes part in: rank 1 writes its part into the same temporary
+        # path, but only rank 0's exit (after the save returned everywhere) publishes.
+        final = os.path.join(self.d, "step-40")
+        with herd.save_atomic(final) as tmp:
+            os.makedirs(tmp)
+            with mock.patch.dict(os.environ, {"RANK": "1"}):
+                with herd.save_atomic(final) as tmp1:
+                    self.assertEqual(tmp1, tmp, "the same temporary path on every rank")
+                    with open(os.path.join(tmp1, "shard-1"), "w") as f:
+                        f.write("rank 1")
+                self.assertFalse(os.path.exists(final), "rank 1 publishes nothing")
+            with open(os.path.join(tmp, "shard-0"), "w") as f:
+                f.write("rank 0")
+        self.assertEqual(self.names(), ["step-40"])
+        self.assertEqual(sorted(os.listdir(final)), ["shard-0", "shard-1"])
+
+
+class Progress(unittest.TestCase):
+    def test_heartbeat_touches_the_file_at_most_once_a_second(self):
+        with tempfile.TemporaryDirectory() as d:
+            beat = os.path.join(d, "rank-0.heartbeat")
+            with mock.patch.dict(os.environ, {"HERD_HEARTBEAT_FILE": beat}):
+                herd._last_beat = 0.0
+                herd.heartbeat()
+                first = os.stat(beat).st_mtime_ns
+                os.utime(beat, ns=(first - 10**9, first - 10**9))
+                herd.heartbeat()  # within the second: nothing
+                self.assertEqual(os.stat(beat).st_mtime_ns, first - 10**9)
+                herd._last_beat = time.monotonic() - 2
+                herd.heartbeat()
+                self.assertGreater(os.stat(beat).st_mtime_ns, first - 10**9)
+
+    def test_log_prints_one_line_of_the_convention(self):
+        class Scalar:
+            def item(self):
+                return 0.25
+
+        buf = io.StringIO()
+        with redirect_stdout(buf):
+            herd.log(7, loss=Scalar(), lr=1e-3, name="x", done=True, bad=float("nan"))
+        self.assertEqual(json.loads(buf.getvalue()), {"step": 7, "loss": 0.25, "lr": 0.001})
+        self.assertEqual(buf.getvalue().count("\n"), 1)
+
+
+if __name__ == "__main__":
+    unittest.main()
