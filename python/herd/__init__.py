@@ -162,9 +162,22 @@ def checkpoint_dir():
 def _temporary(path):
     head, tail = os.path.split(os.path.abspath(path))
     # A leading `.` and a `.tmp` ending: a name herd never resumes from. The same on every
-    # rank, so ranks that write one checkpoint together (torch.distributed.checkpoint)
-    # write into the same place.
-    return os.path.join(head, ".%s.tmp" % tail)
+    # rank, so ranks that write one checkpoint together (torch.distributed.checkpoint,
+    # Accelerate's save_state) write into the same place, and new in every attempt
+    # (HERD_ATTEMPT), so nothing a killed attempt left half-written mixes in.
+    attempt = os.environ.get("HERD_ATTEMPT", "0")
+    return os.path.join(head, ".%s.%s.tmp" % (tail, attempt))
+
+
+def _leftovers(path):
+    """What earlier attempts left half-written for ``path`` (their temporary paths)."""
+    head, tail = os.path.split(os.path.abspath(path))
+    prefix = ".%s." % tail
+    try:
+        names = os.listdir(head)
+    except OSError:
+        return []
+    return [os.path.join(head, n) for n in names if n.startswith(prefix) and n.endswith(".tmp")]
 
 
 def _rank():
@@ -179,11 +192,15 @@ def _rank():
 
 
 def _remove(path):
-    if os.path.isdir(path) and not os.path.islink(path):
-        shutil.rmtree(path, ignore_errors=True)
-    else:
-        with contextlib.suppress(FileNotFoundError):
+    try:
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        else:
             os.remove(path)
+    except FileNotFoundError:
+        pass
+    except IsADirectoryError:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def _fsync(path):
@@ -203,8 +220,8 @@ def _fsync(path):
 @contextlib.contextmanager
 def save_atomic(path):
     """Write a checkpoint (a file or a folder) so that it appears under ``path`` only when
-    complete: yields a temporary path beside it (the same on every rank, and a name herd
-    never resumes from); when the block ends without an exception, rank 0 renames what was
+    complete: yields a temporary path beside it (``.NAME.ATTEMPT.tmp``: the same on every
+    rank, new in every attempt, a name herd never resumes from); when the block ends without an exception, rank 0 renames what was
     written there to ``path`` (replacing an older ``path``); when it raises, rank 0 removes
     it. Enter it on rank 0 alone (``torch.save`` by rank 0) or on every rank (a save that
     every rank takes part in, such as Lightning's ``trainer.save_checkpoint`` or
@@ -217,8 +234,6 @@ def save_atomic(path):
     path = os.fspath(path)
     tmp = _temporary(path)
     publish = _rank() == 0
-    if publish:
-        _remove(tmp)
     try:
         yield tmp
     except BaseException:
@@ -235,7 +250,7 @@ def save_atomic(path):
     target = os.path.abspath(path)
     if os.path.isdir(target) and not os.path.islink(target):
         # A folder cannot replace a non-empty folder in one step: move the old one aside.
-        old = tmp + ".old"
+        old = tmp[: -len(".tmp")] + ".old.tmp"
         _remove(old)
         os.rename(target, old)
         os.replace(tmp, target)
@@ -243,6 +258,8 @@ def save_atomic(path):
     else:
         os.replace(tmp, target)
     _fsync(os.path.dirname(target))
+    for stale in _leftovers(path):
+        _remove(stale)
 
 
 def heartbeat():

@@ -173,6 +173,23 @@ class SaveAtomic(unittest.TestCase):
             pass
         self.assertEqual(self.names(), [])
 
+    def test_what_a_killed_attempt_left_is_never_mixed_in_and_goes(self):
+        final = os.path.join(self.d, "step-50")
+        # Attempt 0 was killed in the middle of writing step-50 together.
+        with mock.patch.dict(os.environ, {"HERD_ATTEMPT": "0"}):
+            leftover = herd._temporary(final)
+        os.makedirs(leftover)
+        with open(os.path.join(leftover, "stale-shard"), "w") as f:
+            f.write("half")
+        with mock.patch.dict(os.environ, {"HERD_ATTEMPT": "1"}):
+            with herd.save_atomic(final) as tmp:
+                self.assertNotEqual(tmp, leftover, "a new name in a new attempt")
+                os.makedirs(tmp)
+                with open(os.path.join(tmp, "shard-0"), "w") as f:
+                    f.write("whole")
+        self.assertEqual(os.listdir(final), ["shard-0"], "nothing stale mixed in")
+        self.assertEqual(self.names(), ["step-50"], "the leftover is gone")
+
     def test_only_rank_0_publishes(self):
         # A save every rank takes part in: rank 1 writes its part into the same temporary
         # path, but only rank 0's exit (after the save returned everywhere) publishes.

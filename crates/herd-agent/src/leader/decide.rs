@@ -32,15 +32,28 @@ fn job_signal(exit: Option<&Exit>) -> Option<Signal> {
     (signals::action(sig) == Some(Action::Terminate)).then_some(sig)
 }
 
-/// Why SLURM is ending the job, from `scontrol show job` read while one of its workers was
-/// ended by SIGTERM, SIGINT or SIGHUP ([`job_signal`]): what [`JobFacts::cause`] says, and
-/// a job `COMPLETING` is one SLURM is ending by a cancel (`scancel`, `herd cancel`: while
-/// any process of a cancelled job runs, SLURM 22.05 shows it as `COMPLETING`, not
-/// `CANCELLED`; a job that ends by itself has no worker left to kill).
+/// How close to its time limit a job SLURM is ending must be for that end to be the time
+/// limit: SLURM ends a job at its limit (`RunTime` = `TimeLimit`), give or take its own tick.
+const AT_THE_LIMIT: Duration = Duration::from_secs(5);
+
+/// Why SLURM is ending the job, from `scontrol show job` read while the job got SIGTERM,
+/// SIGINT or SIGHUP (an agent's, or a worker's death by it: [`job_signal`]): what
+/// [`JobFacts::cause`] says, except that a job `COMPLETING` is one SLURM is ending by a
+/// cancel (`scancel`, `herd cancel`: while any process of a cancelled job runs, SLURM
+/// 22.05 shows it as `COMPLETING`, not `CANCELLED`; a job that ends by itself has no worker
+/// left to kill) unless it is preempted or at its very limit ([`AT_THE_LIMIT`]): near the
+/// limit is not enough, or an `scancel` in a job's last minutes would be taken for the
+/// time limit and requeued. A job still `RUNNING` is near its limit when the signal is the
+/// job's own `--signal` (`TERM@90`).
 fn ended_by_slurm(facts: &JobFacts, near: Duration) -> Option<Cause> {
+    let ending = facts.state == "COMPLETING";
+    let at_limit = facts.time_left.is_none_or(|t| t <= AT_THE_LIMIT);
+    if ending && !facts.preempted && !at_limit {
+        return Some(Cause::Cancelled);
+    }
     facts
         .cause(near)
-        .or_else(|| (facts.state == "COMPLETING").then_some(Cause::Cancelled))
+        .or_else(|| ending.then_some(Cause::Cancelled))
 }
 
 impl Lead {
@@ -125,7 +138,10 @@ impl Lead {
             ignored(self);
             return None;
         }
-        let cause = facts.as_ref().and_then(|f| f.cause(near));
+        let cause = facts.as_ref().and_then(|f| match action {
+            Action::Terminate => ended_by_slurm(f, near),
+            _ => f.cause(near),
+        });
         if action == Action::Notice && !self.notice_stops(cause, facts.as_ref()) {
             return None;
         }
@@ -475,7 +491,15 @@ mod tests {
         // Preempted or at its time limit, COMPLETING or not: a stop and a requeue.
         let preempted = COMPLETING.replace("PreemptTime=None", "PreemptTime=2026-12-02T01:21:39");
         assert_eq!(read(&preempted), Some(Cause::Preemption));
-        let timed_out = COMPLETING.replace("TimeLimit=UNLIMITED", "TimeLimit=00:01:00");
-        assert_eq!(read(&timed_out), Some(Cause::TimeLimit));
+        let at_limit = COMPLETING
+            .replace("TimeLimit=UNLIMITED", "TimeLimit=00:01:00")
+            .replace("RunTime=00:00:03", "RunTime=00:01:00");
+        assert_eq!(read(&at_limit), Some(Cause::TimeLimit));
+        // Cancelled 57 s before its limit: near it, but SLURM is ending it, not the limit.
+        let cancelled_late = COMPLETING.replace("TimeLimit=UNLIMITED", "TimeLimit=00:01:00");
+        assert_eq!(read(&cancelled_late), Some(Cause::Cancelled));
+        // Still running 57 s before its limit: the job's own --signal (TERM@90).
+        let own_signal = cancelled_late.replace("JobState=COMPLETING", "JobState=RUNNING");
+        assert_eq!(read(&own_signal), Some(Cause::TimeLimit));
     }
 }
