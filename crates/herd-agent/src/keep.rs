@@ -221,9 +221,13 @@ pub(crate) async fn adopt_requeue(
         json!({"attempt": attempt, "cause": cause, "count": used + 1, "budget": budget,
                "exclude": exclude, "by": "job"}),
     );
+    let when = match cause {
+        Cause::TimeLimit => " at its time limit",
+        Cause::Preemption => " at its preemption",
+        _ => "",
+    };
     say(format!(
-        "{}: job {id} was requeued by its own code ({} of {budget} requeues for {}); herd does not requeue it again, it makes it eligible now",
-        cause.words(),
+        "job {id} was requeued by its own code{when}; herd does not requeue it again and makes it eligible now ({} of {budget} requeues for {})",
         used + 1,
         cause.words(),
     ));
@@ -234,15 +238,14 @@ pub(crate) async fn adopt_requeue(
 /// job still runs again, only later).
 async fn make_eligible(id: &str, exclude: Vec<String>) -> bool {
     let id2 = id.to_owned();
-    match tokio::task::spawn_blocking(move || {
+    if let Ok(Err(e)) = tokio::task::spawn_blocking(move || {
         lifecycle::make_eligible(&id2, &exclude, Duration::from_secs(5))
     })
     .await
     {
-        Ok(Err(e)) => say(format!(
+        say(format!(
             "job {id} is requeued, but cannot be made eligible now ({e}): SLURM starts it once it releases it"
-        )),
-        Ok(Ok(())) | Err(_) => {}
+        ));
     }
     true
 }

@@ -443,6 +443,8 @@ fn a_worker_killed_by_a_preemptions_sigterm_before_the_agents_requeues_the_job()
         calls.lines().collect::<Vec<_>>(),
         [
             "show job -o 7",
+            // Asked again right before the requeue: was it requeued by its own code?
+            "show job -o 7",
             "requeue 7",
             "update JobId=7 StartTime=now+5"
         ],
@@ -454,6 +456,29 @@ fn a_worker_killed_by_a_preemptions_sigterm_before_the_agents_requeues_the_job()
             && stderr.contains("requeuing job 7 (1 of 3 requeues for preemption)"),
         "{stderr}"
     );
+}
+
+/// The job's own code requeued it (Lightning's `SLURMEnvironment`, a user's `scontrol
+/// requeue`: SLURM counts the requeue, `Restarts=1`, and ends the job's tasks): the worker
+/// killed by that SIGTERM is the requeue, taken as the attempt's. herd does not requeue
+/// again (no `requeue 7`), makes the job eligible at once, and the step ends 0.
+#[test]
+fn a_job_requeued_by_its_own_code_is_not_requeued_again_and_is_made_eligible() {
+    let requeued = COMPLETING.replace("Restarts=0", "Restarts=1");
+    let (status, stderr, calls) = launch_ending("kill -TERM $$", &requeued);
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    assert_eq!(
+        calls.lines().collect::<Vec<_>>(),
+        ["show job -o 7", "update JobId=7 StartTime=now+5"],
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(
+            "job 7 was requeued by its own code; herd does not requeue it again and makes it eligible now (1 of 3 requeues for the job's own requeue)"
+        ),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("cancelled"), "{stderr}");
 }
 
 /// The same exit while SLURM is not ending the job (a `kill -TERM` of one worker) stays

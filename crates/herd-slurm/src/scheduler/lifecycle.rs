@@ -86,7 +86,7 @@ impl Cause {
             Cause::WorkerFailure => "worker failure",
             Cause::Hang => "hang",
             Cause::Cancelled => "cancelled",
-            Cause::Requeued => "requeued by the job itself",
+            Cause::Requeued => "the job's own requeue",
         }
     }
 }
