@@ -10,6 +10,7 @@ use crate::layout::LogsDir;
 use crate::timeline::now;
 
 mod error_file;
+pub mod hints;
 
 pub use error_file::{innermost_frame, Frame, WorkerError, MAX_ERROR_FILE, MAX_TRACEBACK};
 
@@ -84,6 +85,11 @@ pub struct FailureReport {
     pub error: Option<Box<WorkerError>>,
     /// The last lines of its stderr.
     pub stderr_tail: Vec<String>,
+    /// The likely cause and its fix, in one line, when what the worker left matches a
+    /// failure herd knows ([`hints`]); never a guess otherwise. (Boxed: the report travels
+    /// in the agents' enums, which clippy keeps small.)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hint: Option<Box<str>>,
     /// Every rank's Python stack when the job hung (`py-spy dump`), in rank order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stacks: Vec<RankStack>,
@@ -109,6 +115,7 @@ impl FailureReport {
             Some(e) => format!("{who} raised {} ({exit})", e.headline()),
             None => format!("{who} {exit}"),
         };
+        let hint = hints::find(&exit, error.as_ref(), &stderr_tail).map(|h| h.line().into());
         FailureReport {
             attempt,
             cause,
@@ -119,6 +126,7 @@ impl FailureReport {
             exit: Some(exit),
             error: error.map(Box::new),
             stderr_tail,
+            hint,
             stacks: Vec::new(),
             time,
             unix_ms,
@@ -138,6 +146,7 @@ impl FailureReport {
             exit: None,
             error: None,
             stderr_tail: Vec::new(),
+            hint: None,
             stacks: Vec::new(),
             time,
             unix_ms,
@@ -180,7 +189,8 @@ impl FailureReport {
     }
 
     /// The report for people: cause and time, where the exception was raised (from the
-    /// error file), and the stderr tail.
+    /// error file), the likely cause and its fix when herd knows the failure, and the
+    /// stderr tail.
     pub fn human(&self) -> String {
         let mut s = format!(
             "herd: job failed (attempt {}): {} at {}\n",
@@ -188,6 +198,9 @@ impl FailureReport {
         );
         if let Some(frame) = self.error.as_ref().and_then(|e| e.frame.as_ref()) {
             s.push_str(&format!("herd: raised at {frame}\n"));
+        }
+        if let Some(hint) = &self.hint {
+            s.push_str(&format!("herd: likely cause: {hint}\n"));
         }
         if let Some(rank) = self.rank {
             if self.stderr_tail.is_empty() {
