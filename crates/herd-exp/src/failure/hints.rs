@@ -4,7 +4,7 @@
 //! match wins; a failure no entry matches gets no guess. docs/launch.md lists the table
 //! ("Likely causes"), and a test keeps it equal to [`HINTS`].
 
-use super::{Exit, WorkerError};
+use super::error_file::WorkerError;
 
 /// One recognised failure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,7 +47,7 @@ pub const HINTS: &[Hint] = &[
             "ms for send operation to complete",
         ],
         aborted_only: false,
-        cause: "a collective (all-reduce, broadcast, …) waited past the process group's timeout: some rank never joined it, because it hung, died, or took another path (uneven data: one rank ran out of batches first; a collective inside a rank-dependent branch)",
+        cause: "a collective (all-reduce, broadcast, …) waited past the process group's timeout: some rank never joined it, because it hung, died, or took another path (uneven data: one rank ran out of batches first; a collective inside a branch only some ranks take)",
         fix: "read the other ranks' last lines (`herd logs NAME`); run with `--hang-timeout SECONDS` (below the process group's timeout, 10 min by default) so herd names the rank that went silent first and dumps every rank's Python stack (`--on-hang restart` restarts instead of failing); give every rank the same number of steps (DistributedSampler with `drop_last=True`, or torch's `Join`)",
     },
     Hint {
@@ -115,13 +115,13 @@ impl Hint {
 }
 
 /// The first entry of [`HINTS`] that what the worker left matches: its error file's
-/// message and traceback, then its stderr tail.
+/// message and traceback, then its stderr tail. `aborted`: the worker died of SIGABRT (or
+/// exited 134, a shell's word for it).
 pub fn find(
-    exit: &Exit,
+    aborted: bool,
     error: Option<&WorkerError>,
     stderr_tail: &[String],
 ) -> Option<&'static Hint> {
-    let aborted = matches!(exit, Exit::Signal(s) if s == "SIGABRT") || *exit == Exit::Code(134);
     let mut texts: Vec<&str> = Vec::new();
     if let Some(e) = error {
         texts.push(&e.message);

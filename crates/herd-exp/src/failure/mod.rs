@@ -29,6 +29,11 @@ impl Exit {
     pub fn success(&self) -> bool {
         *self == Exit::Code(0)
     }
+
+    /// Killed by SIGABRT, or exit code 134 (128 + SIGABRT, as a shell that ran it says).
+    pub fn aborted(&self) -> bool {
+        matches!(self, Exit::Signal(s) if s == "SIGABRT") || *self == Exit::Code(134)
+    }
 }
 
 impl std::fmt::Display for Exit {
@@ -115,7 +120,8 @@ impl FailureReport {
             Some(e) => format!("{who} raised {} ({exit})", e.headline()),
             None => format!("{who} {exit}"),
         };
-        let hint = hints::find(&exit, error.as_ref(), &stderr_tail).map(|h| h.line().into());
+        let hint =
+            hints::find(exit.aborted(), error.as_ref(), &stderr_tail).map(|h| h.line().into());
         FailureReport {
             attempt,
             cause,

@@ -19,14 +19,14 @@
 //!   XPixelGroup/BasicSR#737); no GPU here.
 
 use super::*;
-use crate::failure::FailureReport;
+use crate::failure::{Exit, FailureReport};
 
 fn lines(text: &str) -> Vec<String> {
     text.lines().map(str::to_owned).collect()
 }
 
 fn name(exit: Exit, stderr: &str) -> Option<&'static str> {
-    find(&exit, None, &lines(stderr)).map(|h| h.name)
+    find(exit.aborted(), None, &lines(stderr)).map(|h| h.name)
 }
 
 fn code(c: i32) -> Exit {
@@ -157,7 +157,7 @@ fn the_abort_at_exit_needs_an_abort_and_no_exception() {
         std::path::Path::new("/exp/rank-0.error.json"),
     );
     assert!(error.is_some());
-    assert_eq!(find(&abort(), error.as_ref(), &lines(warning)), None);
+    assert_eq!(find(true, error.as_ref(), &lines(warning)), None);
 }
 
 #[test]
@@ -167,7 +167,7 @@ fn the_error_file_is_read_too() {
         std::path::Path::new("/exp/rank-0.error.json"),
     );
     assert_eq!(
-        find(&code(1), error.as_ref(), &[]).map(|h| h.name),
+        find(false, error.as_ref(), &[]).map(|h| h.name),
         Some("module-not-found")
     );
 }
