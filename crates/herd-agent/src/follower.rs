@@ -183,7 +183,13 @@ impl Follow {
             Ok(a) => self.attempt = Some(a),
             Err(report) => {
                 self.stopped = true;
-                let _ = send(&mut self.w, &Msg::Failed { report }).await;
+                let _ = send(
+                    &mut self.w,
+                    &Msg::Failed {
+                        report: Box::new(report),
+                    },
+                )
+                .await;
                 let _ = send(&mut self.w, &Msg::TornDown { attempt: n }).await;
             }
         }
@@ -283,7 +289,13 @@ impl Follow {
             self.stopped = true;
             // Tell the leader first (it starts every other node's teardown), then
             // end this node's workers.
-            let _ = send(&mut self.w, &Msg::Failed { report }).await;
+            let _ = send(
+                &mut self.w,
+                &Msg::Failed {
+                    report: Box::new(report),
+                },
+            )
+            .await;
             a.teardown(self.cfg.kill_grace).await;
             let _ = send(&mut self.w, &Msg::TornDown { attempt: n }).await;
         } else if a.running.is_empty() {
@@ -357,7 +369,13 @@ impl Follow {
             host,
             format!("the agent on {host} was signalled and the leader did not answer"),
         );
-        let _ = send(&mut self.w, &Msg::Failed { report }).await;
+        let _ = send(
+            &mut self.w,
+            &Msg::Failed {
+                report: Box::new(report),
+            },
+        )
+        .await;
         Outcome::Failed(None)
     }
 

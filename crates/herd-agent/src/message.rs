@@ -23,7 +23,7 @@ pub(crate) enum Msg {
         resume_from: Option<String>,
     },
     /// A follower's worker failed (the follower has already torn its node down).
-    Failed { report: FailureReport },
+    Failed { report: Box<FailureReport> },
     /// All of a follower's workers exited 0.
     NodeDone { attempt: u32 },
     /// Leader → followers: end your workers now, with `signal` instead of SIGTERM when the

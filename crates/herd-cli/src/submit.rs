@@ -209,6 +209,10 @@ pub fn prepare(args: &PlanArgs, resume: bool) -> Result<Checked, CliError> {
         .map(|p| std::env::split_paths(&p).collect())
         .unwrap_or_default();
     let exists = |p: &Path| p.is_file();
+    let executable = |p: &Path| {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
     let mut findings = check(
         &plan,
         &CheckContext {
@@ -218,6 +222,7 @@ pub fn prepare(args: &PlanArgs, resume: bool) -> Result<Checked, CliError> {
                 snapshot: &project,
                 path: &path,
                 exists: &exists,
+                executable: &executable,
             }),
             script: Some(&script),
         },

@@ -45,6 +45,9 @@ pub struct Progress {
     pub ended: Option<Ended>,
     /// The newest failure over the experiment, in one line.
     pub last_failure: Option<String>,
+    /// That failure's likely cause and fix, when the agents knew it
+    /// ([`crate::failure::hints`]).
+    pub last_hint: Option<String>,
 }
 
 /// The end of a job as the scheduler showed it (event `ended`).
@@ -110,7 +113,12 @@ impl Progress {
             let event = e.get("event").and_then(Value::as_str).unwrap_or("");
             match event {
                 "attempt_started" => p.attempts += 1,
-                "failed" => p.last_failure = text(e, "cause").or(p.last_failure.take()),
+                "failed" => {
+                    if let Some(cause) = text(e, "cause") {
+                        p.last_failure = Some(cause);
+                        p.last_hint = text(e, "hint");
+                    }
+                }
                 _ => {}
             }
             if i < start {

@@ -109,6 +109,8 @@ pub struct ProgramLookup<'a> {
     /// Whether `path` is a file the job can use (the CLI passes a real file-system test;
     /// tests pass a list).
     pub exists: &'a dyn Fn(&Path) -> bool,
+    /// Whether `path` is a file the job can execute (torchrun mode's interpreter).
+    pub executable: &'a dyn Fn(&Path) -> bool,
 }
 
 impl fmt::Debug for ProgramLookup<'_> {
@@ -145,6 +147,9 @@ pub fn check(plan: &Plan, ctx: &CheckContext<'_>) -> Vec<Finding> {
     }
     if let Some(lookup) = &ctx.programs {
         check_program(plan, lookup, &mut out);
+        if plan.mode == Mode::Torchrun {
+            check_torchrun(plan, lookup, &mut out);
+        }
     }
     if let Some(script) = ctx.script {
         out.extend(check_script(script));
@@ -671,13 +676,7 @@ fn check_program(plan: &Plan, lookup: &ProgramLookup<'_>, out: &mut Vec<Finding>
             &[Key::Command],
             format!(
                 "{origin}: the program `{program}` is not on PATH ({}); activate its environment before submitting, or give its full path",
-                if lookup.path.is_empty() {
-                    "PATH is empty".to_owned()
-                } else {
-                    let dirs: Vec<String> = lookup.path.iter().take(6).map(|p| p.display().to_string()).collect();
-                    let more = if lookup.path.len() > 6 { ", …" } else { "" };
-                    format!("searched {}{more}", dirs.join(":"))
-                }
+                searched(lookup.path)
             ),
         ));
     }
@@ -698,6 +697,96 @@ fn check_program(plan: &Plan, lookup: &ProgramLookup<'_>, out: &mut Vec<Finding>
                 ));
             }
         }
+    }
+}
+
+/// The PATH directories, for a message: the first six.
+fn searched(path: &[PathBuf]) -> String {
+    if path.is_empty() {
+        return "PATH is empty".to_owned();
+    }
+    let dirs: Vec<String> = path
+        .iter()
+        .take(6)
+        .map(|p| p.display().to_string())
+        .collect();
+    let more = if path.len() > 6 { ", …" } else { "" };
+    format!("searched {}{more}", dirs.join(":"))
+}
+
+/// Torchrun mode needs something that starts torchrun on every node ([`crate::torchrun`]).
+/// A python command runs `PYTHON -m torch.distributed.run`: the interpreter must exist and
+/// be executable (by its path, or the first one on PATH, as the job will find it: sbatch
+/// passes this PATH on; the compute nodes are assumed to see the same file system). Whether
+/// torch imports there is not tried: that would run the user's python, seconds of imports
+/// on a login node, for every check. A python with no `torchrun` beside it (pip installs it
+/// next to the interpreter torch is installed for) gets a warning only, since torch may be
+/// installed for it elsewhere (the user site). Any other program needs `torchrun` on PATH.
+fn check_torchrun(plan: &Plan, lookup: &ProgramLookup<'_>, out: &mut Vec<Finding>) {
+    use crate::torchrun::{python_of, MODULE, TORCHRUN};
+    let Some(program) = plan.command.first() else {
+        return;
+    };
+    let origin = plan.describe(Key::Command);
+    let Some(python) = python_of(&plan.command) else {
+        if !lookup
+            .path
+            .iter()
+            .any(|dir| (lookup.exists)(&dir.join(TORCHRUN)))
+        {
+            out.push(error(
+                "torchrun-not-found",
+                &[Key::Command, Key::Mode],
+                format!(
+                    "{origin}: torchrun mode runs `{TORCHRUN}` from PATH to start `{program}`, and `{TORCHRUN}` is not on PATH here ({}): give the venv's python by its path (`-- /path/venv/bin/python train.py`; herd then runs `/path/venv/bin/python -m {MODULE}`, no `{TORCHRUN}` needed), or activate the venv before submitting (sbatch passes PATH on)",
+                    searched(lookup.path)
+                ),
+            ));
+        }
+        return;
+    };
+    let found = if python.contains('/') {
+        let path = if Path::new(python).is_absolute() {
+            PathBuf::from(python)
+        } else {
+            lookup.snapshot.join(python)
+        };
+        // A missing one is check_program's finding already.
+        (lookup.exists)(&path).then_some(path)
+    } else {
+        lookup
+            .path
+            .iter()
+            .map(|dir| dir.join(python))
+            .find(|p| (lookup.exists)(p))
+    };
+    let Some(found) = found else {
+        return;
+    };
+    if !(lookup.executable)(&found) {
+        out.push(error(
+            "torchrun-python-not-executable",
+            &[Key::Command],
+            format!(
+                "{origin}: torchrun mode runs `{} -m {MODULE}`, and {} is not executable: name a python interpreter that is (`ls -l {}`)",
+                python,
+                found.display(),
+                found.display()
+            ),
+        ));
+        return;
+    }
+    let beside = found.with_file_name(TORCHRUN);
+    if !(lookup.exists)(&beside) {
+        out.push(warning(
+            "torchrun-not-beside-python",
+            &[Key::Command],
+            format!(
+                "{origin}: torchrun mode runs `{python} -m {MODULE}`, and there is no `{TORCHRUN}` beside {} ({} does not exist), as pip puts it where torch is installed: if torch is not installed for this python the job fails on every node; name the python of the environment that has torch",
+                found.display(),
+                beside.display()
+            ),
+        ));
     }
 }
 

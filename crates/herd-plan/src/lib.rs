@@ -58,6 +58,7 @@
 //! - [`render`]: [`render_script`] → the batch script.
 //! - [`ranks`]: [`rank_table`] for `--dry-run`.
 //! - [`quote`](mod@quote): the POSIX single-quoting every user value goes through.
+//! - [`torchrun`]: what starts torchrun in torchrun mode (the command's python, or `torchrun`).
 //!
 //! The keys (job file, profile and flags alike) are declared once, in [`keys`]: each is a
 //! field of [`JobKeys`] and a [`Key`]; docs/submit.md's table lists them with their flags,
@@ -77,6 +78,7 @@ pub mod quote;
 pub mod ranks;
 pub mod render;
 pub mod resolve;
+pub mod torchrun;
 pub mod values;
 
 pub use check::{

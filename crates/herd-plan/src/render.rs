@@ -27,6 +27,7 @@ use crate::launch::GpuBindArg;
 use crate::names::{job_name_ok, sbatch_arg, sbatch_safe, simple_name_ok};
 use crate::plan::{Mode, Plan};
 use crate::quote::{quote, quote_if_needed, quote_words};
+use crate::torchrun;
 
 /// Where the script runs and what it needs to know beyond the plan.
 #[derive(Debug, Clone, Copy)]
@@ -321,9 +322,19 @@ pub fn render_script(plan: &Plan, params: &ScriptParams<'_>) -> Result<String, R
             } else {
                 String::new()
             };
+            // The command's own python runs torchrun's module when the program is one, so
+            // a venv named by path needs no `torchrun` on PATH (crate::torchrun).
+            let (launcher, what) = match torchrun::python_of(&plan.command) {
+                Some(python) => (
+                    format!("{} -m {}", q(python, "command")?, torchrun::MODULE),
+                    "run by the command's python (-m torch.distributed.run is torchrun),\n\
+                     # so its environment needs no torchrun on PATH",
+                ),
+                None => (torchrun::TORCHRUN.to_owned(), "from PATH"),
+            };
             s.push_str(&format!(
-                "# One torchrun per node; --no_python runs the command as given.\n\
-                 exec srun --nodes={nodes} --ntasks={nodes} --ntasks-per-node=1{cpus} --kill-on-bad-exit=1 \\\n  torchrun --nnodes={nodes} --nproc_per_node={workers} --rdzv_id=\"$SLURM_JOB_ID\" \\\n  --rdzv_backend=c10d --rdzv_endpoint=\"$MASTER_ADDR:$MASTER_PORT\"{restarts} --no_python \\\n  {cmd}\n",
+                "# One torchrun per node, {what}; --no_python runs the command as given.\n\
+                 exec srun --nodes={nodes} --ntasks={nodes} --ntasks-per-node=1{cpus} --kill-on-bad-exit=1 \\\n  {launcher} --nnodes={nodes} --nproc_per_node={workers} --rdzv_id=\"$SLURM_JOB_ID\" \\\n  --rdzv_backend=c10d --rdzv_endpoint=\"$MASTER_ADDR:$MASTER_PORT\"{restarts} --no_python \\\n  {cmd}\n",
             ));
         }
     }

@@ -232,10 +232,11 @@ fn recipes_render_the_seeds_resources() {
                 "{f}"
             ),
             Mode::Srun => assert!(launch.contains("' exec \\\n  -- 'python'"), "{f}: {launch}"),
+            // The seed's `srun torchrun`, started by the command's own python.
             Mode::Torchrun => assert!(
                 launch.contains(&format!(
-                    "torchrun --nnodes={} --nproc_per_node={}",
-                    seed.nodes, seed.gpus_per_node
+                    "'{}' -m torch.distributed.run --nnodes={} --nproc_per_node={}",
+                    seed.runs[0], seed.nodes, seed.gpus_per_node
                 )) && launch.contains("--rdzv_backend=c10d"),
                 "{f}: {launch}"
             ),

@@ -230,30 +230,49 @@ fn srun_mode_gives_one_task_per_gpu_and_a_master() {
 #[test]
 fn torchrun_mode_renders_the_seed_line() {
     let bed = bed();
+    let torchrun_argv = |ran: &Ran, launcher: &[&str]| -> Vec<String> {
+        let port = &ran.env["MASTER_PORT"];
+        let endpoint = format!("--rdzv_endpoint=gpu-a01:{port}");
+        let mut want: Vec<&str> = vec![
+            "--nodes=2",
+            "--ntasks=2",
+            "--ntasks-per-node=1",
+            "--cpus-per-task=8",
+            "--kill-on-bad-exit=1",
+        ];
+        want.extend(launcher);
+        want.extend([
+            "--nnodes=2",
+            "--nproc_per_node=4",
+            "--rdzv_id=4242",
+            "--rdzv_backend=c10d",
+            &endpoint,
+            "--max_restarts=1",
+            "--no_python",
+        ]);
+        want.iter().map(|s| s.to_string()).collect()
+    };
+    // A python command: that python runs torchrun's module, then the command as given.
     let cmd = nasty();
     let ran = run(&bed, &plan("torchrun", cmd.clone()));
-    let port = &ran.env["MASTER_PORT"];
-    let endpoint = format!("--rdzv_endpoint=gpu-a01:{port}");
-    let mut want: Vec<String> = [
-        "--nodes=2",
-        "--ntasks=2",
-        "--ntasks-per-node=1",
-        "--cpus-per-task=8",
-        "--kill-on-bad-exit=1",
-        "torchrun",
-        "--nnodes=2",
-        "--nproc_per_node=4",
-        "--rdzv_id=4242",
-        "--rdzv_backend=c10d",
-        &endpoint,
-        "--max_restarts=1",
-        "--no_python",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    let mut want = torchrun_argv(&ran, &["python3", "-m", "torch.distributed.run"]);
     want.extend(cmd);
     assert_eq!(ran.argv, want);
+    // A venv's python named by a path no shell may touch: the same path, byte for byte.
+    let mut cmd = nasty();
+    cmd[0] = "/scratch/it's a $(venv)/`x`/bin/python3.11".into();
+    let ran = run(&bed, &plan("torchrun", cmd.clone()));
+    let mut want = torchrun_argv(&ran, &[&cmd[0], "-m", "torch.distributed.run"]);
+    want.extend(cmd);
+    assert_eq!(ran.argv, want);
+    // Any other program: torchrun from PATH.
+    let mut cmd = nasty();
+    cmd[0] = "./run me.sh".into();
+    let ran = run(&bed, &plan("torchrun", cmd.clone()));
+    let mut want = torchrun_argv(&ran, &["torchrun"]);
+    want.extend(cmd);
+    assert_eq!(ran.argv, want);
+    assert!(!bed.snapshot.join("pwned").exists());
 }
 
 #[test]

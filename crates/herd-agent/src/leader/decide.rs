@@ -254,12 +254,12 @@ impl Lead {
                 .map_or_else(|| format!("node {n}"), |f| f.host.clone()),
         };
         End::Failed {
-            report: FailureReport::other(
+            report: Box::new(FailureReport::other(
                 self.number,
                 from.unwrap_or(0),
                 &who,
                 cancelled(&who, sig),
-            ),
+            )),
             retryable: false,
             cause: Cause::Cancelled,
         }
@@ -312,7 +312,7 @@ impl Lead {
                 let report = FailureReport::other(self.number, report.node_rank, &report.host, why);
                 self.cancelled_by = Some(sig);
                 End::Failed {
-                    report,
+                    report: Box::new(report),
                     retryable: false,
                     cause: Cause::Cancelled,
                 }

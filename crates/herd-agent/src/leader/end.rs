@@ -28,7 +28,7 @@ impl Lead {
                 report,
                 retryable,
                 cause,
-            } => (Some(report), retryable, cause),
+            } => (Some(*report), retryable, cause),
             End::Stopped { cause } => (None, false, cause),
         };
         // A node failure is recorded once the teardown is done and the job is known not to
@@ -76,10 +76,11 @@ impl Lead {
     /// The attempt's `failed` event, when it has a report.
     fn record_failed(&self, report: Option<&FailureReport>, cause: Cause) {
         if let Some(r) = report {
-            self.cfg.record(
-                "failed",
-                json!({"attempt": self.number, "cause": r.cause, "kind": cause}),
-            );
+            let mut fields = json!({"attempt": self.number, "cause": r.cause, "kind": cause});
+            if let Some(hint) = &r.hint {
+                fields["hint"] = json!(hint);
+            }
+            self.cfg.record("failed", fields);
         }
     }
 

@@ -28,7 +28,7 @@ pub(super) enum End {
     Success,
     /// The first failure, whether a restart may retry it, and its cause.
     Failed {
-        report: FailureReport,
+        report: Box<FailureReport>,
         retryable: bool,
         cause: Cause,
     },
@@ -180,7 +180,7 @@ impl Lead {
                 Ok(None)
             }
             Err(report) => Ok(Some(End::Failed {
-                report,
+                report: Box::new(report),
                 retryable: false,
                 cause: Cause::WorkerFailure,
             })),

@@ -78,12 +78,12 @@ impl Lead {
     /// The event channel closed: no word can come any more.
     fn loop_closed(&self) -> End {
         End::Failed {
-            report: FailureReport::other(
+            report: Box::new(FailureReport::other(
                 self.number,
                 0,
                 &self.host,
                 "the agent's event loop closed".into(),
-            ),
+            )),
             retryable: false,
             cause: Cause::WorkerFailure,
         }
@@ -136,7 +136,7 @@ impl Lead {
             json!({"attempt": n, "rank": rank, "how": report.cause}),
         );
         Some(End::Failed {
-            report,
+            report: Box::new(report),
             retryable: true,
             cause: Cause::WorkerFailure,
         })
@@ -173,7 +173,7 @@ impl Lead {
 
     /// A worker of node `node_rank` failed (that node has torn itself down): the attempt's
     /// end, unless the workers are stopping, when any exit is expected.
-    fn on_peer_failed(&mut self, node_rank: u32, report: FailureReport) -> Option<End> {
+    fn on_peer_failed(&mut self, node_rank: u32, report: Box<FailureReport>) -> Option<End> {
         let number = self.number;
         if self.stopping.is_some() {
             self.cfg.record("worker_exit", json!({"attempt": number, "rank": report.rank, "during": "stop", "how": report.cause}));
@@ -199,12 +199,12 @@ impl Lead {
             f.alive = false;
         }
         End::Failed {
-            report: FailureReport::other(
+            report: Box::new(FailureReport::other(
                 self.number,
                 node_rank,
                 &lost_host,
                 format!("lost node {node_rank} ({lost_host}): {why}"),
-            ),
+            )),
             retryable: false,
             cause: Cause::NodeFailure,
         }
@@ -231,7 +231,7 @@ impl Lead {
         let hung = self.hung(&expected)?;
         let report = self.hang_report(hung).await;
         Some(End::Failed {
-            report,
+            report: Box::new(report),
             retryable: self.cfg.keep.on_hang == OnHang::Restart,
             cause: Cause::Hang,
         })

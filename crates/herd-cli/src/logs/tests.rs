@@ -294,6 +294,29 @@ fn failed_prints_the_report_and_the_failing_ranks_tail() {
 }
 
 #[test]
+fn failed_prints_the_likely_cause_when_herd_knows_the_failure() {
+    let e = two_ranks();
+    let r = FailureReport::worker(
+        0,
+        (1, 0, 1),
+        "gpu-a02",
+        Exit::Code(1),
+        None,
+        vec!["torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.".into()],
+    );
+    let text = serde_json::to_string_pretty(&r).expect("json");
+    std::fs::write(e.attempt_dir(0).failure_report(), &text).expect("write");
+    let out = e.ok(&["--failed"]);
+    let second = out.lines().nth(1).unwrap_or_default();
+    assert!(
+        second.starts_with(
+            "herd: likely cause: the GPU ran out of memory — fix: use a smaller per-GPU batch"
+        ),
+        "{out}"
+    );
+}
+
+#[test]
 fn batch_output_of_the_submission() {
     let e = two_ranks();
     std::fs::write(

@@ -157,6 +157,8 @@ pub struct View {
     pub cause: Option<String>,
     /// The newest failure, in one line.
     pub last_failure: Option<String>,
+    /// Its likely cause and fix, when herd knew the failure.
+    pub hint: Option<String>,
     /// Array tasks by state, for an array job.
     pub tasks: BTreeMap<&'static str, usize>,
 }
@@ -182,6 +184,7 @@ impl View {
             "phase": self.phase,
             "cause": self.cause,
             "last_failure": self.last_failure,
+            "hint": self.hint,
             "tasks": self.tasks,
         })
     }
@@ -238,13 +241,18 @@ pub fn view(
             .and_then(|p| p.finished.as_ref())
             .and_then(|(ok, c)| if *ok { None } else { c.clone() }),
         last_failure: progress.and_then(|p| p.last_failure.clone()),
+        hint: progress.and_then(|p| p.last_hint.clone()),
         tasks: BTreeMap::new(),
     };
     let failure = |v: &View| {
+        let hint = match (&v.last_failure, &v.hint) {
+            (Some(_), Some(h)) => format!("; likely cause: {h}"),
+            _ => String::new(),
+        };
         v.last_failure
             .clone()
             .or_else(|| v.cause.clone())
-            .map(|f| format!(": {f}"))
+            .map(|f| format!(": {f}{hint}"))
             .unwrap_or_default()
     };
     if let Some(job) = job {
@@ -503,6 +511,38 @@ mod tests {
             "{}",
             v.detail
         );
+
+        // The agents' hint follows the failure; a later failure without one drops it.
+        let hinted = |extra: &[(&str, Value)]| {
+            let mut e = vec![
+                ("queued", json!({"job_id": "7"})),
+                ("started", json!({"job_id": "7"})),
+                (
+                    "failed",
+                    json!({"cause": "rank 0 (local rank 0 on a01) killed by SIGABRT (aborted)",
+                           "hint": "the worker aborted at exit — fix: destroy the process group"}),
+                ),
+            ];
+            e.extend_from_slice(extra);
+            e.push(("finished", json!({"ok": false, "cause": "worker_failure"})));
+            Progress::from_events(Some("7".into()), 1, &events(&e))
+        };
+        let v = view(None, Some(&hinted(&[])), None, true);
+        assert!(
+            v.detail.contains(
+                "killed by SIGABRT (aborted); likely cause: the worker aborted at exit — fix: destroy the process group ("
+            ),
+            "{}",
+            v.detail
+        );
+        assert_eq!(
+            v.json()["hint"],
+            "the worker aborted at exit — fix: destroy the process group"
+        );
+        let later = hinted(&[("failed", json!({"cause": "lost node 1 (a02)"}))]);
+        let v = view(None, Some(&later), None, true);
+        assert!(!v.detail.contains("likely cause"), "{}", v.detail);
+        assert_eq!(v.json()["hint"], Value::Null);
 
         let lost = Progress::from_events(
             Some("8".into()),

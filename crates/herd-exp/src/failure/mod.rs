@@ -10,6 +10,7 @@ use crate::layout::LogsDir;
 use crate::timeline::now;
 
 mod error_file;
+pub mod hints;
 
 pub use error_file::{innermost_frame, Frame, WorkerError, MAX_ERROR_FILE, MAX_TRACEBACK};
 
@@ -27,6 +28,11 @@ impl Exit {
     /// Exit code 0.
     pub fn success(&self) -> bool {
         *self == Exit::Code(0)
+    }
+
+    /// Killed by SIGABRT, or exit code 134 (128 + SIGABRT, as a shell that ran it says).
+    pub fn aborted(&self) -> bool {
+        matches!(self, Exit::Signal(s) if s == "SIGABRT") || *self == Exit::Code(134)
     }
 }
 
@@ -84,6 +90,11 @@ pub struct FailureReport {
     pub error: Option<Box<WorkerError>>,
     /// The last lines of its stderr.
     pub stderr_tail: Vec<String>,
+    /// The likely cause and its fix, in one line, when what the worker left matches a
+    /// failure herd knows ([`hints`]); never a guess otherwise. (Boxed: the report travels
+    /// in the agents' enums, which clippy keeps small.)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hint: Option<Box<str>>,
     /// Every rank's Python stack when the job hung (`py-spy dump`), in rank order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stacks: Vec<RankStack>,
@@ -109,6 +120,8 @@ impl FailureReport {
             Some(e) => format!("{who} raised {} ({exit})", e.headline()),
             None => format!("{who} {exit}"),
         };
+        let hint =
+            hints::find(exit.aborted(), error.as_ref(), &stderr_tail).map(|h| h.line().into());
         FailureReport {
             attempt,
             cause,
@@ -119,6 +132,7 @@ impl FailureReport {
             exit: Some(exit),
             error: error.map(Box::new),
             stderr_tail,
+            hint,
             stacks: Vec::new(),
             time,
             unix_ms,
@@ -138,6 +152,7 @@ impl FailureReport {
             exit: None,
             error: None,
             stderr_tail: Vec::new(),
+            hint: None,
             stacks: Vec::new(),
             time,
             unix_ms,
@@ -180,7 +195,8 @@ impl FailureReport {
     }
 
     /// The report for people: cause and time, where the exception was raised (from the
-    /// error file), and the stderr tail.
+    /// error file), the likely cause and its fix when herd knows the failure, and the
+    /// stderr tail.
     pub fn human(&self) -> String {
         let mut s = format!(
             "herd: job failed (attempt {}): {} at {}\n",
@@ -188,6 +204,9 @@ impl FailureReport {
         );
         if let Some(frame) = self.error.as_ref().and_then(|e| e.frame.as_ref()) {
             s.push_str(&format!("herd: raised at {frame}\n"));
+        }
+        if let Some(hint) = &self.hint {
+            s.push_str(&format!("herd: likely cause: {hint}\n"));
         }
         if let Some(rank) = self.rank {
             if self.stderr_tail.is_empty() {

@@ -308,6 +308,7 @@ fn lookup_check(command: &str, files: &[&str]) -> Vec<Finding> {
             snapshot: Path::new("/exp/x/code"),
             path: &path,
             exists: &exists,
+            executable: &exists,
         }),
         ..CheckContext::default()
     };
@@ -360,6 +361,99 @@ fn programs_and_scripts() {
         f[0].message.contains("`/opt/none/python3` does not exist"),
         "{}",
         f[0]
+    );
+}
+
+/// torchrun mode: a python command needs its interpreter (torchrun beside it, or a
+/// warning); any other program needs `torchrun` on PATH.
+#[test]
+fn torchrun_mode_needs_a_way_to_start_torchrun() {
+    let check_with = |command: &str, files: &[&str], executable: &[&str]| {
+        let p = plan(&format!("mode = \"torchrun\"\ncommand = {command}\n"));
+        let files: Vec<PathBuf> = files.iter().map(PathBuf::from).collect();
+        let exec: Vec<PathBuf> = executable.iter().map(PathBuf::from).collect();
+        let exists = |path: &Path| files.iter().any(|f| f == path);
+        let executable = |path: &Path| exec.iter().any(|f| f == path);
+        let path = [PathBuf::from("/usr/bin"), PathBuf::from("/opt/conda/bin")];
+        let ctx = CheckContext {
+            programs: Some(ProgramLookup {
+                snapshot: Path::new("/exp/x/code"),
+                path: &path,
+                exists: &exists,
+                executable: &executable,
+            }),
+            ..CheckContext::default()
+        };
+        check(&p, &ctx)
+    };
+    let venv = ["/v/bin/python", "/v/bin/torchrun", "/exp/x/code/train.py"];
+    // The venv's python by path, torchrun beside it: nothing to say, whatever PATH holds.
+    assert_eq!(
+        check_with(
+            r#"["/v/bin/python", "train.py"]"#,
+            &venv,
+            &["/v/bin/python"]
+        ),
+        vec![]
+    );
+    // A bare python is looked for on PATH, and torchrun beside the one found.
+    let conda = [
+        "/opt/conda/bin/python3",
+        "/opt/conda/bin/torchrun",
+        "/exp/x/code/train.py",
+    ];
+    assert_eq!(
+        check_with(
+            r#"["python3", "train.py"]"#,
+            &conda,
+            &["/opt/conda/bin/python3"]
+        ),
+        vec![]
+    );
+    // No torchrun beside it: a warning (torch may be in the user site).
+    let f = check_with(
+        r#"["/v/bin/python", "train.py"]"#,
+        &venv[..1],
+        &["/v/bin/python"],
+    );
+    assert_eq!(
+        codes(&f),
+        ["script-not-found", "torchrun-not-beside-python"]
+    );
+    assert!(f[1].message.contains("torchrun mode runs `/v/bin/python -m torch.distributed.run`, and there is no `torchrun` beside /v/bin/python"), "{}", f[1]);
+    // Not executable: an error.
+    let f = check_with(r#"["/v/bin/python", "train.py"]"#, &venv, &[]);
+    assert_eq!(codes(&f), ["torchrun-python-not-executable"]);
+    assert!(
+        f[0].message.contains("/v/bin/python is not executable"),
+        "{}",
+        f[0]
+    );
+    // Missing: check_program's error alone.
+    let f = check_with(r#"["/w/bin/python", "train.py"]"#, &venv, &[]);
+    assert_eq!(codes(&f), ["program-not-found"]);
+    // Another program: torchrun must be on PATH.
+    let f = check_with(r#"["./run.sh"]"#, &["/exp/x/code/run.sh"], &[]);
+    assert_eq!(codes(&f), ["torchrun-not-found"]);
+    assert!(
+        f[0].message.contains(
+            "torchrun mode runs `torchrun` from PATH to start `./run.sh`, and `torchrun` is not on PATH here (searched /usr/bin:/opt/conda/bin): give the venv's python by its path (`-- /path/venv/bin/python train.py`; herd then runs `/path/venv/bin/python -m torch.distributed.run`"
+        ),
+        "{}",
+        f[0]
+    );
+    assert_eq!(
+        check_with(
+            r#"["./run.sh"]"#,
+            &["/exp/x/code/run.sh", "/opt/conda/bin/torchrun"],
+            &[]
+        ),
+        vec![]
+    );
+    // Other modes need no torchrun.
+    assert_eq!(
+        lookup_check(r#"["./run.sh"]"#, &["/exp/x/code/run.sh"]),
+        vec![]
     );
 }
 

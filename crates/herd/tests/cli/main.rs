@@ -399,3 +399,47 @@ fn the_man_page_has_a_section_per_command_with_its_options() {
         "{rendered:?}"
     );
 }
+
+/// A worker whose stderr shows a failure herd knows: the agent's report says the likely
+/// cause and its fix after the headline, and `failure.json` keeps it as `hint`.
+#[test]
+fn a_known_failure_is_explained_in_the_report() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let logs = dir.path().join("logs");
+    let out = Command::new(env!("CARGO_BIN_EXE_herd"))
+        .args(["run", "--log-dir"])
+        .arg(&logs)
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "echo \"ModuleNotFoundError: No module named 'timm'\" >&2; exit 1",
+        ])
+        .env_remove("SLURM_JOB_ID")
+        .current_dir(dir.path())
+        .output()
+        .expect("herd run");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let report: Vec<&str> = stderr
+        .lines()
+        .skip_while(|l| !l.starts_with("herd: job failed (attempt 0): rank 0"))
+        .collect();
+    assert!(report[0].contains("exited with code 1 at "), "{stderr}");
+    assert!(
+        report[1].starts_with(
+            "herd: likely cause: the Python that ran on the compute node lacks the package"
+        ),
+        "{stderr}"
+    );
+    let json: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(herd_exp::layout::LogsDir::new(&logs).failure_report()).expect("report"),
+    )
+    .expect("json");
+    assert!(
+        json["hint"]
+            .as_str()
+            .is_some_and(|h| h.contains(" — fix: name the environment's python by its path")),
+        "{json}"
+    );
+}

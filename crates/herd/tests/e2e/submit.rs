@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use herd_testbed::{rank_lines, read_lossy, Bed, JobId};
 
-use crate::support::{job_id, project_with, submit, wait_ok};
+use crate::support::{herd_with_path, job_id, project_with, submit, wait_ok};
 use serde_json::Value;
 
 /// A project folder with the example and the probe, and an experiment root beside it.
@@ -116,6 +116,78 @@ fn three_launch_modes_train_to_one_checksum_from_the_experiment_folder() {
         }
     }
     assert_eq!(sums.len(), 1, "modes disagree: {sums:?}");
+}
+
+/// torchrun mode with the venv's python named by its path and neither the venv nor any
+/// `torchrun` on PATH: herd runs `PYTHON -m torch.distributed.run`, and the job trains to
+/// the end; a command that is no python is refused before queueing, naming the fix.
+#[test]
+fn torchrun_mode_runs_a_venv_python_named_by_path_without_torchrun_on_path() {
+    let bed = Bed::require();
+    let (project, exps) = project(&bed, "submit_torchrun_venv");
+    let exp_root = exps.display().to_string();
+    let python = bed.python().display().to_string();
+    assert!(bed.python().is_absolute(), "{python}");
+    // PATH as the test has it, less the venv's bin and any folder with a torchrun in it.
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let kept: Vec<PathBuf> = std::env::split_paths(&path)
+        .filter(|d| Some(d.as_path()) != bed.python().parent() && !d.join("torchrun").exists())
+        .collect();
+    let path = std::env::join_paths(&kept)
+        .expect("PATH")
+        .into_string()
+        .expect("PATH is UTF-8");
+    let refused = herd_with_path(
+        "check",
+        &project,
+        &["--mode", "torchrun", "--nodes", "1", "--", "./missing.sh"],
+        &path,
+    );
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("`torchrun` is not on PATH here")
+            && said.contains("-m torch.distributed.run"),
+        "{said}"
+    );
+    let name = "ddp-torchrun-venv";
+    let out = herd_with_path(
+        "submit",
+        &project,
+        &[
+            "-J",
+            name,
+            "--mode",
+            "torchrun",
+            "--nodes",
+            "2",
+            "--gpus-per-node",
+            "2",
+            "--partition",
+            "gpu",
+            "--time",
+            "10",
+            "--exp-root",
+            &exp_root,
+            "--",
+            &python,
+            "train_ddp.py",
+            "--steps",
+            "4",
+            "--log-every",
+            "2",
+        ],
+        &path,
+    );
+    let job = job_id(&out);
+    let exp = exps.join(name);
+    let script = std::fs::read_to_string(exp.join("job.sbatch")).expect("job.sbatch");
+    assert!(
+        script.contains(&format!("'{python}' -m torch.distributed.run --nnodes=2")),
+        "{script}"
+    );
+    let output = wait_ok(&bed, job, &exp);
+    checksum(&output, 4);
 }
 
 /// Submitting an existing name is refused and the folder stays byte-for-byte the same; a

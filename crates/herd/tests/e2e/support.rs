@@ -136,13 +136,19 @@ pub fn submit(bed: &Bed, project: &Path, args: &[&str]) -> Output {
         venv_bin.display(),
         std::env::var("PATH").unwrap_or_default()
     );
+    herd_with_path("submit", project, args, &path)
+}
+
+/// `herd COMMAND ARGS` (`submit`, `check`) from `project` with exactly `path` as PATH
+/// (sbatch passes it on to the job).
+pub fn herd_with_path(command: &str, project: &Path, args: &[&str], path: &str) -> Output {
     Command::new(env!("CARGO_BIN_EXE_herd"))
-        .arg("submit")
+        .arg(command)
         .args(args)
         .env("PATH", path)
         .current_dir(project)
         .output()
-        .expect("herd submit runs")
+        .expect("herd runs")
 }
 
 /// The job id `herd submit` printed; panics (with its stderr) if it failed.
