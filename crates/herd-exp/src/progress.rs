@@ -250,6 +250,15 @@ mod tests {
         assert_eq!(p.attempt, Some(2));
         assert_eq!(p.queued_ms, Some(7));
 
+        assert_eq!(p.started_ms, Some(13), "started again after the requeue");
+        assert_eq!(p.rendezvous_ms, None, "not yet after the new start");
+        assert_eq!(p.first_output_ms, None);
+        assert_eq!(p.requeues, 1);
+        assert_eq!(p.requeues_by_job, 0, "herd's own");
+        assert_eq!(p.finished, None, "the first job's end is not this one's");
+        assert_eq!(p.ended, None);
+        assert_eq!(p.last_failure.as_deref(), Some("rank 1 exited with code 3"));
+
         // A requeue the job's own code did (Lightning's SLURM plugin), which herd took.
         let mut own = events.clone();
         let at = own
@@ -259,14 +268,6 @@ mod tests {
         own[at].insert("by".into(), json!("job"));
         let p = Progress::from_events(Some("11".into()), 2, &own);
         assert_eq!((p.requeues, p.requeues_by_job), (1, 1), "{p:?}");
-        assert_eq!(p.started_ms, Some(13), "started again after the requeue");
-        assert_eq!(p.rendezvous_ms, None, "not yet after the new start");
-        assert_eq!(p.first_output_ms, None);
-        assert_eq!(p.requeues, 1);
-        assert_eq!(p.requeues_by_job, 0, "herd's own");
-        assert_eq!(p.finished, None, "the first job's end is not this one's");
-        assert_eq!(p.ended, None);
-        assert_eq!(p.last_failure.as_deref(), Some("rank 1 exited with code 3"));
 
         // A job that started before `herd submit` wrote `queued` (sbatch answered late),
         // its id a number as the agents write it.
