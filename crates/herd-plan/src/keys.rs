@@ -179,8 +179,8 @@ plan_keys! {
     #[key(MaxRestarts, example = "2")]
     #[arg(long, value_name = "N", value_parser = count())]
     pub max_restarts: Option<i64>,
-    /// Requeues of the job per cause (time limit, preemption, node failure), each resuming
-    /// from the newest checkpoint (default 3; 0: never requeue).
+    /// Requeues of the job per cause (time limit, preemption, node failure, the job's own
+    /// requeue), each resuming from the newest checkpoint (default 3; 0: never requeue).
     #[key(MaxRequeues, example = "10")]
     #[arg(long, value_name = "N", value_parser = count())]
     pub max_requeues: Option<i64>,

@@ -232,8 +232,9 @@ pub struct KeepAlive {
     /// Seconds the workers have after the stop signal before they are torn down.
     #[arg(long, value_name = "SECONDS", default_value_t = KeepAlive::LAUNCH.stop_grace)]
     pub stop_grace: Seconds,
-    /// Requeues of the job allowed for each cause: time limits, preemptions and node
-    /// failures are counted apart (needs a requeueable job: `sbatch --requeue`).
+    /// Requeues of the job allowed for each cause: time limits, preemptions, node failures
+    /// and the job's own requeues are counted apart (needs a requeueable job: `sbatch
+    /// --requeue`).
     #[arg(long, value_name = "N", default_value_t = KeepAlive::LAUNCH.max_requeues)]
     pub max_requeues: u32,
     /// Seconds without progress of any rank (no output line, no touch of
