@@ -37,6 +37,17 @@ def run_python(code, env):
     )
 
 
+class Python38(unittest.TestCase):
+    def test_every_file_parses_as_python_3_8(self):
+        import ast
+
+        package = os.path.join(os.path.dirname(HERE), "herd")
+        for name in sorted(os.listdir(package)):
+            if name.endswith(".py"):
+                with open(os.path.join(package, name)) as f:
+                    ast.parse(f.read(), name, feature_version=(3, 8))
+
+
 class OutsideHerd(unittest.TestCase):
     def test_every_function_is_a_harmless_no_op(self):
         out = run_python(

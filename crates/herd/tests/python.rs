@@ -1,7 +1,7 @@
 //! The `herd` Python module's own unit tests (`python/tests`, standard library only), run
 //! with the machine's `python3`: the stop handler, `save_atomic`, the variables, heartbeat
 //! and log lines. Its use by real training code under real jobs is in the e2e tests
-//! (`e2e/python_module.rs`).
+//! (`e2e/frameworks_stop.rs`).
 
 use std::path::Path;
 use std::process::Command;
