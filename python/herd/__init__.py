@@ -51,8 +51,7 @@ _lock = threading.Lock()
 _received = False
 # Every rank agreed that it did (sticky: once agreed, the answer stays true everywhere).
 _agreed = False
-# Our handler and the one it replaced (called after ours).
-_handler = None
+# The handler ours replaced (called after ours).
 _previous = None
 _last_beat = 0.0
 
@@ -88,7 +87,7 @@ def _install():
     """Install the stop handler in front of whatever handles the signal now (that one is
     still called after ours). Only in a herd job, only from the main thread; safe to call
     again: a handler installed over ours since is chained the same way."""
-    global _handler, _previous
+    global _previous
     sig = stop_signal()
     if sig is None or threading.current_thread() is not threading.main_thread():
         return
@@ -101,8 +100,7 @@ def _install():
         try:
             signal.signal(sig, _on_stop)
         except (ValueError, OSError):
-            return
-        _handler = _on_stop
+            pass
 
 
 def _distributed():
