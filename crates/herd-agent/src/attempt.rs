@@ -221,10 +221,12 @@ impl Attempt {
                     .ok()
                     .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
                     .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(0));
+                let last = output.max(beat);
                 RankProgress {
                     rank: w.rank,
                     pid: w.pid,
-                    silent_ms: now.saturating_sub(output.max(beat).max(w.started_ms)),
+                    silent_ms: now.saturating_sub(last.max(w.started_ms)),
+                    started: last >= w.started_ms && last > 0,
                 }
             })
             .collect();

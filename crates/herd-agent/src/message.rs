@@ -71,6 +71,10 @@ pub struct RankProgress {
     pub pid: i32,
     /// Milliseconds since its last progress, on its node's clock.
     pub silent_ms: u64,
+    /// Whether it has made progress since it started (a line, a heartbeat): until then its
+    /// silence is its start, measured against the start timeout.
+    #[serde(default)]
+    pub started: bool,
 }
 
 pub use herd_exp::failure::RankStack;

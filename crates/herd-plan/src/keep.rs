@@ -65,6 +65,12 @@ pub(crate) fn resolve_keep(
         |l| l.take(Key::HangTimeout, |k| k.hang_timeout.as_ref(), secs),
         d.hang_timeout,
     );
+    let start_timeout = given(
+        l,
+        Key::StartTimeout,
+        |l| l.take(Key::StartTimeout, |k| k.start_timeout.as_ref(), secs),
+        d.start_timeout,
+    );
     let stop_signal = given(
         l,
         Key::StopSignal,
@@ -129,6 +135,7 @@ pub(crate) fn resolve_keep(
         stop_signal,
         stop_grace,
         hang_timeout,
+        start_timeout,
         on_hang,
     }
 }

@@ -202,6 +202,11 @@ plan_keys! {
     #[key(HangTimeout, example = "600")]
     #[arg(long, value_name = "SECONDS", value_parser = count())]
     pub hang_timeout: Option<i64>,
+    /// Seconds a rank may be silent after it starts, before its first progress, without
+    /// counting toward a hang (default 1800).
+    #[key(StartTimeout, example = "3600")]
+    #[arg(long, value_name = "SECONDS", value_parser = count())]
+    pub start_timeout: Option<i64>,
     /// What a hang does: `fail` the job (default) or `restart` its workers.
     #[key(OnHang, example = r#""restart""#)]
     #[arg(long, value_name = "fail|restart")]

@@ -239,9 +239,16 @@ pub struct KeepAlive {
     pub max_requeues: u32,
     /// Seconds without progress of any rank (no output line, no touch of
     /// $HERD_HEARTBEAT_FILE) that make a hang: herd names the rank that went silent first
-    /// and dumps every rank's stack with py-spy; 0: no watchdog.
+    /// and dumps every rank's stack with py-spy; 0: no watchdog. A rank that has made no
+    /// progress since it started is given --start-timeout instead.
     #[arg(long, value_name = "SECONDS", default_value_t = KeepAlive::LAUNCH.hang_timeout)]
     pub hang_timeout: Seconds,
+    /// With the hang watchdog on: seconds a rank may stay silent after it starts, before its
+    /// first line or heartbeat (imports, dataset indexing, NCCL setup), before that silence
+    /// counts toward a hang.
+    #[arg(long, value_name = "SECONDS", default_value_t = KeepAlive::LAUNCH.start_timeout)]
+    #[serde(default = "KeepAlive::default_start_timeout")]
+    pub start_timeout: Seconds,
     /// What a hang does: `fail` the job or `restart` its workers (within --max-restarts).
     #[arg(long, value_name = "fail|restart", default_value_t = KeepAlive::LAUNCH.on_hang)]
     pub on_hang: OnHang,
@@ -263,8 +270,14 @@ impl KeepAlive {
         stop_grace: Seconds::from_secs(60),
         max_requeues: 0,
         hang_timeout: Seconds::ZERO,
+        start_timeout: Seconds::from_secs(1800),
         on_hang: OnHang::Fail,
     };
+
+    /// The start timeout of a plan written before there was one.
+    fn default_start_timeout() -> Seconds {
+        KeepAlive::LAUNCH.start_timeout
+    }
 
     /// `herd submit`'s defaults for a job with `time_limit`: [`KeepAlive::LAUNCH`] but
     /// [`SUBMIT_MAX_REQUEUES`] requeues, a warning [`SUBMIT_WARN_BEFORE`] ahead (at most a
@@ -442,6 +455,12 @@ impl AgentOptions {
             "hang-timeout",
             &k.hang_timeout,
             Some(&dk.hang_timeout),
+        );
+        flag(
+            &mut args,
+            "start-timeout",
+            &k.start_timeout,
+            Some(&dk.start_timeout),
         );
         flag(&mut args, "on-hang", &k.on_hang, Some(&dk.on_hang));
         if self.label {

@@ -56,6 +56,34 @@ fn ended_by_slurm(facts: &JobFacts, near: Duration) -> Option<Cause> {
         .or_else(|| ending.then_some(Cause::Cancelled))
 }
 
+/// One running rank as the hang watchdog sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Silence {
+    pub(super) rank: u32,
+    pub(super) node: u32,
+    pub(super) pid: i32,
+    /// Milliseconds since its last progress, or since its start when it has made none.
+    pub(super) silent_ms: u64,
+    /// Whether it has made progress since it started.
+    pub(super) started: bool,
+}
+
+/// The watchdog's verdict over every running rank: a hang when every rank is overdue, a rank
+/// that has made progress after `hang` of silence, one still in its start (imports, dataset
+/// indexing, NCCL setup: no line or heartbeat yet) after `start`; then the rank that went
+/// silent first (the longest silence, then the lowest rank). Ranks that exited 0 are not
+/// running and do not hold a hang off; a slow start does.
+pub(super) fn verdict(all: &[Silence], hang: Duration, start: Duration) -> Option<Silence> {
+    let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    let overdue = |r: &Silence| r.silent_ms >= ms(if r.started { hang } else { start });
+    if all.is_empty() || !all.iter().all(overdue) {
+        return None;
+    }
+    all.iter()
+        .copied()
+        .max_by_key(|r| (r.silent_ms, std::cmp::Reverse(r.rank)))
+}
+
 impl Lead {
     /// When herd's warning is due, from the job's time left now.
     pub(super) async fn arm_warning(&mut self) {
@@ -333,7 +361,7 @@ impl Lead {
     /// The hang watchdog's verdict: when no rank has made progress for the hang timeout,
     /// the rank that went silent first (rank, node rank, pid, silent for).
     /// `expected`: the nodes whose ranks still run; each must have reported.
-    pub(super) fn hung(&self, expected: &HashSet<u32>) -> Option<(u32, u32, i32, Duration)> {
+    pub(super) fn hung(&self, expected: &HashSet<u32>) -> Option<Silence> {
         let timeout = self.cfg.keep.watchdog()?;
         let reported: HashSet<u32> = self.progress.values().map(|p| p.0).collect();
         if !expected.is_subset(&reported) {
@@ -341,49 +369,67 @@ impl Lead {
         }
         let a = self.attempt.as_ref()?;
         let now = tokio::time::Instant::now();
-        let mut all: Vec<(u32, u32, i32, u64)> = a
+        let mut all: Vec<Silence> = a
             .progress()
             .into_iter()
-            .map(|p| (p.rank, self.cfg.node_rank, p.pid, p.silent_ms))
+            .map(|p| Silence {
+                rank: p.rank,
+                node: self.cfg.node_rank,
+                pid: p.pid,
+                silent_ms: p.silent_ms,
+                started: p.started,
+            })
             .collect();
         all.extend(
             self.progress
                 .iter()
-                .map(|(&rank, &(node, pid, silent, heard))| {
+                .map(|(&rank, &(node, pid, silent, started, heard))| {
                     let since = u64::try_from(now.duration_since(heard).as_millis()).unwrap_or(0);
-                    (rank, node, pid, silent + since)
+                    Silence {
+                        rank,
+                        node,
+                        pid,
+                        silent_ms: silent + since,
+                        started,
+                    }
                 }),
         );
-        // Every rank must be known and silent (ranks that exited 0 count as silent).
-        let limit = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
-        if all.is_empty() || all.iter().any(|r| r.3 < limit) {
-            return None;
-        }
-        all.iter()
-            .max_by_key(|r| (r.3, std::cmp::Reverse(r.0)))
-            .map(|&(rank, node, pid, silent)| (rank, node, pid, Duration::from_millis(silent)))
+        let start = self.cfg.keep.start_timeout.duration();
+        verdict(&all, timeout, start)
     }
 
     /// The hang report: which rank went silent first, with every rank's stack.
-    pub(super) async fn hang_report(
-        &mut self,
-        (rank, node, pid, silent): (u32, u32, i32, Duration),
-    ) -> FailureReport {
+    pub(super) async fn hang_report(&mut self, first: Silence) -> FailureReport {
+        let Silence {
+            rank,
+            node,
+            pid,
+            silent_ms,
+            started,
+        } = first;
+        let silent = Duration::from_millis(silent_ms);
         let host = self
             .cfg
             .node_names
             .get(node as usize)
             .cloned()
             .unwrap_or_default();
-        let timeout = self.cfg.keep.hang_timeout.duration();
+        let (timeout, what) = if started {
+            (self.cfg.keep.hang_timeout.duration(), "went silent first")
+        } else {
+            (
+                self.cfg.keep.start_timeout.duration(),
+                "made no progress since it started (--start-timeout)",
+            )
+        };
         say(format!(
-            "hang: no rank has made progress for {timeout:?}; rank {rank} (pid {pid} on {host}) went silent first, {:.0} s ago; collecting stacks",
+            "hang: no rank has made progress for {timeout:?}; rank {rank} (pid {pid} on {host}) {what}, {:.0} s ago; collecting stacks",
             silent.as_secs_f64()
         ));
         self.cfg.record(
             "hang",
             json!({"attempt": self.number, "rank": rank, "host": host, "pid": pid,
-                   "silent_s": silent.as_secs_f64()}),
+                   "silent_s": silent.as_secs_f64(), "started": started}),
         );
         let mut stacks = self.collect_stacks().await;
         stacks.sort_by_key(|s| s.rank);
@@ -392,7 +438,7 @@ impl Lead {
             node,
             &host,
             format!(
-                "hang: no rank made progress for {:.0} s; rank {rank} (pid {pid} on {host}) went silent first",
+                "hang: no rank made progress for {:.0} s; rank {rank} (pid {pid} on {host}) {what}",
                 timeout.as_secs_f64()
             ),
         );
@@ -457,6 +503,33 @@ mod tests {
     /// (Slurm 22.05), shortened: once its processes are gone, and while one still runs.
     const CANCELLED: &str = "JobId=1 JobName=wrap UserId=root(0) JobState=CANCELLED Reason=None Dependency=(null) Requeue=1 Restarts=0 BatchFlag=1 ExitCode=0:0 RunTime=00:00:00 TimeLimit=UNLIMITED TimeMin=N/A SubmitTime=2026-12-02T01:17:57 StartTime=2026-12-02T01:17:59 EndTime=2026-12-02T01:17:59 PreemptTime=None SuspendTime=None ExcNodeList=(null) NodeList= NumNodes=1";
     const COMPLETING: &str = "JobId=33 JobName=wrap UserId=root(0) GroupId=root(0) MCS_label=N/A Priority=4294901731 Nice=0 Account=(null) QOS=(null) JobState=COMPLETING Reason=None Dependency=(null) Requeue=1 Restarts=0 BatchFlag=1 Reboot=0 ExitCode=0:0 RunTime=00:00:03 TimeLimit=UNLIMITED TimeMin=N/A SubmitTime=2026-12-02T01:21:36 EligibleTime=2026-12-02T01:21:36 AccrueTime=2026-12-02T01:21:36 StartTime=2026-12-02T01:21:36 EndTime=2026-12-02T01:21:39 Deadline=N/A PreemptEligibleTime=2026-12-02T01:21:36 PreemptTime=None SuspendTime=None SecsPreSuspend=0 Partition=gpu ExcNodeList=(null) NodeList=gpu-a01 BatchHost=gpu-a01 NumNodes=1";
+
+    #[test]
+    fn a_slow_start_is_no_hang_and_silence_after_progress_is() {
+        let (hang, start) = (Duration::from_secs(5), Duration::from_secs(60));
+        let rank = |rank: u32, silent_s: u64, started: bool| Silence {
+            rank,
+            node: rank / 2,
+            pid: 100 + rank as i32,
+            silent_ms: silent_s * 1000,
+            started,
+        };
+        // Rank 1 still importing for 20 s while rank 0, which printed, waits for it.
+        let slow_start = [rank(0, 19, true), rank(1, 20, false)];
+        assert_eq!(verdict(&slow_start, hang, start), None);
+        // Both have trained; rank 1 stuck first, rank 0 blocked in the next collective.
+        let stuck = [rank(0, 6, true), rank(1, 8, true)];
+        assert_eq!(verdict(&stuck, hang, start), Some(rank(1, 8, true)));
+        // One rank still within the hang timeout holds it off.
+        assert_eq!(
+            verdict(&[rank(0, 4, true), rank(1, 8, true)], hang, start),
+            None
+        );
+        // A start silent past the start timeout is a hang (stuck in init_process_group).
+        let never = [rank(0, 61, false), rank(1, 61, false)];
+        assert_eq!(verdict(&never, hang, start).map(|r| r.rank), Some(0));
+        assert_eq!(verdict(&[], hang, start), None);
+    }
 
     #[test]
     fn only_the_signals_that_end_a_job_are_read_as_the_jobs() {

@@ -76,8 +76,9 @@ pub(super) struct Lead {
     pub(super) stopping: Option<Stopping>,
     /// When herd's own warning before the time limit is due.
     pub(super) warn_at: Option<Instant>,
-    /// Each follower rank's last progress report: (node rank, pid, silent ms, when heard).
-    pub(super) progress: HashMap<u32, (u32, i32, u64, Instant)>,
+    /// Each follower rank's last progress report: (node rank, pid, silent ms, whether it
+    /// has made progress since it started, when heard).
+    pub(super) progress: HashMap<u32, (u32, i32, u64, bool, Instant)>,
     /// The signal that cancelled this attempt: the followers pass it on before teardown.
     pub(super) cancelled_by: Option<Signal>,
     /// Followers whose workers all exited 0 (or stopped as asked), or tore down.

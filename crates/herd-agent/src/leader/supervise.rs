@@ -159,7 +159,7 @@ impl Lead {
                 let now = Instant::now();
                 for r in ranks {
                     self.progress
-                        .insert(r.rank, (node_rank, r.pid, r.silent_ms, now));
+                        .insert(r.rank, (node_rank, r.pid, r.silent_ms, r.started, now));
                 }
                 None
             }

@@ -38,6 +38,7 @@ fn every_option_changed() -> AgentOptions {
             stop_grace: Seconds::from_secs(90),
             max_requeues: 5,
             hang_timeout: Seconds::from_secs(600),
+            start_timeout: Seconds::from_secs(900),
             on_hang: OnHang::Restart,
         },
     }

@@ -27,7 +27,7 @@ fn staying_alive_has_defaults_and_checks_its_keys_against_each_other() {
     assert_eq!(plan.keep.max_requeues, 3);
     assert_eq!(plan.source(Key::MaxRequeues), Some(&Source::Default));
     let job = file(&format!(
-        "max_requeues = 10\nwarn_before = 300\nstop_signal = \"SIGUSR2\"\nstop_grace = 120\nhang_timeout = 600\non_hang = \"restart\"\ntime = \"24:00:00\"\n{BASIC}"
+        "max_requeues = 10\nwarn_before = 300\nstop_signal = \"SIGUSR2\"\nstop_grace = 120\nhang_timeout = 600\nstart_timeout = 900\non_hang = \"restart\"\ntime = \"24:00:00\"\n{BASIC}"
     ));
     let keep = ok(Some(&job), &JobKeys::default(), &[], "login1").keep;
     assert_eq!(
@@ -38,6 +38,7 @@ fn staying_alive_has_defaults_and_checks_its_keys_against_each_other() {
             stop_signal: "USR2".parse().unwrap_or_else(|e| panic!("{e}")),
             stop_grace: Seconds::from_secs(120),
             hang_timeout: Seconds::from_secs(600),
+            start_timeout: Seconds::from_secs(900),
             on_hang: OnHang::Restart,
         }
     );

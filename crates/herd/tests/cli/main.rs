@@ -3,6 +3,7 @@
 //! views of a job (`status`, `logs`, `top`) in `views.rs`; herd's own SLURM commands with
 //! fake ones on PATH in `slurm.rs`.
 
+mod hangs;
 mod slurm;
 mod submit;
 mod views;
