@@ -100,10 +100,7 @@ pub(crate) async fn requeue(
     }
     let used = requeues_so_far(cfg, cause);
     let budget = cfg.keep.max_requeues;
-    let mut exclude: Vec<String> = lost.map(|h| vec![h.to_owned()]).unwrap_or_default();
-    if !exclude.is_empty() {
-        exclude.extend(facts.and_then(|f| f.excluded));
-    }
+    let exclude = exclusion(&id, lost, facts).await;
     record(
         "requeue",
         json!({"attempt": attempt, "cause": cause, "count": used + 1, "budget": budget,
@@ -148,6 +145,19 @@ pub(crate) async fn requeue(
         }
         Err(_) => false,
     }
+}
+
+/// The nodes the next allocation leaves out: none without a `lost` node, else that node
+/// with those the job excluded already (from `facts`, or asked for when not known).
+async fn exclusion(id: &str, lost: Option<&str>, facts: Option<JobFacts>) -> Vec<String> {
+    let Some(lost) = lost else {
+        return Vec::new();
+    };
+    let excluded = match facts {
+        Some(f) => f.excluded,
+        None => job_facts(id).await.and_then(|f| f.excluded),
+    };
+    std::iter::once(lost.to_owned()).chain(excluded).collect()
 }
 
 /// Whether the budget for `cause` has a requeue left (`--max-requeues`); when it does not,
@@ -212,10 +222,7 @@ pub(crate) async fn adopt_requeue(
     }
     let used = requeues_so_far(cfg, cause);
     let budget = cfg.keep.max_requeues;
-    let mut exclude: Vec<String> = lost.map(|h| vec![h.to_owned()]).unwrap_or_default();
-    if !exclude.is_empty() {
-        exclude.extend(job_facts(id).await.and_then(|f| f.excluded));
-    }
+    let exclude = exclusion(id, lost, None).await;
     record(
         "requeue",
         json!({"attempt": attempt, "cause": cause, "count": used + 1, "budget": budget,

@@ -18,9 +18,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use herd_testbed::{read_lossy, repo_root, Bed, JobId};
-use serde_json::{Map, Value};
+use serde_json::Value;
 
-use crate::support::{job_id, submit, Job};
+use crate::support::{events, job_id, names, submit, timeline, Job};
 
 /// Steps of each framework job: more than a preempted first attempt and a whole 2-minute
 /// attempt can train, so a time limit comes too.
@@ -56,28 +56,6 @@ fn project(bed: &Bed, name: &str) -> (PathBuf, PathBuf) {
     );
     copy_all(&repo_root().join("python/herd"), &module);
     (project, dir.join("exps"))
-}
-
-fn timeline(exp: &Path) -> Vec<Map<String, Value>> {
-    herd_exp::timeline::read(exp).expect("timeline.jsonl")
-}
-
-fn events<'a>(all: &'a [Map<String, Value>], name: &str) -> Vec<&'a Map<String, Value>> {
-    all.iter()
-        .filter(|e| e["event"].as_str() == Some(name))
-        .collect()
-}
-
-fn names(all: &[Map<String, Value>]) -> Vec<String> {
-    all.iter()
-        .map(|e| {
-            let name = e["event"].as_str().unwrap_or("?");
-            match e.get("cause").and_then(Value::as_str) {
-                Some(c) => format!("{name}({c})"),
-                None => name.to_owned(),
-            }
-        })
-        .collect()
 }
 
 /// Each rank's step log: (attempt, step) a line, in the order computed.

@@ -6,9 +6,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use herd_testbed::{rank_lines, read_lossy, Bed, JobId, JobInfo};
-use serde_json::{Map, Value};
+use serde_json::Value;
 
-use crate::support::{job_id, local_herd_run, project_with, submit};
+use crate::support::{events, job_id, local_herd_run, names, project_with, submit, timeline};
 
 /// A project with the example trainer and the stubborn worker, and an experiment root.
 fn project(bed: &Bed, name: &str) -> (PathBuf, PathBuf) {
@@ -27,23 +27,6 @@ fn args<'a>(common: &[&'a str], exp_root: &'a str, cmd: &[&'a str]) -> Vec<&'a s
     a.extend(["--exp-root", exp_root, "--"]);
     a.extend(cmd);
     a
-}
-
-/// The experiment's timeline events.
-fn timeline(exp: &Path) -> Vec<Map<String, Value>> {
-    herd_exp::timeline::read(exp).expect("timeline.jsonl")
-}
-
-fn events<'a>(all: &'a [Map<String, Value>], name: &str) -> Vec<&'a Map<String, Value>> {
-    all.iter()
-        .filter(|e| e["event"].as_str() == Some(name))
-        .collect()
-}
-
-fn names(all: &[Map<String, Value>]) -> Vec<String> {
-    all.iter()
-        .map(|e| e["event"].as_str().unwrap_or("?").to_owned())
-        .collect()
 }
 
 /// Wait for the job's final state (a requeued job passes through PENDING again).

@@ -219,3 +219,32 @@ pub fn three_nodes(bed: &Bed) -> String {
     );
     format!("--nodelist={}", herd_hostlist::compress(&bed.nodes()[..3]))
 }
+
+/// The experiment's timeline events.
+pub fn timeline(exp: &Path) -> Vec<serde_json::Map<String, serde_json::Value>> {
+    herd_exp::timeline::read(exp).expect("timeline.jsonl")
+}
+
+/// The events named `name`.
+pub fn events<'a>(
+    all: &'a [serde_json::Map<String, serde_json::Value>],
+    name: &str,
+) -> Vec<&'a serde_json::Map<String, serde_json::Value>> {
+    all.iter()
+        .filter(|e| e["event"].as_str() == Some(name))
+        .collect()
+}
+
+/// The events' names, each with its cause when it has one (`requeue(time_limit)`), for
+/// messages.
+pub fn names(all: &[serde_json::Map<String, serde_json::Value>]) -> Vec<String> {
+    all.iter()
+        .map(|e| {
+            let name = e["event"].as_str().unwrap_or("?");
+            match e.get("cause").and_then(serde_json::Value::as_str) {
+                Some(c) => format!("{name}({c})"),
+                None => name.to_owned(),
+            }
+        })
+        .collect()
+}
