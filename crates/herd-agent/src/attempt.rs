@@ -39,12 +39,13 @@ pub(crate) struct Attempt {
 }
 
 impl Attempt {
-    /// Start attempt `number`'s workers of this node; every exit arrives on `tx` as
+    /// Start attempt `number`'s workers of this node, the `slot`-th node of the attempt's
+    /// `layout` (its nodes that run workers); every exit arrives on `tx` as
     /// [`Event::WorkerExited`]. A worker that cannot start fails the attempt.
     pub(crate) async fn start(
         cfg: &Config,
         (number, restarts): (u32, u32),
-        layout: &Layout,
+        (layout, slot): (&Layout, usize),
         master: (&str, u16),
         resume_from: Option<String>,
         tx: &mpsc::UnboundedSender<Event>,
@@ -72,7 +73,7 @@ impl Attempt {
             resume_from: resume_from.clone().map(PathBuf::from),
             ..cfg.launch.clone()
         };
-        let first = layout.first_rank(cfg.node_rank as usize);
+        let first = layout.first_rank(slot);
         let mut attempt = Attempt {
             number,
             started_unix: crate::keep::unix_now(),
@@ -83,11 +84,11 @@ impl Attempt {
             managed: HashSet::new(),
             sink: Some(sink),
         };
-        for local_rank in 0..layout.tasks_per_node[cfg.node_rank as usize] {
+        for local_rank in 0..layout.tasks_per_node[slot] {
             let pos = Position {
                 rank: first + local_rank,
                 local_rank,
-                node_rank: cfg.node_rank,
+                node_rank: slot as u32,
             };
             let mut env = attempt.env_of(layout, pos, &info).map_err(&failed)?;
             env.insert(HERD_STOP_SIGNAL.into(), cfg.keep.stop_signal.to_string());

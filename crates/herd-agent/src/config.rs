@@ -40,6 +40,8 @@ pub struct Config {
     pub rendezvous_timeout: Duration,
     /// Silence after which a peer counts as lost.
     pub heartbeat_timeout: Duration,
+    /// The last this many nodes stand by as spares (`--spare-nodes`).
+    pub spare_nodes: u32,
     /// Candidate rendezvous ports to try.
     pub port_candidates: usize,
     /// What happens before the time limit, on preemption and when ranks hang.

@@ -132,48 +132,67 @@ impl Follow {
                 tasks_per_node,
                 restarts,
                 resume_from,
+                nodes,
             } => {
                 let master = (master_addr.as_str(), master_port);
-                self.on_start(attempt, master, tasks_per_node, restarts, resume_from)
+                let layout = (tasks_per_node, nodes);
+                self.on_start(attempt, master, layout, restarts, resume_from)
                     .await?;
             }
             Msg::Stop { attempt, signal } => self.on_stop(attempt, &signal).await,
             Msg::Dump { attempt } => self.on_dump(attempt).await,
             Msg::Teardown { attempt, signal } => self.on_teardown(attempt, signal).await,
             Msg::Finish { ok } => return Ok(Some(self.on_finish(ok).await)),
+            Msg::Dismiss { why } => return Ok(Some(self.on_dismiss(&why).await)),
             _ => {}
         }
         Ok(None)
     }
 
-    /// Start attempt `n`'s workers of this node (the last attempt's are torn down first);
-    /// one that cannot start fails this node's part at once.
+    /// Start attempt `n`'s workers of this node (the last attempt's are torn down first),
+    /// on the attempt's nodes `nodes` (all when empty) with `tasks_per_node` each; a node
+    /// not among them stands by. A worker that cannot start fails this node's part at once.
     async fn on_start(
         &mut self,
         n: u32,
         master: (&str, u16),
-        tasks_per_node: Vec<u32>,
+        (tasks_per_node, nodes): (Vec<u32>, Vec<u32>),
         restarts: u32,
         resume_from: Option<String>,
     ) -> Result<(), AgentError> {
         if let Some(a) = self.attempt.as_mut() {
             a.teardown(self.cfg.kill_grace).await;
         }
-        let layout = Layout {
-            nodes: self.cfg.node_names.clone(),
-            tasks_per_node,
+        self.attempt = None;
+        let nodes: Vec<u32> = if nodes.is_empty() {
+            (0..self.cfg.node_names.len() as u32).collect()
+        } else {
+            nodes
         };
-        if layout.tasks_per_node.len() != layout.nodes.len() {
+        let names: Option<Vec<String>> = nodes
+            .iter()
+            .map(|&r| self.cfg.node_names.get(r as usize).cloned())
+            .collect();
+        let (Some(names), true) = (names, tasks_per_node.len() == nodes.len()) else {
             return Err(AgentError::Layout(
                 "leader sent a layout for another node count".into(),
             ));
-        }
+        };
+        let Some(slot) = nodes.iter().position(|&r| r == self.cfg.node_rank) else {
+            // A spare: it stands by until the leader puts it in a node's place.
+            self.stopped = true;
+            return Ok(());
+        };
+        let layout = Layout {
+            nodes: names,
+            tasks_per_node,
+        };
         self.stopped = false;
         self.stopping = false;
         match Attempt::start(
             &self.cfg,
             (n, restarts),
-            &layout,
+            (&layout, slot),
             master,
             resume_from,
             &self.tx,
@@ -247,6 +266,19 @@ impl Follow {
         } else {
             Outcome::Failed(None)
         }
+    }
+
+    /// A spare takes this node's place: its workers go, and this agent ends without
+    /// failing the job (the others carry on).
+    async fn on_dismiss(&mut self, why: &str) -> Outcome {
+        if let Some(a) = self.attempt.as_mut() {
+            a.teardown(self.cfg.kill_grace).await;
+        }
+        say(format!(
+            "node {} ({}): a spare takes this node's place ({why}); ending here",
+            self.cfg.node_rank, self.host
+        ));
+        Outcome::Success
     }
 
     /// The leader is lost (its connection closed, or it went silent): this node's workers
@@ -448,7 +480,7 @@ async fn lost_leader(cfg: &Config, attempt: Option<&Attempt>, why: &str) -> Outc
         job.as_deref(),
         number,
         Cause::NodeFailure,
-        Some(&leader),
+        std::slice::from_ref(&leader),
         &record,
     )
     .await;

@@ -71,7 +71,8 @@ pub(crate) async fn no_longer_running(job_id: Option<&str>, within: Duration) ->
 }
 
 /// Requeue job `job_id` after attempt `attempt` ended for `cause`, when the budget for that
-/// cause allows; `lost` (the host of a node failure) is left out of the next allocation,
+/// cause allows; `lost` (the hosts of a node failure, blamed or replaced nodes) are left out
+/// of the next allocation,
 /// with the nodes the job already excluded. Says what it did and writes it in the timeline
 /// (`record`: the leader's, or a follower's that acts for a lost leader); false when the job
 /// ends here.
@@ -80,7 +81,7 @@ pub(crate) async fn requeue(
     job_id: Option<&str>,
     attempt: u32,
     cause: Cause,
-    lost: Option<&str>,
+    lost: &[String],
     record: &dyn Fn(&str, serde_json::Value),
 ) -> bool {
     let Some(id) = job_id.map(str::to_owned) else {
@@ -147,17 +148,21 @@ pub(crate) async fn requeue(
     }
 }
 
-/// The nodes the next allocation leaves out: none without a `lost` node, else that node
-/// with those the job excluded already (from `facts`, or asked for when not known).
-async fn exclusion(id: &str, lost: Option<&str>, facts: Option<JobFacts>) -> Vec<String> {
-    let Some(lost) = lost else {
+/// The nodes the next allocation leaves out: none without `lost` nodes, else those with
+/// the ones the job excluded already (from `facts`, or asked for when not known).
+async fn exclusion(id: &str, lost: &[String], facts: Option<JobFacts>) -> Vec<String> {
+    if lost.is_empty() {
         return Vec::new();
-    };
+    }
     let excluded = match facts {
         Some(f) => f.excluded,
         None => job_facts(id).await.and_then(|f| f.excluded),
     };
-    std::iter::once(lost.to_owned()).chain(excluded).collect()
+    let mut all: Vec<String> = lost.to_vec();
+    if let Some(e) = excluded.filter(|e| !all.contains(e)) {
+        all.push(e);
+    }
+    all
 }
 
 /// Whether the budget for `cause` has a requeue left (`--max-requeues`); when it does not,
@@ -214,7 +219,7 @@ pub(crate) async fn adopt_requeue(
     id: &str,
     attempt: u32,
     cause: Cause,
-    lost: Option<&str>,
+    lost: &[String],
     record: &dyn Fn(&str, serde_json::Value),
 ) -> bool {
     if !within_budget(cfg, id, attempt, cause, Some("job"), record).await {

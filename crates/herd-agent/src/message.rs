@@ -21,6 +21,11 @@ pub(crate) enum Msg {
         /// `HERD_RESUME_FROM` for every worker of this attempt, decided once by the leader.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         resume_from: Option<String>,
+        /// The node ranks that run workers in this attempt, in the order their workers are
+        /// ranked (a spare in a replaced node's place); `tasks_per_node` is theirs. Empty:
+        /// every node, in node-rank order. A node not named stands by.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        nodes: Vec<u32>,
     },
     /// A follower's worker failed (the follower has already torn its node down).
     Failed { report: Box<FailureReport> },
@@ -38,6 +43,9 @@ pub(crate) enum Msg {
     TornDown { attempt: u32 },
     /// Leader → followers: the job is over.
     Finish { ok: bool },
+    /// Leader → one follower: a spare takes this node's place (it was lost, froze or was
+    /// blamed); its workers go and its agent ends, leaving the job to the others.
+    Dismiss { why: String },
     /// Leader → followers: ask every worker of attempt `attempt` to checkpoint and stop,
     /// with `signal` (`SIGUSR1`); from now on their exits, whatever the status, are the
     /// stop, not a failure.
@@ -92,6 +100,7 @@ mod tests {
             tasks_per_node: vec![2, 2],
             restarts: 1,
             resume_from: None,
+            nodes: Vec::new(),
         };
         assert_eq!(
             serde_json::to_string(&start).expect("encodes"),

@@ -104,6 +104,7 @@ fn base_config(
             .heartbeat_timeout
             .duration()
             .max(Duration::from_millis(400)),
+        spare_nodes: opts.spare_nodes,
         port_candidates: 32,
         keep: opts.keep.clone(),
         exp_dir: vars

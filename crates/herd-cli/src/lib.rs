@@ -15,6 +15,7 @@ pub mod hostlist;
 pub mod launch;
 pub mod logs;
 pub mod report;
+pub mod settle;
 pub mod site;
 pub mod status;
 pub mod submit;
@@ -313,6 +314,11 @@ pub enum Command {
     Completions(completions::CompletionsArgs),
     /// Print the man page herd(1): `herd man > ~/.local/share/man/man1/herd.1`.
     Man(completions::ManArgs),
+    /// Run a job's step (`srun …`) from its batch script, passing signals on, and exit 0 when
+    /// the job finished although a replaced spare-node agent was ended (herd's batch
+    /// scripts with spare nodes use it).
+    #[command(hide = true)]
+    Settle(settle::SettleArgs),
 }
 
 /// Run a parsed command line, writing its output to `out`.
@@ -332,6 +338,7 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
         Command::Top(args) => top::run(args, out),
         Command::Completions(args) => completions::completions(args, out),
         Command::Man(args) => completions::man(args, out),
+        Command::Settle(args) => settle::run(args),
     }
 }
 
@@ -390,7 +397,7 @@ mod tests {
             // The fewest arguments each command accepts.
             let rest: &[&str] = match name.as_str() {
                 "hostlist" => &["count", "x"],
-                "run" | "launch" | "exec" => &["--", "true"],
+                "run" | "launch" | "exec" | "settle" => &["--", "true"],
                 "submit" | "check" => &[],
                 "cancel" => &["x"],
                 "logs" => &["NAME"],

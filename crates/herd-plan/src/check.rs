@@ -158,6 +158,21 @@ pub fn check(plan: &Plan, ctx: &CheckContext<'_>) -> Vec<Finding> {
     out
 }
 
+/// The nodes the job asks SLURM for, named for a message: "`nodes` = 4", or with spares
+/// "`nodes` = 4 + `spare_nodes` = 1 (5 nodes)" (where each was set).
+fn nodes_asked(plan: &Plan) -> String {
+    let nodes = format!("{} = {}", plan.describe(Key::Nodes), plan.nodes);
+    if plan.spare_nodes == 0 {
+        return nodes;
+    }
+    format!(
+        "{nodes} + {} = {} ({} nodes)",
+        plan.describe(Key::SpareNodes),
+        plan.spare_nodes,
+        plan.alloc_nodes()
+    )
+}
+
 fn check_counts(plan: &Plan, out: &mut Vec<Finding>) {
     let d = |k: Key| plan.describe(k);
     if let (Some(total), Some(g)) = (plan.gpus, plan.gpus_per_node) {
@@ -188,6 +203,18 @@ fn check_counts(plan: &Plan, out: &mut Vec<Finding>) {
                 ),
             ));
         }
+    }
+    if plan.spare_nodes > 0 && plan.mode != Mode::Agent {
+        out.push(error(
+                "spares-need-agent-mode",
+                &[Key::SpareNodes, Key::Mode],
+                format!(
+                    "{} = {}, but only herd's agents can start a spare in a lost node's place ({}): use mode = \"agent\", or set spare_nodes = 0",
+                    d(Key::SpareNodes),
+                    plan.spare_nodes,
+                    d(Key::Mode)
+                ),
+            ));
     }
     match plan.mode {
         Mode::Srun => {
@@ -449,38 +476,35 @@ fn partition_limits(plan: &Plan, p: &Partition) -> Vec<Finding> {
             format!("partition {name} is {state} and takes no new jobs: choose another with `partition`"),
         )),
     }
-    if let Some(max) = p.max_nodes.filter(|m| plan.nodes > *m) {
+    if let Some(max) = p.max_nodes.filter(|m| plan.alloc_nodes() > *m) {
         out.push(error(
             "partition-max-nodes",
             &[Key::Nodes, Key::Partition],
             format!(
-                "{} = {} is more than partition {name}'s MaxNodes={max}",
-                d(Key::Nodes),
-                plan.nodes
+                "{} is more than partition {name}'s MaxNodes={max}",
+                nodes_asked(plan)
             ),
         ));
     }
-    if p.min_nodes > plan.nodes {
+    if p.min_nodes > plan.alloc_nodes() {
         out.push(error(
             "partition-min-nodes",
             &[Key::Nodes, Key::Partition],
             format!(
-                "{} = {} is fewer than partition {name}'s MinNodes={}",
-                d(Key::Nodes),
-                plan.nodes,
+                "{} is fewer than partition {name}'s MinNodes={}",
+                nodes_asked(plan),
                 p.min_nodes
             ),
         ));
     }
-    let too_few_total = p.total_nodes.is_some_and(|t| plan.nodes > t);
-    if let Some(total) = p.total_nodes.filter(|t| plan.nodes > *t) {
+    let too_few_total = p.total_nodes.is_some_and(|t| plan.alloc_nodes() > t);
+    if let Some(total) = p.total_nodes.filter(|t| plan.alloc_nodes() > *t) {
         out.push(error(
             "partition-too-few-nodes",
             &[Key::Nodes, Key::Partition],
             format!(
-                "{} = {}, but partition {name} has only {total} nodes",
-                d(Key::Nodes),
-                plan.nodes
+                "{}, but partition {name} has only {total} nodes",
+                nodes_asked(plan)
             ),
         ));
     }
@@ -588,7 +612,7 @@ fn partition_limits(plan: &Plan, p: &Partition) -> Vec<Finding> {
                 })
                 .map(|g| u64::from(g.count))
                 .sum();
-            if fitting < u64::from(plan.nodes) {
+            if fitting < u64::from(plan.alloc_nodes()) {
                 let mut need = Vec::new();
                 if gpn > 0 {
                     need.push(format!("{gpn} GPUs{of_kind}"));
@@ -601,9 +625,8 @@ fn partition_limits(plan: &Plan, p: &Partition) -> Vec<Finding> {
                     "partition-too-few-nodes",
                     &[Key::Nodes, Key::Partition],
                     format!(
-                        "{} = {}, but only {fitting} nodes of partition {name} have {} each",
-                        d(Key::Nodes),
-                        plan.nodes,
+                        "{}, but only {fitting} nodes of partition {name} have {} each",
+                        nodes_asked(plan),
                         need.join(", ")
                     ),
                 ));

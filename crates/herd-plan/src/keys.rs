@@ -92,6 +92,11 @@ plan_keys! {
     #[key(Nodes, example = "8")]
     #[arg(long, short = 'N', value_name = "N", value_parser = count())]
     pub nodes: Option<i64>,
+    /// Nodes that stand by beyond `nodes` (agent mode): a lost, frozen or blamed node is
+    /// replaced by one inside the same allocation instead of a requeue (default 0).
+    #[key(SpareNodes, example = "1")]
+    #[arg(long, value_name = "K", value_parser = count())]
+    pub spare_nodes: Option<i64>,
     /// GPUs in all (nodes follow from it and --gpus-per-node).
     #[key(Gpus, example = "64")]
     #[arg(long, value_name = "N", value_parser = count())]

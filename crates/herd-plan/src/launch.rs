@@ -354,6 +354,11 @@ pub struct AgentOptions {
     /// Restart all workers up to N times after a failure (fresh port, next attempt).
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub max_restarts: u32,
+    /// The last K of the step's nodes stand by: when a node is lost, frozen or blamed, the
+    /// next attempt starts at once with a spare in its place, in the same allocation (the
+    /// job needs SLURM's --no-kill).
+    #[arg(long, value_name = "K", default_value_t = 0)]
+    pub spare_nodes: u32,
     /// Prefix each console line with the worker's rank (`3: …`), like `srun --label`.
     #[arg(long)]
     pub label: bool,
@@ -409,6 +414,12 @@ impl AgentOptions {
             "max-restarts",
             &self.max_restarts,
             Some(&d.max_restarts),
+        );
+        flag(
+            &mut args,
+            "spare-nodes",
+            &self.spare_nodes,
+            Some(&d.spare_nodes),
         );
         flag(&mut args, "metrics", &self.metrics, Some(&d.metrics));
         flag(

@@ -127,6 +127,10 @@ pub struct Plan {
     pub exclude: Vec<String>,
     /// Restarts of all workers inside the allocation.
     pub max_restarts: u32,
+    /// Nodes asked for beyond `nodes` that stand by, to replace a lost, frozen or blamed
+    /// one inside the allocation (agent mode).
+    #[serde(default)]
+    pub spare_nodes: u32,
     /// How the agents read metrics from the workers' lines (`auto`, …; docs/metrics.md).
     #[serde(default, with = "metrics_format")]
     pub metrics: herd_metrics::Format,
@@ -159,6 +163,11 @@ impl Plan {
         }
     }
 
+    /// Nodes the job asks SLURM for: `nodes` and the spares.
+    pub fn alloc_nodes(&self) -> u32 {
+        self.nodes.saturating_add(self.spare_nodes)
+    }
+
     /// All workers of the job.
     pub fn world_size(&self) -> u64 {
         u64::from(self.nodes) * u64::from(self.workers_per_node())
@@ -185,6 +194,7 @@ impl Plan {
                 gpu_bind: self.gpu_bind,
             },
             max_restarts: self.max_restarts,
+            spare_nodes: self.spare_nodes,
             metrics: self.metrics.clone(),
             keep: self.keep.clone(),
             ..AgentOptions::default()

@@ -168,7 +168,11 @@ pub fn render_script(plan: &Plan, params: &ScriptParams<'_>) -> Result<String, R
         s.push('\n');
     };
     sbatch(format!("--job-name={}", plan.job_name));
-    sbatch(format!("--nodes={}", plan.nodes));
+    sbatch(format!("--nodes={}", plan.alloc_nodes()));
+    if plan.spare_nodes > 0 {
+        // A node that fails must not end the job: a spare takes its place.
+        sbatch("--no-kill".to_owned());
+    }
     sbatch(format!("--ntasks-per-node={}", plan.tasks_per_node()));
     if let Some(g) = plan.gpus_per_node {
         match &plan.gpu_type {
@@ -302,10 +306,23 @@ pub fn render_script(plan: &Plan, params: &ScriptParams<'_>) -> Result<String, R
                  # per cause); the next attempt resumes from the newest checkpoint.\n",
                 k.warn_before, k.stop_signal, k.stop_grace, k.max_requeues
             ));
-            s.push_str(&format!(
-                "exec srun --nodes={nodes} --ntasks={nodes} --ntasks-per-node=1{cpus} --kill-on-bad-exit=1 \\\n  {herd_q} launch {options} --log-dir {} \\\n  -- {cmd}\n",
-                q(logs, "experiment folder")?,
-            ));
+            if plan.spare_nodes > 0 {
+                let all = plan.alloc_nodes();
+                s.push_str(&format!(
+                    "# {} of the {all} nodes stand by as spares. The step survives a node's loss\n\
+                     # (--no-kill; no --kill-on-bad-exit): the agents replace the node with a spare and\n\
+                     # give it back to SLURM, which kills what ran there. herd settle passes signals on\n\
+                     # to srun and exits 0 when the job finished although a replaced node's agent was killed.\n\
+                     exec {herd_q} settle -- srun --nodes={all} --ntasks={all} --ntasks-per-node=1{cpus} --no-kill --kill-on-bad-exit=0 \\\n  {herd_q} launch {options} --log-dir {} \\\n  -- {cmd}\n",
+                    plan.spare_nodes,
+                    q(logs, "experiment folder")?,
+                ));
+            } else {
+                s.push_str(&format!(
+                    "exec srun --nodes={nodes} --ntasks={nodes} --ntasks-per-node=1{cpus} --kill-on-bad-exit=1 \\\n  {herd_q} launch {options} --log-dir {} \\\n  -- {cmd}\n",
+                    q(logs, "experiment folder")?,
+                ));
+            }
         }
         Mode::Srun => {
             s.push_str(&master_snippet(&herd_q));

@@ -73,6 +73,12 @@ pub fn resolve(
         |v: &i64| non_negative(*v),
         0,
     );
+    let spare_nodes = l.take_or(
+        Key::SpareNodes,
+        |k| k.spare_nodes.as_ref(),
+        |v: &i64| non_negative(*v),
+        0,
+    );
     let metrics = l.take_or(
         Key::Metrics,
         |k| k.metrics.as_deref(),
@@ -150,6 +156,7 @@ pub fn resolve(
         exp_root,
         exclude,
         max_restarts,
+        spare_nodes,
         metrics,
         keep,
         profile: profile.map(|p| p.path.clone()),

@@ -264,7 +264,7 @@ impl Lead {
         if self.requeued_by_job.is_none() {
             let id = self.job_id.clone().unwrap_or_default();
             let record = |event: &str, fields: serde_json::Value| self.cfg.record(event, fields);
-            let adopted = adopt_requeue(&self.cfg, &id, self.number, cause, None, &record).await;
+            let adopted = adopt_requeue(&self.cfg, &id, self.number, cause, &[], &record).await;
             self.requeued_by_job = Some(adopted);
         }
         End::Stopped { cause }

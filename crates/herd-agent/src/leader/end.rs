@@ -22,7 +22,7 @@ impl Lead {
     /// starts (a restart).
     pub(super) async fn end_attempt(&mut self, end: End) -> Option<Outcome> {
         let end = self.reread_failure(end).await;
-        let (report, retryable, cause) = match end {
+        let (report, retryable, mut cause) = match end {
             End::Success => return Some(self.succeed().await),
             End::Failed {
                 report,
@@ -31,6 +31,7 @@ impl Lead {
             } => (Some(*report), retryable, cause),
             End::Stopped { cause } => (None, false, cause),
         };
+        let blamed = self.blamed_by(report.as_ref(), cause);
         // A node failure is recorded once the teardown is done and the job is known not to
         // be requeued for it already: a frozen leader wakes up (SLURM's SIGCONT) to a job
         // that node 1 requeued for it, and must not act again.
@@ -39,7 +40,10 @@ impl Lead {
         }
         self.teardown_everywhere().await;
         if cause == Cause::NodeFailure {
-            if self.requeued_already().await {
+            if self
+                .requeued_already(blamed.is_some() && self.spare_left())
+                .await
+            {
                 return Some(Outcome::Requeued(cause));
             }
             self.record_failed(report.as_ref(), cause);
@@ -50,7 +54,15 @@ impl Lead {
             r.write(&self.cfg.log_dir);
         }
         self.record_checkpoint();
-        if retryable && self.may_restart() {
+        if let Some(b) = &blamed {
+            self.blame(b.node, b.kind, &b.why);
+            if self.replace(b, cause).await {
+                return None;
+            }
+            // No spare left: the job is requeued without the blamed node.
+            cause = Cause::NodeFailure;
+        }
+        if retryable && cause != Cause::NodeFailure && self.may_restart() {
             self.restart(cause);
             return None;
         }
@@ -152,9 +164,16 @@ impl Lead {
 
     /// After a lost node: whether the job is no longer running because another agent
     /// requeued it for this loss already (said, then this agent ends without acting).
-    async fn requeued_already(&self) -> bool {
+    /// With a spare to put in its place (`at_once`) one look, not two seconds: the job is
+    /// still running unless another agent requeued it already.
+    async fn requeued_already(&self, at_once: bool) -> bool {
         let id = self.job_id.as_deref();
-        let Some(state) = no_longer_running(id, Duration::from_secs(2)).await else {
+        let within = if at_once {
+            Duration::ZERO
+        } else {
+            Duration::from_secs(2)
+        };
+        let Some(state) = no_longer_running(id, within).await else {
             return false;
         };
         say(format!(
@@ -176,10 +195,21 @@ impl Lead {
         }
     }
 
-    /// Whether a restart is left (`--max-restarts`) and every follower is still there.
+    /// Restarts so far in this allocation: attempts after the first, but those a spare's
+    /// replacement started.
+    fn restarts(&self) -> u32 {
+        (self.number - self.first).saturating_sub(self.replaced.len() as u32)
+    }
+
+    /// Whether a restart is left (`--max-restarts`) and every node that runs workers is
+    /// still there.
     fn may_restart(&self) -> bool {
-        self.number - self.first < self.cfg.launch.max_restarts
-            && self.followers.iter().all(|f| f.alive)
+        self.restarts() < self.cfg.launch.max_restarts
+            && self
+                .followers
+                .iter()
+                .filter(|f| self.active.contains(&f.node_rank))
+                .all(|f| f.alive)
     }
 
     /// The next attempt starts: this one's record, then the next number, said.
@@ -189,7 +219,7 @@ impl Lead {
         say(format!(
             "restarting all workers: attempt {} ({} of at most {})",
             self.number,
-            self.number - self.first,
+            self.restarts(),
             count(self.cfg.launch.max_restarts, "restart")
         ));
         self.cfg.record("restart", json!({"attempt": self.number}));
@@ -202,18 +232,26 @@ impl Lead {
         let requeued = if let Some(adopted) = self.requeued_by_job {
             adopted
         } else if Cause::REQUEUED.contains(&cause) {
-            // A lost node is left out of the next allocation (this node is never lost).
-            let lost = report
-                .as_ref()
-                .filter(|r| cause == Cause::NodeFailure && r.node_rank != 0)
-                .map(|r| r.host.clone());
+            // A lost or blamed node is left out of the next allocation (this node is never
+            // lost), with those spares replaced in this one.
+            let mut lost: Vec<String> = self
+                .replaced
+                .iter()
+                .map(|(r, _)| self.host_of(*r))
+                .collect();
+            lost.extend(
+                report
+                    .as_ref()
+                    .filter(|r| cause == Cause::NodeFailure && r.node_rank != 0)
+                    .map(|r| r.host.clone()),
+            );
             let record = |event: &str, fields: serde_json::Value| self.cfg.record(event, fields);
             requeue(
                 &self.cfg,
                 self.job_id.as_deref(),
                 number,
                 cause,
-                lost.as_deref(),
+                &lost,
                 &record,
             )
             .await
@@ -244,10 +282,10 @@ impl Lead {
     }
 
     /// The attempt's entry in the manifest, once its end is known.
-    fn record_run_end(&self, cause: Option<Cause>, then: &str) {
+    pub(super) fn record_run_end(&self, cause: Option<Cause>, then: &str) {
         record_run(
             &self.cfg,
-            &self.layout,
+            &self.attempt_layout(),
             (self.number, self.requeue_count),
             self.started_unix,
             cause,

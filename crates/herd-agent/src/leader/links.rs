@@ -9,6 +9,8 @@ use crate::protocol::send;
 pub(super) struct Follower {
     pub(super) node_rank: u32,
     pub(super) host: String,
+    /// Its agent's pid on its node (to end it there when a spare replaces it).
+    pub(super) pid: u32,
     pub(super) writer: OwnedWriteHalf,
     pub(super) alive: bool,
 }

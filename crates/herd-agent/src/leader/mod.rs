@@ -21,6 +21,7 @@ mod decide;
 mod end;
 mod links;
 mod rendezvous;
+mod spares;
 mod state;
 mod supervise;
 
@@ -45,17 +46,31 @@ pub(crate) async fn lead(
             return Err(e);
         }
     };
-    cfg.record(
-        "rendezvous",
-        json!({"world_size": layout.world_size(), "master_addr": master_addr,
-               "nodes": node_ranks(&layout)}),
-    );
+    let lead = Lead::new(cfg, (tx, rx), followers, layout, master_addr);
+    let working = lead.attempt_layout();
+    let mut fields = json!({"world_size": working.world_size(), "master_addr": lead.master_addr,
+                            "nodes": node_ranks(&working)});
+    let spares: Vec<String> = lead.spares.iter().map(|&r| lead.host_of(r)).collect();
+    if !spares.is_empty() {
+        fields["spares"] = json!(spares);
+    }
+    lead.cfg.record("rendezvous", fields);
     say(format!(
-        "{} on {}, master {master_addr}",
-        count(layout.world_size(), "worker"),
-        count(layout.nodes.len() as u64, "node")
+        "{} on {}, master {}{}",
+        count(working.world_size(), "worker"),
+        count(working.nodes.len() as u64, "node"),
+        lead.master_addr,
+        if spares.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; {} standing by ({})",
+                count(spares.len() as u64, "spare"),
+                spares.join(", ")
+            )
+        }
     ));
-    let mut lead = Lead::new(cfg, (tx, rx), followers, layout, master_addr);
+    let mut lead = lead;
     loop {
         let end = match lead.start_attempt().await? {
             // This node's workers could not start: nothing to supervise.

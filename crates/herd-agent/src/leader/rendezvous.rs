@@ -72,6 +72,7 @@ pub(super) async fn gather(
             followers.push(Follower {
                 node_rank: info.node_rank,
                 host: info.host,
+                pid: info.pid,
                 writer: w,
                 alive: true,
             });

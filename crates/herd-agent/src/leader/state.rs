@@ -57,7 +57,20 @@ pub(super) struct Lead {
     /// Everything the leader hears: workers, followers, signals.
     pub(super) rx: mpsc::UnboundedReceiver<Event>,
     pub(super) followers: Vec<Follower>,
+    /// Every node of the step and its worker count, by node rank.
     pub(super) layout: Layout,
+    /// The node ranks that run workers, in the order their workers are ranked: node 0 and
+    /// the next ones at first, a spare in a replaced node's place later.
+    pub(super) active: Vec<u32>,
+    /// Nodes that stand by (`--spare-nodes`), first to be used first.
+    pub(super) spares: Vec<u32>,
+    /// Nodes replaced in this allocation: (node rank, why).
+    pub(super) replaced: Vec<(u32, String)>,
+    /// The last worker failures, for blame: (node rank, failures in a row there).
+    pub(super) failure_streak: Option<(u32, u32)>,
+    /// Ranks whose failures blamed a node already: a rank that fails again on its new node
+    /// is the code's fault, not a node's.
+    pub(super) blamed_ranks: HashSet<u32>,
     pub(super) master_addr: String,
     /// A heartbeat to every follower each quarter of the heartbeat timeout.
     pub(super) heartbeat: Interval,
@@ -102,6 +115,7 @@ impl Lead {
         master_addr: String,
     ) -> Lead {
         let heartbeat = tokio::time::interval(cfg.heartbeat_timeout / 4);
+        let (active, spares) = split_spares(layout.nodes.len() as u32, cfg.spare_nodes);
         let watchdog = tokio::time::interval(Duration::from_secs(1));
         let first = cfg.log_dir.next_attempt();
         Lead {
@@ -113,6 +127,11 @@ impl Lead {
             rx,
             followers,
             layout,
+            active,
+            spares,
+            replaced: Vec::new(),
+            failure_streak: None,
+            blamed_ranks: HashSet::new(),
             master_addr,
             heartbeat,
             watchdog,
@@ -142,23 +161,31 @@ impl Lead {
         let port = claim_port()
             .map_err(|e| AgentError::Layout(format!("cannot claim a MASTER_PORT: {e}")))?;
         let resume = resume_from(&self.cfg, number);
+        let layout = self.attempt_layout();
         broadcast(
             &mut self.followers,
             &Msg::Start {
                 attempt: number,
                 master_addr: self.master_addr.clone(),
                 master_port: port,
-                tasks_per_node: self.layout.tasks_per_node.clone(),
+                tasks_per_node: layout.tasks_per_node.clone(),
                 restarts,
                 resume_from: resume.clone(),
+                nodes: self.active.clone(),
             },
         )
         .await;
-        self.cfg.record(
-            "attempt_started",
-            json!({"attempt": number, "master_port": port, "resume_from": resume,
-                   "restarts": restarts, "requeue": self.requeue_count}),
-        );
+        let mut started = json!({"attempt": number, "master_port": port, "resume_from": resume,
+                                 "restarts": restarts, "requeue": self.requeue_count});
+        if !self.spares.is_empty() || !self.replaced.is_empty() {
+            started["nodes"] = json!(layout.nodes);
+            started["spares"] = json!(self
+                .spares
+                .iter()
+                .map(|&r| self.host_of(r))
+                .collect::<Vec<_>>());
+        }
+        self.cfg.record("attempt_started", started);
         self.started_unix = unix_now();
         self.resume = resume;
         self.stopping = None;
@@ -166,10 +193,18 @@ impl Lead {
         self.arm_warning().await;
         self.first_output = false;
         self.done_nodes.clear();
+        // Nodes that run no workers in this attempt (spares, replaced ones) are done already.
+        let idle: Vec<u32> = self
+            .followers
+            .iter()
+            .map(|f| f.node_rank)
+            .filter(|r| !self.active.contains(r))
+            .collect();
+        self.done_nodes.extend(idle);
         match Attempt::start(
             &self.cfg,
             (number, restarts),
-            &self.layout,
+            (&layout, 0),
             (&self.master_addr, port),
             self.resume.clone(),
             &self.tx,
@@ -186,6 +221,36 @@ impl Lead {
                 cause: Cause::WorkerFailure,
             })),
         }
+    }
+}
+
+/// The node ranks of a step of `nodes` nodes that run workers, and those that stand by:
+/// the last `spares` (never node 0, whose agent leads).
+pub(super) fn split_spares(nodes: u32, spares: u32) -> (Vec<u32>, Vec<u32>) {
+    let working = nodes.saturating_sub(spares).max(1);
+    ((0..working).collect(), (working..nodes).collect())
+}
+
+impl Lead {
+    /// The attempt's layout: the nodes that run workers, in rank order, with their counts.
+    pub(super) fn attempt_layout(&self) -> Layout {
+        Layout {
+            nodes: self.active.iter().map(|&r| self.host_of(r)).collect(),
+            tasks_per_node: self
+                .active
+                .iter()
+                .map(|&r| self.layout.tasks_per_node[r as usize])
+                .collect(),
+        }
+    }
+
+    /// Node `rank`'s name.
+    pub(super) fn host_of(&self, rank: u32) -> String {
+        self.layout
+            .nodes
+            .get(rank as usize)
+            .cloned()
+            .unwrap_or_else(|| format!("node {rank}"))
     }
 }
 

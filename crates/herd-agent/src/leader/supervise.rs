@@ -105,7 +105,7 @@ impl Lead {
                 node_rank,
                 msg: None,
                 why,
-            } => Some(self.on_lost_node(node_rank, &why)),
+            } => self.on_lost_node(node_rank, &why),
             Event::Signal(sig) => self.on_signal(sig, None).await,
         }
     }
@@ -191,14 +191,27 @@ impl Lead {
     }
 
     /// Node `node_rank` is lost (its connection closed, or it went silent): a node failure,
-    /// not retried inside this allocation.
-    fn on_lost_node(&mut self, node_rank: u32, why: &str) -> End {
+    /// not retried inside this allocation, unless a spare takes its place (`end`). A spare
+    /// or a replaced node that is lost ends nothing: it is no longer counted on.
+    fn on_lost_node(&mut self, node_rank: u32, why: &str) -> Option<End> {
         let f = self.followers.iter_mut().find(|f| f.node_rank == node_rank);
         let lost_host = f.as_ref().map(|f| f.host.clone()).unwrap_or_default();
+        let was_alive = f.as_ref().is_some_and(|f| f.alive);
         if let Some(f) = f {
             f.alive = false;
         }
-        End::Failed {
+        if !self.active.contains(&node_rank) {
+            if was_alive && self.spares.contains(&node_rank) {
+                self.spares.retain(|&r| r != node_rank);
+                say(format!(
+                    "spare node {node_rank} ({lost_host}) is lost: {why}; {} left",
+                    crate::words::count(self.spares.len() as u64, "spare")
+                ));
+                self.blame(node_rank, "lost", &format!("spare lost: {why}"));
+            }
+            return None;
+        }
+        Some(End::Failed {
             report: Box::new(FailureReport::other(
                 self.number,
                 node_rank,
@@ -207,7 +220,7 @@ impl Lead {
             )),
             retryable: false,
             cause: Cause::NodeFailure,
-        }
+        })
     }
 
     /// Each second: the attempt's first output (recorded once), then, unless the workers

@@ -25,6 +25,7 @@ fn every_option_changed() -> AgentOptions {
             gpu_bind: GpuBind::PerRank,
         },
         max_restarts: 2,
+        spare_nodes: 1,
         label: true,
         metrics: "regex:step (?P<step>\\d+) loss='(?P<loss>[0-9.]+)'"
             .parse()

@@ -244,6 +244,28 @@ pub fn make_eligible(id: &str, exclude: &[String], start_in: Duration) -> Result
     scontrol_surviving(&["update", &job, &start]).map(drop)
 }
 
+/// End process `pid` (a replaced node's agent, frozen or failing) on node `host` of job
+/// `id`, by SIGKILL from a step of the job on that node (`srun --overlap`): no other node
+/// can signal it, and its srun task must end for the job's step to end. Its workers die
+/// with it (their parent-death signal). A node that is dead already cannot be reached:
+/// the error says so, and SLURM ends that task when it gives the node up.
+pub fn kill_on_node(id: &str, host: &str, pid: u32) -> Result<(), SlurmError> {
+    let args = [
+        format!("--jobid={id}"),
+        "--overlap".to_owned(),
+        "--mem=0".to_owned(),
+        format!("--nodelist={host}"),
+        "--nodes=1".to_owned(),
+        "--ntasks=1".to_owned(),
+        "--quiet".to_owned(),
+        "kill".to_owned(),
+        "-KILL".to_owned(),
+        pid.to_string(),
+    ];
+    let args: Vec<&OsStr> = args.iter().map(OsStr::new).collect();
+    run("srun", &args, None, Duration::from_secs(20)).map(drop)
+}
+
 /// Whether a command was killed by a signal.
 fn killed(e: &SlurmError) -> bool {
     matches!(e, SlurmError::Failed { status, .. }

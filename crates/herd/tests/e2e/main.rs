@@ -14,6 +14,7 @@ mod launch;
 mod logs;
 mod report;
 mod report_plots;
+mod spares;
 mod srun_mode;
 mod status;
 mod staying_alive;

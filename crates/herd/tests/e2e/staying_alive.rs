@@ -11,7 +11,7 @@ use serde_json::Value;
 use crate::support::{events, job_id, local_herd_run, names, project_with, submit, timeline};
 
 /// A project with the example trainer and the stubborn worker, and an experiment root.
-fn project(bed: &Bed, name: &str) -> (PathBuf, PathBuf) {
+pub(crate) fn project(bed: &Bed, name: &str) -> (PathBuf, PathBuf) {
     project_with(
         bed,
         name,
@@ -22,7 +22,7 @@ fn project(bed: &Bed, name: &str) -> (PathBuf, PathBuf) {
     )
 }
 
-fn args<'a>(common: &[&'a str], exp_root: &'a str, cmd: &[&'a str]) -> Vec<&'a str> {
+pub(crate) fn args<'a>(common: &[&'a str], exp_root: &'a str, cmd: &[&'a str]) -> Vec<&'a str> {
     let mut a = common.to_vec();
     a.extend(["--exp-root", exp_root, "--"]);
     a.extend(cmd);
@@ -30,7 +30,7 @@ fn args<'a>(common: &[&'a str], exp_root: &'a str, cmd: &[&'a str]) -> Vec<&'a s
 }
 
 /// Wait for the job's final state (a requeued job passes through PENDING again).
-fn wait_final(bed: &Bed, job: JobId, exp: &Path, limit: Duration) -> JobInfo {
+pub(crate) fn wait_final(bed: &Bed, job: JobId, exp: &Path, limit: Duration) -> JobInfo {
     bed.wait(job, limit).unwrap_or_else(|e| {
         panic!(
             "{e}\n{}\n{:#?}",
@@ -42,7 +42,7 @@ fn wait_final(bed: &Bed, job: JobId, exp: &Path, limit: Duration) -> JobInfo {
 
 /// The uninterrupted reference for `train` (`python train_ddp.py ARGS…`): the same 4 ranks,
 /// here, with `herd run --nodes 2 --nproc-per-node 2`, no SLURM; returns its output.
-fn reference_run(bed: &Bed, project: &Path, exps: &Path, train: &[&str]) -> String {
+pub(crate) fn reference_run(bed: &Bed, project: &Path, exps: &Path, train: &[&str]) -> String {
     let dir = exps.join("reference");
     std::fs::create_dir_all(&dir).expect("reference dir");
     std::fs::copy(project.join("train_ddp.py"), dir.join("train_ddp.py")).expect("copy");
@@ -52,7 +52,7 @@ fn reference_run(bed: &Bed, project: &Path, exps: &Path, train: &[&str]) -> Stri
 }
 
 /// Rank 0's parameter checksum at the end, once all 4 ranks printed theirs.
-fn checksum(text: &str) -> String {
+pub(crate) fn checksum(text: &str) -> String {
     let done = rank_lines(text, "done");
     assert_eq!(done.len(), 4, "{text}");
     done[&0]["checksum"].clone()
@@ -445,7 +445,7 @@ fn a_preempted_job_checkpoints_resumes_after_the_urgent_job_and_finishes() {
 }
 
 /// Wait until `path` holds `needle`; panics after `limit`.
-fn wait_for(path: &Path, needle: &str, limit: Duration) -> String {
+pub(crate) fn wait_for(path: &Path, needle: &str, limit: Duration) -> String {
     let deadline = Instant::now() + limit;
     loop {
         let text = read_lossy(path);
@@ -461,7 +461,7 @@ fn wait_for(path: &Path, needle: &str, limit: Duration) -> String {
     }
 }
 
-fn kill(sig: &str, pid: &str) {
+pub(crate) fn kill(sig: &str, pid: &str) {
     let ok = std::process::Command::new("kill")
         .args([&format!("-{sig}"), pid])
         .status()

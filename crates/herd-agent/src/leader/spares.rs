@@ -1,0 +1,191 @@
+//! Spare nodes and blame: which node an attempt's end blames (lost, frozen, or its
+//! workers failing twice in a row while the others' did not), the record of the blame,
+//! and a spare put in a blamed node's place, so the next attempt starts at once in the same
+//! allocation instead of a requeue.
+
+use herd_exp::failure::FailureReport;
+use herd_slurm::scheduler::lifecycle::{self, Cause};
+use serde_json::json;
+
+use super::state::Lead;
+use crate::message::Msg;
+use crate::protocol::send;
+use crate::words::{count, say};
+
+/// Why a node is blamed: the kind (`lost`, `failures`, `preflight`) and the words.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Blamed {
+    pub(super) node: u32,
+    pub(super) kind: &'static str,
+    pub(super) why: String,
+}
+
+/// Failures in a row on one node that blame it.
+const FAILURES_TO_BLAME: u32 = 2;
+
+/// The streak of worker failures after one on `node` of `rank` (`last`: the streak so far,
+/// `(node, failures)`), and whether it blames the node: the second failure in a row there,
+/// unless `rank` blamed a node already (it failed again after moving to a new node: the
+/// code's fault, not a node's). Node 0's agent leads and is never blamed for its workers.
+pub(super) fn failure_streak(
+    last: Option<(u32, u32)>,
+    node: u32,
+    rank_blamed_before: bool,
+) -> ((u32, u32), bool) {
+    let n = match last {
+        Some((prev, n)) if prev == node => n + 1,
+        _ => 1,
+    };
+    let blames = n >= FAILURES_TO_BLAME && node != 0 && !rank_blamed_before;
+    ((node, n), blames)
+}
+
+impl Lead {
+    /// The node this attempt's end blames, if any: a lost node (a crash, a freeze), or one
+    /// whose workers failed twice in a row ([`failure_streak`]); a success or any other
+    /// end clears the streak.
+    pub(super) fn blamed_by(
+        &mut self,
+        report: Option<&FailureReport>,
+        cause: Cause,
+    ) -> Option<Blamed> {
+        let Some(r) = report else {
+            self.failure_streak = None;
+            return None;
+        };
+        match cause {
+            Cause::NodeFailure if r.node_rank != 0 => Some(Blamed {
+                node: r.node_rank,
+                kind: "lost",
+                why: r.cause.clone(),
+            }),
+            Cause::WorkerFailure => {
+                let rank = r.rank.unwrap_or(u32::MAX);
+                let before = self.blamed_ranks.contains(&rank);
+                let (streak, blames) = failure_streak(self.failure_streak, r.node_rank, before);
+                self.failure_streak = Some(streak);
+                if !blames {
+                    return None;
+                }
+                self.blamed_ranks.insert(rank);
+                self.failure_streak = None;
+                Some(Blamed {
+                    node: r.node_rank,
+                    kind: "failures",
+                    why: format!(
+                        "its workers failed {FAILURES_TO_BLAME} times in a row, last: {}",
+                        r.cause
+                    ),
+                })
+            }
+            _ => {
+                self.failure_streak = None;
+                None
+            }
+        }
+    }
+
+    /// Whether a spare is left to take a node's place.
+    pub(super) fn spare_left(&self) -> bool {
+        self.spares
+            .iter()
+            .any(|&r| self.followers.iter().any(|f| f.node_rank == r && f.alive))
+    }
+
+    /// Blame node `node`: said, and recorded in the timeline (`blame`).
+    pub(super) fn blame(&self, node: u32, kind: &str, why: &str) {
+        let host = self.host_of(node);
+        say(format!("blaming node {node} ({host}): {why}"));
+        self.cfg.record(
+            "blame",
+            json!({"attempt": self.number, "node": host, "kind": kind, "why": why}),
+        );
+    }
+
+    /// Put a spare in blamed node `bad`'s place for the next attempt (`cause`: why this
+    /// one ended): the blamed node is told to go (or, frozen or dead, ended from SLURM's
+    /// side), the replacement recorded and said. False when no spare is left (or `bad`
+    /// runs no workers).
+    pub(super) async fn replace(&mut self, bad: &Blamed, cause: Cause) -> bool {
+        let Some(slot) = self.active.iter().position(|&r| r == bad.node) else {
+            return false;
+        };
+        let alive = |r: &u32| self.followers.iter().any(|f| f.node_rank == *r && f.alive);
+        let Some(i) = self.spares.iter().position(alive) else {
+            return false;
+        };
+        // This attempt's record, with the nodes it ran on.
+        self.record_run_end(Some(cause), "replace");
+        let spare = self.spares.remove(i);
+        self.active[slot] = spare;
+        self.replaced.push((bad.node, bad.why.clone()));
+        let (bad_host, spare_host) = (self.host_of(bad.node), self.host_of(spare));
+        let mut pid = None;
+        if let Some(f) = self.followers.iter_mut().find(|f| f.node_rank == bad.node) {
+            if f.alive {
+                // It ends its workers and itself.
+                let _ = send(
+                    &mut f.writer,
+                    &Msg::Dismiss {
+                        why: bad.why.clone(),
+                    },
+                )
+                .await;
+            } else {
+                pid = Some(f.pid);
+            }
+            f.alive = false;
+        }
+        self.cfg.record(
+            "replace",
+            json!({"attempt": self.number, "node": bad_host, "by": spare_host,
+                   "kind": bad.kind, "why": bad.why, "spares_left": self.spares.len()}),
+        );
+        self.number += 1;
+        say(format!(
+            "replacing node {} ({bad_host}) with spare node {spare} ({spare_host}): attempt {} starts now ({} left)",
+            bad.node,
+            self.number,
+            count(self.spares.len() as u64, "spare")
+        ));
+        if let (Some(pid), Some(id)) = (pid, self.job_id.clone()) {
+            end_agent_on(id, bad_host, pid);
+        }
+        true
+    }
+}
+
+/// End a lost node's agent (pid `pid` on `host`, frozen, or gone with its node) in the
+/// background: its srun task must end for the job's step to end, and a frozen agent never
+/// will.
+fn end_agent_on(job_id: String, host: String, pid: u32) {
+    tokio::spawn(async move {
+        let h = host.clone();
+        let done =
+            tokio::task::spawn_blocking(move || lifecycle::kill_on_node(&job_id, &h, pid)).await;
+        if let Ok(Err(e)) = done {
+            say(format!(
+                "cannot end the replaced agent on {host} (pid {pid}): {e}; SLURM ends it with the job"
+            ));
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_node_is_blamed_for_the_second_failure_in_a_row_there() {
+        // Node 1 fails, then again: blamed.
+        let (s, blames) = failure_streak(None, 1, false);
+        assert_eq!((s, blames), ((1, 1), false));
+        assert_eq!(failure_streak(Some(s), 1, false), ((1, 2), true));
+        // Node 1, then node 2: each once, nobody blamed.
+        assert_eq!(failure_streak(Some((1, 1)), 2, false), ((2, 1), false));
+        // A rank that blamed a node before fails again on its new node: the code.
+        assert_eq!(failure_streak(Some((2, 1)), 2, true), ((2, 2), false));
+        // The leader's node is never blamed for its workers.
+        assert_eq!(failure_streak(Some((0, 1)), 0, false), ((0, 2), false));
+    }
+}

@@ -1,0 +1,114 @@
+//! `herd settle -- srun …` (hidden): the batch script of a job with spare nodes runs its
+//! agents' step through it. A spare's replacement ends the replaced node's agent (a frozen
+//! or dead node's cannot end by itself), and srun then exits non-zero although the job
+//! finished: herd settle passes every signal the batch shell gets on to srun, waits for it,
+//! and exits 0 when the experiment's timeline says this allocation finished (or requeued
+//! the job); otherwise with srun's own status, as `exec srun` would.
+
+use std::ffi::OsString;
+use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
+
+use clap::Args;
+use herd_agent::signals::Forwarder;
+use herd_slurm::worker::vars::HERD_EXP_DIR;
+
+use crate::{CliError, ExitStatus};
+
+/// `herd settle` arguments.
+#[derive(Debug, Args)]
+pub struct SettleArgs {
+    /// The step to run (`srun …`), as given.
+    #[arg(required = true, last = true, value_name = "CMD")]
+    command: Vec<OsString>,
+}
+
+/// Run `herd settle`.
+pub fn run(args: SettleArgs) -> Result<ExitStatus, CliError> {
+    let forwarder =
+        Forwarder::install().map_err(CliError::system("cannot install the signal handlers"))?;
+    let (program, rest) = args
+        .command
+        .split_first()
+        .ok_or_else(|| CliError::Usage("herd settle needs a command".into()))?;
+    let mut child = std::process::Command::new(program)
+        .args(rest)
+        .spawn()
+        .map_err(CliError::system("cannot start the step"))?;
+    forwarder.forward_to(vec![child.id() as i32]);
+    let status = child
+        .wait()
+        .map_err(CliError::system("cannot wait for the step"))?;
+    if status.success() {
+        return Ok(ExitStatus::Success);
+    }
+    let code = status
+        .code()
+        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
+    let job = std::env::var("SLURM_JOB_ID").unwrap_or_default();
+    let requeues: u64 = std::env::var("SLURM_RESTART_COUNT")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    if let Some(exp) = std::env::var_os(HERD_EXP_DIR).filter(|e| !e.is_empty()) {
+        if let Some(end) = settled(Path::new(&exp), &job, requeues) {
+            eprintln!(
+                "herd: the step exited {code} because a replaced node's agent was ended; the job {end}: exit 0"
+            );
+            return Ok(ExitStatus::Success);
+        }
+    }
+    Ok(ExitStatus::Job(u8::try_from(code).unwrap_or(1)))
+}
+
+/// How this allocation (job `job`, requeued `requeues` times) ended by the experiment's
+/// timeline, when it ended well: "finished" or "was requeued"; `None` otherwise.
+fn settled(exp: &Path, job: &str, requeues: u64) -> Option<&'static str> {
+    let events = herd_exp::timeline::read(exp).ok()?;
+    let this = |e: &serde_json::Map<String, serde_json::Value>| {
+        e.get("event").and_then(|v| v.as_str()) == Some("started")
+            && e.get("job_id")
+                .map(|v| v.to_string().trim_matches('"').to_owned())
+                == Some(job.to_owned())
+            && e.get("requeue").and_then(|v| v.as_u64()).unwrap_or(0) == requeues
+    };
+    let start = events.iter().rposition(this)?;
+    events[start..]
+        .iter()
+        .rev()
+        .find_map(|e| match e.get("event").and_then(|v| v.as_str())? {
+            "finished" if e.get("ok").and_then(|v| v.as_bool()) == Some(true) => Some("finished"),
+            "requeue" => Some("was requeued"),
+            _ => None,
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_an_allocation_that_finished_or_requeued_settles() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let write = |lines: &[&str]| {
+            std::fs::write(dir.path().join("timeline.jsonl"), lines.join("\n") + "\n")
+                .expect("writes")
+        };
+        let started = r#"{"event":"started","job_id":41,"requeue":0}"#;
+        write(&[
+            started,
+            r#"{"event":"replace","node":"b"}"#,
+            r#"{"event":"finished","ok":true}"#,
+        ]);
+        assert_eq!(settled(dir.path(), "41", 0), Some("finished"));
+        // Another job's allocation, or a later requeue of this one: not this allocation.
+        assert_eq!(settled(dir.path(), "42", 0), None);
+        assert_eq!(settled(dir.path(), "41", 1), None);
+        write(&[started, r#"{"event":"finished","ok":false}"#]);
+        assert_eq!(settled(dir.path(), "41", 0), None);
+        write(&[started, r#"{"event":"requeue","cause":"node_failure"}"#]);
+        assert_eq!(settled(dir.path(), "41", 0), Some("was requeued"));
+        write(&[started]);
+        assert_eq!(settled(dir.path(), "41", 0), None);
+    }
+}

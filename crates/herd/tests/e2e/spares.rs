@@ -1,0 +1,159 @@
+//! Spare nodes on the bed: a node that freezes is replaced by a spare inside the same
+//! allocation, with no trip through the queue.
+
+use std::time::{Duration, Instant};
+
+use herd_testbed::{read_lossy, Bed};
+use serde_json::Value;
+
+use crate::staying_alive::{args, checksum, kill, project, reference_run, wait_final, wait_for};
+use crate::support::{events, job_id, names, submit, timeline};
+
+/// 2 nodes × 2 workers of train_ddp with one spare: node 1's agent and workers freeze
+/// (SIGSTOP) after step 15; the leader finds it lost, starts the next attempt at once with
+/// the spare in its place, from the last checkpoint, in the same job: no requeue, a
+/// `replace` event naming both nodes, the job COMPLETED (exit 0, although the frozen agent
+/// was killed) with the checksum of an uninterrupted run, and nothing left running.
+#[test]
+fn a_frozen_node_is_replaced_by_a_spare_in_the_same_job() {
+    let bed = Bed::require();
+    let (project, exps) = project(&bed, "spare_frozen");
+    let exp_root = exps.display().to_string();
+    let train = [
+        "python",
+        "train_ddp.py",
+        "--steps",
+        "60",
+        "--log-every",
+        "1",
+        "--ckpt-every",
+        "10",
+    ];
+    let mut slow: Vec<&str> = train.to_vec();
+    slow.extend(["--step-time", "0.3"]);
+    let job = job_id(&submit(
+        &bed,
+        &project,
+        &args(
+            &[
+                "-J",
+                "spare",
+                "--nodes",
+                "2",
+                "--spare-nodes",
+                "1",
+                "--gpus-per-node",
+                "2",
+                "--max-requeues",
+                "1",
+            ],
+            &exp_root,
+            &slow,
+        ),
+    ));
+    let exp = exps.join("spare");
+    wait_for(
+        &exp.join("logs/attempt-0/rank-2.out"),
+        "rank=2 step=15 ",
+        Duration::from_secs(240),
+    );
+    let all = timeline(&exp);
+    let rendezvous = &events(&all, "rendezvous")[0];
+    let host_of = |node: usize| {
+        rendezvous["nodes"][node]["host"]
+            .as_str()
+            .expect("host")
+            .to_owned()
+    };
+    let (frozen_host, spare_host) = (
+        host_of(1),
+        rendezvous["spares"][0]
+            .as_str()
+            .expect("a spare")
+            .to_owned(),
+    );
+    let frozen: Vec<String> = bed
+        .node_processes("")
+        .expect("the nodes' process tables")
+        .into_iter()
+        .filter(|l| {
+            l.starts_with(&format!("{frozen_host} "))
+                && (l.contains(" launch ") || l.contains("train_ddp.py"))
+        })
+        .collect();
+    assert!(
+        frozen.iter().any(|l| l.contains(" launch "))
+            && frozen.iter().filter(|l| l.contains("train_ddp.py")).count() >= 2,
+        "the agent and both workers of {frozen_host}: {frozen:?}"
+    );
+    for line in &frozen {
+        kill("STOP", line.split_whitespace().nth(1).expect("pid"));
+    }
+    let stopped = Instant::now();
+    // Training again: a step logged by the next attempt's worker on the spare.
+    wait_for(
+        &exp.join("logs/attempt-1/rank-2.out"),
+        "rank=2 step=",
+        Duration::from_secs(90),
+    );
+    eprintln!(
+        "freeze → training again on the spare: {:.1} s",
+        stopped.elapsed().as_secs_f64()
+    );
+    let reference = reference_run(&bed, &project, &exps, &train);
+
+    let info = wait_final(&bed, job, &exp, Duration::from_secs(300));
+    assert!(info.succeeded(), "the job ends COMPLETED, exit 0: {info:?}");
+    let all = timeline(&exp);
+    assert!(events(&all, "requeue").is_empty(), "{:?}", names(&all));
+    assert_eq!(
+        events(&all, "started").len(),
+        1,
+        "one allocation: {:?}",
+        names(&all)
+    );
+    let replace = events(&all, "replace");
+    assert_eq!(replace.len(), 1, "{:?}", names(&all));
+    assert_eq!(replace[0]["node"], Value::from(frozen_host.clone()));
+    assert_eq!(replace[0]["by"], Value::from(spare_host.clone()));
+    let blame = events(&all, "blame");
+    assert_eq!(blame.len(), 1, "{:?}", names(&all));
+    assert_eq!(blame[0]["node"], Value::from(frozen_host.clone()));
+    assert_eq!(blame[0]["kind"], "lost");
+    // Attempt 1 ran on the leader's node and the spare, ranks 2 and 3 on the spare.
+    let second = &events(&all, "attempt_started")[1];
+    assert_eq!(
+        second["nodes"],
+        Value::from(vec![host_of(0), spare_host.clone()]),
+        "{second:?}"
+    );
+    assert!(
+        read_lossy(exp.join("logs/attempt-1/rank-2.out")).contains("rank=2 step=11 "),
+        "attempt 1 resumes after the checkpoint at step 10"
+    );
+    let manifest: Value =
+        serde_json::from_str(&read_lossy(exp.join("manifest.json"))).expect("manifest");
+    let runs = manifest["attempts"][0]["runs"].as_array().expect("runs");
+    let ends: Vec<(Value, Value)> = runs
+        .iter()
+        .map(|r| (r["cause"].clone(), r["then"].clone()))
+        .collect();
+    assert_eq!(
+        ends,
+        [
+            (Value::from("node_failure"), Value::from("replace")),
+            (Value::Null, Value::from("end"))
+        ],
+        "{runs:#?}"
+    );
+    assert_eq!(runs[1]["nodes"], Value::from(vec![host_of(0), spare_host]));
+    let out = read_lossy(exp.join(format!("logs/{job}.out")));
+    assert_eq!(checksum(&out), checksum(&reference));
+    let left = bed
+        .node_processes("train_ddp.py")
+        .expect("the nodes' process tables");
+    assert!(
+        left.is_empty(),
+        "nothing of the frozen attempt is left: {left:?}"
+    );
+}
