@@ -157,3 +157,75 @@ fn a_frozen_node_is_replaced_by_a_spare_in_the_same_job() {
         "nothing of the frozen attempt is left: {left:?}"
     );
 }
+
+/// A worker that fails only on one host (as on a node with a broken GPU), with a spare and
+/// two restarts: its node's workers fail twice in a row, so the node is blamed and the
+/// spare takes its place; the job finishes in the same allocation without it.
+#[test]
+fn a_node_whose_workers_fail_twice_is_blamed_and_replaced() {
+    let bed = Bed::require();
+    let (project, exps) = crate::support::project_with(
+        &bed,
+        "spare_blame",
+        &[("crates/herd/tests/e2e/workers/bad_host.py", "bad_host.py")],
+    );
+    let exp_root = exps.display().to_string();
+    // The bed's nodes in order: the leader, node 1 (the broken one), the spare.
+    let nodes = bed.nodes().to_vec();
+    let bad = nodes[1].clone();
+    let job = job_id(&submit(
+        &bed,
+        &project,
+        &args(
+            &[
+                "-J",
+                "blame",
+                "--nodes",
+                "2",
+                "--spare-nodes",
+                "1",
+                "--gpus-per-node",
+                "2",
+                "--max-restarts",
+                "2",
+            ],
+            &exp_root,
+            &["python", "bad_host.py", &bad],
+        ),
+    ));
+    let exp = exps.join("blame");
+    let info = wait_final(&bed, job, &exp, Duration::from_secs(300));
+    let all = timeline(&exp);
+    assert!(info.succeeded(), "{info:?}\n{:?}", names(&all));
+    let rendezvous = &events(&all, "rendezvous")[0];
+    assert_eq!(
+        rendezvous["nodes"][1]["host"],
+        Value::from(bad.clone()),
+        "node 1 is the broken host: {rendezvous:?}"
+    );
+    // Two failures on it (attempt 0, then its restart), then the blame and the spare.
+    let failed = events(&all, "failed");
+    assert_eq!(failed.len(), 2, "{:?}", names(&all));
+    let blame = events(&all, "blame");
+    assert_eq!(blame.len(), 1, "{:?}", names(&all));
+    assert_eq!(blame[0]["node"], Value::from(bad.clone()));
+    assert_eq!(blame[0]["kind"], "failures");
+    assert_eq!(blame[0]["attempt"], 1, "blamed at its second failure");
+    let replace = events(&all, "replace");
+    assert_eq!(replace.len(), 1, "{:?}", names(&all));
+    assert_eq!(replace[0]["node"], Value::from(bad.clone()));
+    assert_eq!(replace[0]["by"], Value::from(nodes[2].clone()));
+    assert!(events(&all, "requeue").is_empty(), "{:?}", names(&all));
+    let out = read_lossy(exp.join(format!("logs/{job}.out")));
+    // Attempt 2 ran on the leader's node and the spare, and finished.
+    assert_eq!(
+        events(&all, "attempt_started")[2]["nodes"],
+        Value::from(vec![nodes[0].clone(), nodes[2].clone()])
+    );
+    for rank in 0..4 {
+        assert!(
+            out.contains(&format!("rank={rank} done total=50")),
+            "rank {rank} finished:\n{out}"
+        );
+    }
+}
