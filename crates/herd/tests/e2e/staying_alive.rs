@@ -664,6 +664,17 @@ fn frozen_node(node: usize) {
             .starts_with(&format!("lost node {node} ({host})")),
         "{report:#}"
     );
+    // What the freeze cost: from it to training again in the requeued job (said, never
+    // asserted: the bed is shared and noisy; spares.rs measures the same with a spare).
+    wait_for(
+        &exp.join("logs/attempt-1/rank-2.out"),
+        "rank=2 step=",
+        Duration::from_secs(180),
+    );
+    eprintln!(
+        "freeze → training again after the requeue: {:.1} s",
+        stopped.elapsed().as_secs_f64()
+    );
     let reference = reference_run(&bed, &project, &exps, &train);
 
     let info = wait_final(&bed, job, &exp, Duration::from_secs(300));
