@@ -23,7 +23,7 @@
 use std::ffi::{OsStr, OsString};
 use std::fmt;
 use std::io::{Read, Write};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
@@ -828,9 +828,14 @@ pub(crate) struct HeldPort {
     task: Option<JoinHandle<()>>,
 }
 
-/// Bind a free port on all interfaces (IPv4, as `MASTER_PORT` is claimed) and hold it.
-pub(crate) async fn hold_port() -> std::io::Result<HeldPort> {
-    let listener = TcpListener::bind(SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0)).await?;
+/// Bind a free port on all interfaces of `master_addr`'s family (IPv4 unless it is an IPv6
+/// address) and hold it.
+pub(crate) async fn hold_port(master_addr: &str) -> std::io::Result<HeldPort> {
+    let any = match master_addr.parse::<IpAddr>() {
+        Ok(IpAddr::V6(_)) => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+        _ => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+    };
+    let listener = TcpListener::bind(SocketAddr::new(any, 0)).await?;
     let port = listener.local_addr()?.port();
     let task = tokio::spawn(async move {
         // Connections being closed; dropped (and so closed) with this task.

@@ -609,7 +609,7 @@ async fn the_port_check_reaches_a_held_port_and_names_a_closed_one() {
         "{f}"
     );
 
-    let held = hold_port().await.expect("hold");
+    let held = hold_port("127.0.0.1").await.expect("hold");
     let port = held.port();
     for _ in 0..3 {
         check_port("127.0.0.1", port).await.expect("held port");
@@ -625,6 +625,13 @@ async fn the_port_check_reaches_a_held_port_and_names_a_closed_one() {
     );
     let f = finding(check_port("127.0.0.1", port).await, "released port");
     assert_eq!(f.check, "port");
+
+    // A master with an IPv6 address gets its port held on IPv6.
+    let held = hold_port("::1").await.expect("hold on IPv6");
+    check_port("::1", held.port())
+        .await
+        .expect("held IPv6 port");
+    held.release().await;
 }
 
 /// A [`Config`] for one simulated node running `argv`.
@@ -666,7 +673,7 @@ async fn a_whole_node_check_with_the_torch_venv_and_its_cost() {
         &dir.path().join("exp/logs"),
         Some(dir.path().join("exp/checkpoints")),
     );
-    let held = hold_port().await.expect("hold");
+    let held = hold_port("127.0.0.1").await.expect("hold");
     let master = Some(("127.0.0.1".to_owned(), held.port()));
     let mut took = Vec::new();
     for _ in 0..5 {
