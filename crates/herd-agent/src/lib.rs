@@ -13,6 +13,8 @@
 //! - `keep`: staying alive across allocations: attempt numbers, the requeue budget and
 //!   the requeue, the manifest's record of each attempt.
 //! - `attempt`: one attempt on one node: start its workers, hear their exits, tear down.
+//! - `preflight`: the node's checks before an attempt (its worker command and Python, its
+//!   GPUs, its folders, the master's port) and the leader's held port they connect to.
 //! - `protocol`: how the messages travel between agents.
 //! - [`signals`]: the signals herd handles and what each means, for `herd launch` and
 //!   `herd run` alike.
@@ -33,6 +35,9 @@ mod keep;
 mod leader;
 mod message;
 mod outcome;
+// The attempt protocol runs it before each attempt; until then only its tests do.
+#[cfg_attr(not(test), allow(dead_code))]
+mod preflight;
 pub mod procs;
 mod protocol;
 pub mod signals;

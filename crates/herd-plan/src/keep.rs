@@ -1,10 +1,10 @@
 //! The staying-alive keys of a plan (`max_requeues`, `warn_before`, `stop_signal`,
-//! `stop_grace`, `hang_timeout`, `on_hang`): `herd submit`'s defaults for them
+//! `stop_grace`, `hang_timeout`, `start_timeout`, `on_hang`, `preflight`): `herd submit`'s defaults for them
 //! ([`KeepAlive::submit`], which fit a short time limit), and their checks against each
 //! other, the time limit and the launch mode.
 
 use crate::keys::{Key, Source};
-use crate::launch::{KeepAlive, OnHang, Seconds, StopSignal};
+use crate::launch::{KeepAlive, OnHang, Preflight, Seconds, StopSignal};
 use crate::layers::Layers;
 use crate::plan::Mode;
 use crate::values::{non_negative, ValueError};
@@ -95,6 +95,19 @@ pub(crate) fn resolve_keep(
         },
         d.on_hang,
     );
+    let preflight = given(
+        l,
+        Key::Preflight,
+        |l| {
+            l.take(
+                Key::Preflight,
+                |k| k.preflight.as_deref(),
+                |s: &str| s.parse::<Preflight>().map_err(ValueError::new),
+            )
+        },
+        d.preflight,
+    );
+    let preflight_set = l.first(|k| k.preflight.as_ref()).is_some();
     if stop_grace >= warn_before && !warn_before.is_zero() {
         let o = l.origin(Key::StopGrace);
         l.problem(
@@ -117,6 +130,7 @@ pub(crate) fn resolve_keep(
         for (key, set) in [
             (Key::MaxRequeues, max_requeues_set && max_requeues > 0),
             (Key::HangTimeout, !hang_timeout.is_zero()),
+            (Key::Preflight, preflight_set && preflight.is_on()),
         ] {
             if set {
                 let o = l.origin(key);
@@ -137,6 +151,12 @@ pub(crate) fn resolve_keep(
         hang_timeout,
         start_timeout,
         on_hang,
+        // In srun and torchrun mode no agent checks the nodes.
+        preflight: if mode == Mode::Agent {
+            preflight
+        } else {
+            Preflight::Off
+        },
     }
 }
 

@@ -216,6 +216,12 @@ plan_keys! {
     #[key(OnHang, example = r#""restart""#)]
     #[arg(long, value_name = "fail|restart")]
     pub on_hang: Option<String>,
+    /// Check each node before each attempt (the worker's Python finds torch, its GPUs, its
+    /// log and checkpoint folders, the master's port) and blame a node that fails: `on`
+    /// (default) or `off`.
+    #[key(Preflight, example = r#""off""#)]
+    #[arg(long, value_name = "on|off")]
+    pub preflight: Option<String>,
     /// How the agents read training metrics from the workers' lines: `auto` (default),
     /// `json`, `kv`, `torchtitan`, `deepspeed`, `megatron`, `swav`, `off`, or `regex:RE`.
     #[key(Metrics, example = r#""megatron""#)]

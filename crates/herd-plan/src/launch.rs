@@ -217,8 +217,50 @@ impl fmt::Display for OnHang {
     }
 }
 
+/// Whether each agent checks its node before each attempt (docs/launch.md, "Preflight"):
+/// its worker command and Python, its GPUs, its log and checkpoint folders, the master's
+/// port; a node that fails is blamed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Preflight {
+    /// Check every node before every attempt (the default: it costs tens of milliseconds).
+    #[default]
+    On,
+    /// Start the workers unchecked.
+    Off,
+}
+
+impl Preflight {
+    /// Whether the nodes are checked.
+    pub fn is_on(self) -> bool {
+        self == Preflight::On
+    }
+}
+
+impl FromStr for Preflight {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Preflight, String> {
+        match s {
+            "on" => Ok(Preflight::On),
+            "off" => Ok(Preflight::Off),
+            _ => Err(format!("`{s}` is not `on` or `off`")),
+        }
+    }
+}
+
+impl fmt::Display for Preflight {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Preflight::On => "on",
+            Preflight::Off => "off",
+        })
+    }
+}
+
 /// Staying alive: the warning before the time limit, the stop that asks workers to
-/// checkpoint, the requeue budget, the hang watchdog (docs/launch.md, "Staying alive").
+/// checkpoint, the requeue budget, the hang watchdog (docs/launch.md, "Staying alive"), the
+/// node preflight (docs/launch.md, "Preflight").
 /// `herd launch`'s flags, and a plan's keys of the same names.
 #[derive(Debug, Clone, PartialEq, Eq, Args, Serialize, Deserialize)]
 pub struct KeepAlive {
@@ -252,6 +294,12 @@ pub struct KeepAlive {
     /// What a hang does: `fail` the job or `restart` its workers (within --max-restarts).
     #[arg(long, value_name = "fail|restart", default_value_t = KeepAlive::LAUNCH.on_hang)]
     pub on_hang: OnHang,
+    /// Before each attempt, each agent checks its node (the worker's Python finds torch,
+    /// its GPUs are there, the log and checkpoint folders are writable with free space, the
+    /// master's port answers) and a node that fails is blamed: `on` or `off`.
+    #[arg(long, value_name = "on|off", default_value_t = KeepAlive::LAUNCH.preflight)]
+    #[serde(default = "KeepAlive::default_preflight")]
+    pub preflight: Preflight,
 }
 
 /// `herd submit`'s requeues per cause: a submitted job is made requeueable, and a few
@@ -272,11 +320,17 @@ impl KeepAlive {
         hang_timeout: Seconds::ZERO,
         start_timeout: Seconds::from_secs(1800),
         on_hang: OnHang::Fail,
+        preflight: Preflight::On,
     };
 
     /// The start timeout of a plan written before there was one.
     fn default_start_timeout() -> Seconds {
         KeepAlive::LAUNCH.start_timeout
+    }
+
+    /// The preflight of a plan written before there was one.
+    fn default_preflight() -> Preflight {
+        KeepAlive::LAUNCH.preflight
     }
 
     /// `herd submit`'s defaults for a job with `time_limit`: [`KeepAlive::LAUNCH`] but
@@ -474,6 +528,7 @@ impl AgentOptions {
             Some(&dk.start_timeout),
         );
         flag(&mut args, "on-hang", &k.on_hang, Some(&dk.on_hang));
+        flag(&mut args, "preflight", &k.preflight, Some(&dk.preflight));
         if self.label {
             args.push("--label".into());
         }

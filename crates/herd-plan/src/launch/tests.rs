@@ -41,6 +41,7 @@ fn every_option_changed() -> AgentOptions {
             hang_timeout: Seconds::from_secs(600),
             start_timeout: Seconds::from_secs(900),
             on_hang: OnHang::Restart,
+            preflight: Preflight::Off,
         },
     }
 }
@@ -95,6 +96,10 @@ fn values_are_typed_and_refused_where_they_are_given() {
         assert!(e.contains("USR1, USR2, TERM, INT, HUP, CONT"), "{e}");
     }
     assert!("ignore".parse::<OnHang>().is_err());
+    assert_eq!("off".parse::<Preflight>(), Ok(Preflight::Off));
+    for bad in ["", "no", "false", "On"] {
+        assert!(bad.parse::<Preflight>().is_err(), "{bad}");
+    }
     // A flag's bad value is clap's error, naming the flag.
     #[derive(clap::Parser, Debug)]
     struct Launch {
@@ -103,6 +108,7 @@ fn values_are_typed_and_refused_where_they_are_given() {
     }
     for (flag, bad) in [
         ("--on-hang", "restrat"),
+        ("--preflight", "false"),
         ("--stop-signal", "KILL"),
         ("--hang-timeout", "-3"),
         ("--nproc-per-node", "0"),
@@ -242,6 +248,7 @@ fn the_submit_keys_help_states_the_defaults_the_code_has() {
             Key::OnHang,
             format!("`{}` the job (default)", submit.on_hang),
         ),
+        (Key::Preflight, format!("`{}` (default)", submit.preflight)),
     ] {
         let h = help(key);
         assert!(

@@ -1,5 +1,5 @@
 use super::*;
-use crate::launch::{KeepAlive, OnHang, Seconds};
+use crate::launch::{KeepAlive, OnHang, Preflight, Seconds};
 use std::path::Path;
 
 fn file(text: &str) -> JobFile {
@@ -27,7 +27,7 @@ fn staying_alive_has_defaults_and_checks_its_keys_against_each_other() {
     assert_eq!(plan.keep.max_requeues, 3);
     assert_eq!(plan.source(Key::MaxRequeues), Some(&Source::Default));
     let job = file(&format!(
-        "max_requeues = 10\nwarn_before = 300\nstop_signal = \"SIGUSR2\"\nstop_grace = 120\nhang_timeout = 600\nstart_timeout = 900\non_hang = \"restart\"\ntime = \"24:00:00\"\n{BASIC}"
+        "max_requeues = 10\nwarn_before = 300\nstop_signal = \"SIGUSR2\"\nstop_grace = 120\nhang_timeout = 600\nstart_timeout = 900\non_hang = \"restart\"\npreflight = \"off\"\ntime = \"24:00:00\"\n{BASIC}"
     ));
     let keep = ok(Some(&job), &JobKeys::default(), &[], "login1").keep;
     assert_eq!(
@@ -40,6 +40,7 @@ fn staying_alive_has_defaults_and_checks_its_keys_against_each_other() {
             hang_timeout: Seconds::from_secs(600),
             start_timeout: Seconds::from_secs(900),
             on_hang: OnHang::Restart,
+            preflight: Preflight::Off,
         }
     );
     // `requeue = false` turns the default budget off and refuses an explicit one.
@@ -96,6 +97,8 @@ fn staying_alive_has_defaults_and_checks_its_keys_against_each_other() {
     for (bad, key) in [
         ("stop_signal = \"KILL\"", "stop_signal"),
         ("on_hang = \"ignore\"", "on_hang"),
+        ("preflight = \"no\"", "preflight"),
+        ("mode = \"srun\"\npreflight = \"on\"", "preflight"),
         ("mode = \"srun\"\nhang_timeout = 60", "hang_timeout"),
         ("mode = \"torchrun\"\nmax_requeues = 2", "max_requeues"),
     ] {
@@ -105,14 +108,29 @@ fn staying_alive_has_defaults_and_checks_its_keys_against_each_other() {
             "{bad}: {e}"
         );
     }
-    // In srun mode nobody requeues: the default budget is not used.
+    // In srun mode nobody requeues nor checks the nodes: the defaults are not used.
     let job = file(&format!("mode = \"srun\"\n{BASIC}"));
-    assert_eq!(
-        ok(Some(&job), &JobKeys::default(), &[], "login1")
-            .keep
-            .max_requeues,
-        0
+    let keep = ok(Some(&job), &JobKeys::default(), &[], "login1").keep;
+    assert_eq!((keep.max_requeues, keep.preflight), (0, Preflight::Off));
+    // The preflight is on by default, and a flag turns it off.
+    assert_eq!(plan.keep.preflight, Preflight::On);
+    assert_eq!(plan.source(Key::Preflight), Some(&Source::Default));
+    let flags = JobKeys {
+        preflight: Some("off".into()),
+        ..JobKeys::default()
+    };
+    let plan = ok(Some(&file(BASIC)), &flags, &[], "login1");
+    assert_eq!(plan.keep.preflight, Preflight::Off);
+    let args = plan.agent_options().to_args();
+    assert!(
+        args.ends_with(&["--preflight".into(), "off".into()]),
+        "{args:?}"
     );
+    // A manifest written before the key existed reads back with the preflight on.
+    let mut json = serde_json::to_value(&plan.keep).unwrap_or_default();
+    json.as_object_mut().map(|o| o.remove("preflight"));
+    let back: KeepAlive = serde_json::from_value(json).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(back.preflight, Preflight::On);
 }
 
 #[test]
