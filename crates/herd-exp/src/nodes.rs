@@ -167,10 +167,25 @@ pub fn read(path: &Path) -> io::Result<(Vec<Blame>, Vec<String>)> {
                 None => blames.push(blame),
                 Some(why) => warnings.push(warn(why.into())),
             },
-            Err(e) => warnings.push(warn(e.to_string())),
+            Err(e) => warnings.push(warn(json_error(&e))),
         }
     }
     Ok((blames, warnings))
+}
+
+/// serde's reason without its position (`at line 1 column 2`: the line is the record's,
+/// named already), with the column when the line is no JSON at all.
+fn json_error(e: &serde_json::Error) -> String {
+    let text = e.to_string();
+    let reason = match text.rfind(" at line ") {
+        Some(i) => &text[..i],
+        None => &text,
+    };
+    if e.is_syntax() || e.is_eof() {
+        format!("not JSON ({reason} at column {})", e.column())
+    } else {
+        reason.to_owned()
+    }
 }
 
 /// Why a parsed blame is still not one: `None` when it is.
