@@ -166,7 +166,7 @@ pub fn run(args: NodesArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError>
                 r.node.clone(),
                 format!("{} ({})", ago(now, r.last_unix), stamp(r.last_unix)),
                 r.count.to_string(),
-                r.last_why.clone(),
+                plain(&r.last_why),
                 state_of(&cluster, &r.node),
             ]
         })
@@ -232,6 +232,24 @@ fn print_table<const N: usize>(
         writeln!(out, "{}", line(r.each_ref().map(String::as_str)))?;
     }
     Ok(())
+}
+
+/// Text from the record as a terminal may show it: control characters (a line break, a
+/// terminal escape) escaped, at most 200 characters.
+fn plain(text: &str) -> String {
+    let mut out = String::new();
+    for (i, c) in text.chars().enumerate() {
+        if i == 200 {
+            out.push('…');
+            break;
+        }
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// `2026-12-02T21:40:12Z`.
@@ -305,7 +323,7 @@ pub fn avoid_bad_nodes(plan: &mut Plan) {
     for d in avoid::decide(plan, &blamed, cluster.as_ref()) {
         let n = &d.node;
         let ago = ago(now, n.last_unix);
-        let why = &n.last_why;
+        let why = plain(&n.last_why);
         match &d.verdict {
             Verdict::LeftOut => {
                 eprintln!(
@@ -350,5 +368,7 @@ mod tests {
         assert_eq!(span(1800), "30 min");
         assert_eq!(span(90), "90 s");
         assert_eq!(stamp(1_796_060_412), "2026-11-30T17:40:12Z");
+        assert_eq!(plain("lost\n\u{1b}[31mred"), "lost\\n\\u{1b}[31mred");
+        assert_eq!(plain(&"x".repeat(300)).chars().count(), 201);
     }
 }
