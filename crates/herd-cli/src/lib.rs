@@ -14,6 +14,7 @@ pub mod exec;
 pub mod hostlist;
 pub mod launch;
 pub mod logs;
+pub mod nodes;
 pub mod report;
 pub mod settle;
 pub mod site;
@@ -303,6 +304,9 @@ pub enum Command {
     /// The scaling table of runs of one job at different sizes; `--plots DIR`: loss and
     /// throughput per rank (PNG, SVG); `--html FILE`: one self-contained page.
     Report(report::ReportArgs),
+    /// Nodes blamed in your record of bad nodes (lost, frozen, failing), with SLURM's state
+    /// of each now; `herd submit` leaves them out for `--avoid-bad-nodes` (default 24h).
+    Nodes(nodes::NodesArgs),
     /// Check a job before queueing it; every finding names the key to change.
     Check(submit::CheckArgs),
     /// Expand, compress and count SLURM hostlist expressions.
@@ -335,6 +339,7 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
         Command::Status(args) => status::run(args, out),
         Command::Cancel(args) => cancel::run(args, out),
         Command::Report(args) => report::run(args, out),
+        Command::Nodes(args) => nodes::run(args, out),
         Command::Top(args) => top::run(args, out),
         Command::Completions(args) => completions::completions(args, out),
         Command::Man(args) => completions::man(args, out),

@@ -183,7 +183,8 @@ pub struct Checked {
 
 /// Resolve, render and check: the work `herd check` shows and `herd submit` starts with.
 pub fn prepare(args: &PlanArgs, resume: bool) -> Result<Checked, CliError> {
-    let plan = plan(args)?;
+    let mut plan = plan(args)?;
+    crate::nodes::avoid_bad_nodes(&mut plan);
     let exp_dir =
         herd_exp::experiment_dir(&plan.exp_root, &plan.job_name).map_err(herd_exp::Error::from)?;
     let herd = herd_binary()?;

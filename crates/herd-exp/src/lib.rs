@@ -70,6 +70,7 @@ pub mod layout;
 pub mod logs;
 mod manifest;
 mod name;
+pub mod nodes;
 pub mod progress;
 mod snapshot;
 mod text;

@@ -227,6 +227,11 @@ plan_keys! {
     #[key(Metrics, example = r#""megatron""#)]
     #[arg(long, value_name = "FORMAT")]
     pub metrics: Option<String>,
+    /// Leave out the nodes your record of bad nodes (`herd nodes`) blames within this long:
+    /// seconds, or `30m`, `24h`, `7d` (default 24h; 0: off).
+    #[key(AvoidBadNodes, example = r#""12h""#)]
+    #[arg(long, value_name = "DURATION", value_parser = text)]
+    pub avoid_bad_nodes: Option<TextOrNumber>,
 }
 
 /// A count flag (`--nodes 8`): parsed as the `u32` it must be, so clap names the flag when
@@ -236,7 +241,7 @@ fn count() -> impl TypedValueParser<Value = i64> {
     clap::value_parser!(u32).map(i64::from)
 }
 
-/// A `--mem` or `--time` flag: the text, parsed by [`crate::resolve()`] like a job file's.
+/// A `--mem`, `--time` or `--avoid-bad-nodes` flag: the text, parsed by [`crate::resolve()`] like a job file's.
 fn text(s: &str) -> Result<TextOrNumber, std::convert::Infallible> {
     Ok(TextOrNumber::Text(s.to_owned()))
 }

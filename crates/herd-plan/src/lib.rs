@@ -55,6 +55,8 @@
 //! - [`check`](mod@check): [`check()`] → [`Finding`]s, each naming the keys to change; the
 //!   partitions it compares with are herd-slurm's partition table
 //!   (`herd_slurm::scheduler::partition`).
+//! - [`avoid`](mod@avoid): which nodes of the user's record of bad nodes the job leaves out
+//!   ([`Plan::avoided_nodes`]), checked against the cluster's nodes.
 //! - [`render`]: [`render_script`] → the batch script.
 //! - [`ranks`]: [`rank_table`] for `--dry-run`.
 //! - [`quote`](mod@quote): the POSIX single-quoting every user value goes through.
@@ -64,6 +66,7 @@
 //! field of [`JobKeys`] and a [`Key`]; docs/submit.md's table lists them with their flags,
 //! examples and meanings, and a test keeps that table in step with the definition.
 
+pub mod avoid;
 pub mod check;
 #[cfg(test)]
 mod doc_table;

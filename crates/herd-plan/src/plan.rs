@@ -65,6 +65,9 @@ pub const DEFAULT_EXP_ROOT: &str = "herd-exp";
 /// Globs always left out of the snapshot: SLURM's own `%j.out` logs (as the seed's
 /// `rsync --exclude='*.out'`).
 pub const DEFAULT_EXCLUDE: &[&str] = &["*.out"];
+/// How long a blame in the user's record of bad nodes keeps a node out of the next jobs
+/// (`avoid_bad_nodes`), unless set: 24 hours.
+pub const DEFAULT_AVOID_BAD_NODES: u64 = 86_400;
 /// Most workers a plan may have (a bound on the rank table, far above any cluster).
 pub const MAX_RANKS: u64 = 1_000_000;
 /// Longest single argument Linux passes to a program (`MAX_ARG_STRLEN` − 1).
@@ -138,6 +141,15 @@ pub struct Plan {
     /// watchdog (older manifests have none: `herd submit`'s defaults).
     #[serde(default = "submit_keep")]
     pub keep: KeepAlive,
+    /// Seconds a blame in the user's record of bad nodes keeps a node out of the job
+    /// (`avoid_bad_nodes`; 0: the record is not read).
+    #[serde(default = "default_avoid_bad_nodes")]
+    pub avoid_bad_nodes: u64,
+    /// The nodes the job leaves out because the record blames them: no key sets these;
+    /// `herd submit` fills them in from the record ([`crate::avoid`]). The batch script
+    /// excludes them together with any `--exclude` of `sbatch_args`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub avoided_nodes: Vec<String>,
     /// The cluster profile that filled defaults, if one matched the host.
     pub profile: Option<PathBuf>,
     /// Where each set key came from; lists that add up have one source per layer that
@@ -245,6 +257,11 @@ fn join_problems(problems: &[Problem]) -> String {
         .map(|p| p.to_string())
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+/// `avoid_bad_nodes` of a manifest written before herd had a record of bad nodes.
+fn default_avoid_bad_nodes() -> u64 {
+    DEFAULT_AVOID_BAD_NODES
 }
 
 /// `keep` of a manifest written before herd kept jobs alive: `herd submit`'s defaults.

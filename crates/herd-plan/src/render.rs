@@ -19,10 +19,12 @@
 use std::path::Path;
 
 use herd_exp::layout::{ExperimentDir, LogsDir, Stream};
+use herd_exp::nodes::is_node_name;
 use herd_slurm::worker::vars::{
     HERD_CHECKPOINT_DIR, HERD_EXP_DIR, HERD_JOB_SECRET, HERD_RESUME_FROM,
 };
 
+use crate::avoid;
 use crate::launch::GpuBindArg;
 use crate::names::{job_name_ok, sbatch_arg, sbatch_safe, simple_name_ok};
 use crate::plan::{Mode, Plan};
@@ -244,7 +246,20 @@ pub fn render_script(plan: &Plan, params: &ScriptParams<'_>) -> Result<String, R
     }
     for a in &plan.sbatch_args {
         sbatch_arg(a).map_err(|e| bad("sbatch_args", e.message))?;
-        sbatch(a.clone());
+        // Merged into the one `--exclude` below, which sbatch would otherwise override.
+        if !avoid::replaced_by_merge(plan, a) {
+            sbatch(a.clone());
+        }
+    }
+    if let Some(nodes) = avoid::merged_exclude(plan) {
+        if let Some(n) = plan.avoided_nodes.iter().find(|n| !is_node_name(n)) {
+            return Err(bad(
+                "avoid_bad_nodes",
+                format!("`{}` is not a node name", n.escape_debug()),
+            ));
+        }
+        sbatch_safe(&nodes, "node list").map_err(|e| bad("sbatch_args", e.message))?;
+        sbatch(format!("--exclude={nodes}"));
     }
 
     let nodes = plan.nodes;

@@ -22,9 +22,10 @@ use crate::keys::{JobKeys, Key, Source};
 use crate::layers::Layers;
 use crate::names::{job_name, sanitize_job_name, sbatch_arg, sbatch_safe, simple_name};
 use crate::plan::{
-    Mode, Plan, ResolveError, DEFAULT_EXCLUDE, DEFAULT_EXP_ROOT, MAX_ARG_BYTES, MAX_RANKS,
+    Mode, Plan, ResolveError, DEFAULT_AVOID_BAD_NODES, DEFAULT_EXCLUDE, DEFAULT_EXP_ROOT,
+    MAX_ARG_BYTES, MAX_RANKS,
 };
-use crate::values::{non_negative, positive, Signal, TextOrNumber, ValueError};
+use crate::values::{non_negative, positive, window, Signal, TextOrNumber, ValueError};
 use herd_slurm::{Memory, TimeLimit};
 
 /// Split a `--param NAME=VALUE` argument (the value may contain `=`).
@@ -113,6 +114,12 @@ pub fn resolve(
         },
         PathBuf::from(DEFAULT_EXP_ROOT),
     );
+    let avoid_bad_nodes = l.take_or(
+        Key::AvoidBadNodes,
+        |k| k.avoid_bad_nodes.as_ref(),
+        window,
+        DEFAULT_AVOID_BAD_NODES,
+    );
     let (sbatch_args, exclude) = lists(&mut l);
     // The command, with params substituted when it comes from the job file.
     let (command, params) = resolve_command(&mut l, job, flags);
@@ -159,6 +166,8 @@ pub fn resolve(
         spare_nodes,
         metrics,
         keep,
+        avoid_bad_nodes,
+        avoided_nodes: Vec::new(),
         profile: profile.map(|p| p.path.clone()),
         sources,
     })

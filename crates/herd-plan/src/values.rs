@@ -170,6 +170,56 @@ pub fn non_negative(value: i64) -> Result<u32, ValueError> {
     })
 }
 
+/// The longest window [`window_seconds`] accepts: ten years.
+pub const MAX_WINDOW_SECONDS: u64 = 3650 * 86_400;
+
+/// A span of time as a job file or flag gives it: whole seconds (`86400`, `0`) or a whole
+/// number with a unit, `s`, `m`, `h` or `d` (`90s`, `30m`, `24h`, `7d`; the units of
+/// `herd logs --since`), at most ten years; in seconds.
+pub fn window_seconds(text: &str) -> Result<u64, ValueError> {
+    let bad = || {
+        ValueError::new(format!(
+            "`{}` is not a span of time: give seconds (86400) or a whole number with s, m, h or d (90s, 30m, 24h, 7d)",
+            text.escape_debug()
+        ))
+    };
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (n, unit) = text.split_at(split);
+    if n.is_empty() || n.len() > 12 {
+        return Err(bad());
+    }
+    let n: u64 = n.parse().map_err(|_| bad())?;
+    let unit = match unit {
+        "" | "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        _ => return Err(bad()),
+    };
+    let secs = n.saturating_mul(unit);
+    if secs > MAX_WINDOW_SECONDS {
+        return Err(ValueError::new(format!(
+            "`{text}` is longer than ten years ({MAX_WINDOW_SECONDS} s)"
+        )));
+    }
+    Ok(secs)
+}
+
+/// A span of time from a job file or flag ([`window_seconds`]): a number is seconds.
+pub fn window(value: &TextOrNumber) -> Result<u64, ValueError> {
+    match value {
+        TextOrNumber::Text(t) => window_seconds(t),
+        TextOrNumber::Number(n) => match u64::try_from(*n) {
+            Ok(secs) => window_seconds(&secs.to_string()),
+            Err(_) => Err(ValueError::new(format!(
+                "{n} is not a span of time: give 0 or more seconds, or e.g. \"24h\""
+            ))),
+        },
+    }
+}
+
 /// A value a job file may give as a string or a number: `mem = "240G"` or `mem = 16000`,
 /// `time = "2-00:00:00"` or `time = 90` (minutes).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -269,6 +319,35 @@ mod tests {
             let e = bad.parse::<Signal>().expect_err(bad);
             assert!(e.message.contains(&format!("`{bad}`")), "{e}");
         }
+    }
+
+    #[test]
+    fn windows_in_seconds_or_with_a_unit() {
+        let w = |s: &str| window_seconds(s).unwrap_or_else(|e| panic!("{s}: {e}"));
+        assert_eq!(w("0"), 0);
+        assert_eq!(w("86400"), 86_400);
+        assert_eq!(w("90s"), 90);
+        assert_eq!(w("30m"), 1800);
+        assert_eq!(w("24h"), 86_400);
+        assert_eq!(w("7d"), 7 * 86_400);
+        for bad in [
+            "",
+            "h",
+            "-5",
+            "1.5h",
+            "24 h",
+            "24H",
+            "2w",
+            "1h30m",
+            "99999999999999",
+        ] {
+            let e = window_seconds(bad).expect_err(bad);
+            assert!(e.message.contains(&format!("`{bad}`")), "{e}");
+        }
+        assert!(window_seconds("3651d").is_err(), "over ten years");
+        assert_eq!(window(&TextOrNumber::Number(3600)), Ok(3600));
+        assert_eq!(window(&TextOrNumber::Text("12h".into())), Ok(43_200));
+        assert!(window(&TextOrNumber::Number(-1)).is_err());
     }
 
     #[test]

@@ -652,6 +652,7 @@ fn config(argv: Vec<OsString>, logs: &Path, checkpoints: Option<PathBuf>) -> Con
         kill_grace: Duration::from_secs(1),
         rendezvous_timeout: Duration::from_secs(30),
         heartbeat_timeout: Duration::from_secs(10),
+        spare_nodes: 0,
         port_candidates: 32,
         keep: KeepAlive::default(),
         exp_dir: None,

@@ -5,6 +5,7 @@
 //!   typed [`SlurmError`](command::SlurmError)s) and the thin wrappers of each command.
 //! - [`fields`]: the one reader of `scontrol -o` lines (`Key=Value` fields), for jobs,
 //!   partitions and the test bed alike.
+//! - [`node`]: every node, its partitions, state and size (`sinfo -N`).
 //! - [`partition`]: the partitions, their limits and node sizes (`scontrol show partition`,
 //!   `sinfo`).
 //! - [`queue`]: the queue in one `squeue` call, states and pending reasons in words.
@@ -16,6 +17,7 @@
 pub mod command;
 pub mod fields;
 pub mod lifecycle;
+pub mod node;
 pub mod partition;
 pub mod queue;
 pub mod values;

@@ -269,7 +269,7 @@ pub struct SinfoRow {
 }
 
 /// `8` or `8+` (sinfo marks a minimum over differing nodes with `+`).
-fn at_least<T: std::str::FromStr>(v: &str) -> Option<T> {
+pub(crate) fn at_least<T: std::str::FromStr>(v: &str) -> Option<T> {
     v.strip_suffix('+').unwrap_or(v).parse().ok()
 }
 

@@ -1,9 +1,11 @@
 //! The `herd` binary's command line, run as a user runs it: here the commands, hostlists,
 //! `env`, `exec`, completions and the man page; `submit` and `check` in `submit.rs`; the
-//! views of a job (`status`, `logs`, `top`) in `views.rs`; herd's own SLURM commands with
+//! views of a job (`status`, `logs`, `top`) in `views.rs`; the record of bad nodes
+//! (`herd nodes`, `submit --avoid-bad-nodes`) in `nodes.rs`; herd's own SLURM commands with
 //! fake ones on PATH in `slurm.rs`.
 
 mod hangs;
+mod nodes;
 mod slurm;
 mod submit;
 mod views;
@@ -18,7 +20,7 @@ fn herd(args: &[&str]) -> std::process::Output {
 }
 
 /// docs/design.md §1's commands, in the order `herd --help` lists them.
-const COMMANDS: [&str; 14] = [
+const COMMANDS: [&str; 15] = [
     "submit",
     "run",
     "launch",
@@ -28,6 +30,7 @@ const COMMANDS: [&str; 14] = [
     "cancel",
     "top",
     "report",
+    "nodes",
     "check",
     "hostlist",
     "env",

@@ -185,7 +185,7 @@ impl Drop for Tmpfs {
 /// A project with `files` (name, size in bytes), and `bin/` holding a fake `sbatch`,
 /// `squeue` and `scontrol` that fail as with slurmctld down and write their name into
 /// `called`: `herd submit` with [`submit_here`] never reaches a cluster.
-fn submit_project(files: &[(&str, usize)]) -> tempfile::TempDir {
+pub(super) fn submit_project(files: &[(&str, usize)]) -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("tempdir");
     let bin = dir.path().join("bin");
     std::fs::create_dir(&bin).expect("bin");
@@ -222,7 +222,7 @@ fn submit_here(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
 }
 
 /// The fake SLURM commands [`submit_here`] ran.
-fn slurm_called(dir: &std::path::Path) -> String {
+pub(super) fn slurm_called(dir: &std::path::Path) -> String {
     std::fs::read_to_string(dir.join("called")).unwrap_or_default()
 }
 
@@ -447,7 +447,7 @@ fn submit_and_check_help_list_every_key() {
 }
 
 /// Writes `bin/NAME` under `dir` (a [`submit_project`]): a fake SLURM command running `body`.
-fn fake_command(dir: &std::path::Path, name: &str, body: &str) {
+pub(super) fn fake_command(dir: &std::path::Path, name: &str, body: &str) {
     let path = dir.join("bin").join(name);
     std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).expect("fake command");
     std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755))
@@ -456,7 +456,11 @@ fn fake_command(dir: &std::path::Path, name: &str, body: &str) {
 
 /// `herd ARGS` run in `dir`'s project with only its fake SLURM commands (and the system's)
 /// on PATH, no cluster profiles, and `env` set.
-fn herd_here(dir: &std::path::Path, args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+pub(super) fn herd_here(
+    dir: &std::path::Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_herd"))
         .args(args)
         .current_dir(dir.join("project"))

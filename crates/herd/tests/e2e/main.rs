@@ -4,6 +4,7 @@
 //! `.config/nextest.toml`) because the bed has 2 real cores. A test that cannot reach the
 //! bed fails with a message saying how to bring it up; none of them skips.
 
+mod avoid_bad_nodes;
 mod checkpoints;
 mod ddp_baseline;
 mod frameworks;
