@@ -375,6 +375,24 @@ impl std::ops::Deref for ExclusiveBed {
     }
 }
 
+/// Every bed test gets a record of bad nodes of its own (`HERD_NODE_RECORD`, which sbatch
+/// passes on to the job's agents): a node one test's job blames must not be left out of the
+/// next test's jobs, nor written into the user's own record. A test that sets the variable
+/// itself keeps its own.
+fn isolate_node_record() {
+    const VAR: &str = "HERD_NODE_RECORD";
+    if std::env::var_os(VAR).is_some() {
+        return;
+    }
+    let base = std::env::var_os("HERD_BED_SCRATCH")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("target/bed-scratch"));
+    let path = base.join(format!("node-record-{}.jsonl", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    // One test per process (nextest), set before the test starts any thread of its own.
+    std::env::set_var(VAR, path);
+}
+
 /// The reachable test bed.
 #[derive(Debug, Clone)]
 pub struct Bed {
@@ -418,10 +436,13 @@ impl Bed {
         static BED: OnceLock<Result<Bed, String>> = OnceLock::new();
         let turn = exclusive();
         match BED.get_or_init(|| Bed::connect().map_err(|e| e.to_string())) {
-            Ok(bed) => ExclusiveBed {
-                bed: bed.clone(),
-                _turn: turn,
-            },
+            Ok(bed) => {
+                isolate_node_record();
+                ExclusiveBed {
+                    bed: bed.clone(),
+                    _turn: turn,
+                }
+            }
             Err(e) => panic!(
                 "the SLURM test bed is not reachable: {e}\n\
                  bring it up with `sudo testbed/up` (tests against the bed never skip)"

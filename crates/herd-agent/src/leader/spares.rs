@@ -92,7 +92,9 @@ impl Lead {
             .any(|&r| self.followers.iter().any(|f| f.node_rank == r && f.alive))
     }
 
-    /// Blame node `node`: said, and recorded in the timeline (`blame`).
+    /// Blame node `node`: said, recorded in the timeline (`blame`) and in the user's record
+    /// of bad nodes (`herd nodes`; `herd submit` leaves it out for a while), which a
+    /// failure to write never stops the job for.
     pub(super) fn blame(&self, node: u32, kind: &str, why: &str) {
         let host = self.host_of(node);
         say(format!("blaming node {node} ({host}): {why}"));
@@ -100,6 +102,23 @@ impl Lead {
             "blame",
             json!({"attempt": self.number, "node": host, "kind": kind, "why": why}),
         );
+        let Some(path) = herd_exp::nodes::record_path() else {
+            return;
+        };
+        let blame = herd_exp::nodes::Blame {
+            node: host,
+            at_unix: herd_exp::nodes::unix_now(),
+            why: why.to_owned(),
+            kind: kind.to_owned(),
+            job: self.job_id.clone(),
+            experiment: self.cfg.exp_dir.as_ref().map(|d| d.display().to_string()),
+        };
+        if let Err(e) = herd_exp::nodes::append(&path, &blame) {
+            say(format!(
+                "cannot write the blame into the record of bad nodes {}: {e}; the job goes on",
+                path.display()
+            ));
+        }
     }
 
     /// Put a spare in blamed node `bad`'s place for the next attempt (`cause`: why this

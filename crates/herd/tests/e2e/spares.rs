@@ -228,4 +228,42 @@ fn a_node_whose_workers_fail_twice_is_blamed_and_replaced() {
             "rank {rank} finished:\n{out}"
         );
     }
+    // Remembered: the user's record has the blame (this test's own record), `herd nodes`
+    // lists it, and the next submit leaves the node out and says so.
+    let record = std::env::var("HERD_NODE_RECORD").expect("the bed sets a record per test");
+    let lines = read_lossy(&record);
+    assert!(
+        lines.contains(&format!("\"node\":\"{bad}\"")) && lines.contains("\"kind\":\"failures\""),
+        "{record}: {lines}"
+    );
+    let nodes = std::process::Command::new(env!("CARGO_BIN_EXE_herd"))
+        .arg("nodes")
+        .output()
+        .expect("herd nodes runs");
+    let listed = String::from_utf8_lossy(&nodes.stdout);
+    assert!(
+        nodes.status.success() && listed.lines().any(|l| l.starts_with(&bad)),
+        "{listed}{}",
+        String::from_utf8_lossy(&nodes.stderr)
+    );
+    let next = submit(
+        &bed,
+        &project,
+        &args(
+            &["-J", "next", "--nodes", "2", "--dry-run"],
+            &exp_root,
+            &["python", "bad_host.py", "none"],
+        ),
+    );
+    let said = String::from_utf8_lossy(&next.stderr);
+    let script = String::from_utf8_lossy(&next.stdout);
+    assert!(next.status.success(), "{said}");
+    assert!(
+        said.contains(&format!("leaving out {bad} (blamed")),
+        "the next submit says it leaves {bad} out: {said}"
+    );
+    assert!(
+        script.contains(&format!("#SBATCH --exclude={bad}")),
+        "{script}"
+    );
 }
