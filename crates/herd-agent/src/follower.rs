@@ -62,6 +62,7 @@ pub(crate) async fn follow(
         stopped: false,
         stopping: false,
         on_my_own: None,
+        pending: None,
     };
     loop {
         let far = Instant::now() + Duration::from_secs(86_400 * 365);
@@ -102,6 +103,18 @@ struct Follow {
     /// This agent got SIGTERM/SIGINT/SIGHUP and told the leader; if the leader says nothing
     /// by then, this node ends its workers by itself.
     on_my_own: Option<Instant>,
+    /// An attempt whose preflight this node passed: it starts at the leader's `Go`.
+    pending: Option<Pending>,
+}
+
+/// The leader's `Start`, as this node keeps it until it starts the workers.
+struct Pending {
+    attempt: u32,
+    master: (String, u16),
+    /// Tasks per node, and the nodes that run workers (all when empty).
+    layout: (Vec<u32>, Vec<u32>),
+    restarts: u32,
+    resume_from: Option<String>,
 }
 
 impl Follow {
@@ -133,11 +146,25 @@ impl Follow {
                 restarts,
                 resume_from,
                 nodes,
+                preflight,
             } => {
-                let master = (master_addr.as_str(), master_port);
-                let layout = (tasks_per_node, nodes);
-                self.on_start(attempt, master, layout, restarts, resume_from)
-                    .await?;
+                let start = Pending {
+                    attempt,
+                    master: (master_addr, master_port),
+                    layout: (tasks_per_node, nodes),
+                    restarts,
+                    resume_from,
+                };
+                if preflight {
+                    self.on_preflight(start).await;
+                } else {
+                    self.on_start(start).await?;
+                }
+            }
+            Msg::Go { attempt } => {
+                if let Some(start) = self.pending.take().filter(|p| p.attempt == attempt) {
+                    self.on_start(start).await?;
+                }
             }
             Msg::Stop { attempt, signal } => self.on_stop(attempt, &signal).await,
             Msg::Dump { attempt } => self.on_dump(attempt).await,
@@ -152,14 +179,15 @@ impl Follow {
     /// Start attempt `n`'s workers of this node (the last attempt's are torn down first),
     /// on the attempt's nodes `nodes` (all when empty) with `tasks_per_node` each; a node
     /// not among them stands by. A worker that cannot start fails this node's part at once.
-    async fn on_start(
-        &mut self,
-        n: u32,
-        master: (&str, u16),
-        (tasks_per_node, nodes): (Vec<u32>, Vec<u32>),
-        restarts: u32,
-        resume_from: Option<String>,
-    ) -> Result<(), AgentError> {
+    async fn on_start(&mut self, start: Pending) -> Result<(), AgentError> {
+        let Pending {
+            attempt: n,
+            master: (master_addr, master_port),
+            layout: (tasks_per_node, nodes),
+            restarts,
+            resume_from,
+        } = start;
+        let master = (master_addr.as_str(), master_port);
         if let Some(a) = self.attempt.as_mut() {
             a.teardown(self.cfg.kill_grace).await;
         }
@@ -215,6 +243,29 @@ impl Follow {
         Ok(())
     }
 
+    /// Check this node before attempt `start` (the last attempt's workers are torn down
+    /// first) and tell the leader; a node that passed starts its workers at `Go`.
+    async fn on_preflight(&mut self, start: Pending) {
+        if let Some(a) = self.attempt.as_mut() {
+            a.teardown(self.cfg.kill_grace).await;
+        }
+        self.attempt = None;
+        self.stopped = true;
+        let master = Some(start.master.clone());
+        let failed = match crate::preflight::check_node(&self.cfg, master).await {
+            Ok(_) => None,
+            Err(f) => {
+                say(format!("{}: {f}", self.host));
+                Some((f.check.to_owned(), f.detail))
+            }
+        };
+        let attempt = start.attempt;
+        if failed.is_none() {
+            self.pending = Some(start);
+        }
+        let _ = send(&mut self.w, &Msg::Preflight { attempt, failed }).await;
+    }
+
     /// The leader asks attempt `n`'s workers to checkpoint and stop, with `signal`: from
     /// now on their exits are expected.
     async fn on_stop(&mut self, n: u32, signal: &str) {
@@ -243,6 +294,7 @@ impl Follow {
     /// job was cancelled by one; then the leader is told.
     async fn on_teardown(&mut self, n: u32, signal: Option<String>) {
         self.on_my_own = None;
+        self.pending = None;
         if let Some(a) = self.attempt.as_mut() {
             let first = signal.and_then(|s| s.parse::<Signal>().ok());
             a.teardown_with(first.unwrap_or(Signal::SIGTERM), self.cfg.kill_grace)

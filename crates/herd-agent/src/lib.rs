@@ -35,8 +35,6 @@ mod keep;
 mod leader;
 mod message;
 mod outcome;
-// The attempt protocol runs it before each attempt; until then only its tests do.
-#[cfg_attr(not(test), allow(dead_code))]
 mod preflight;
 pub mod procs;
 mod protocol;

@@ -26,7 +26,21 @@ pub(crate) enum Msg {
         /// every node, in node-rank order. A node not named stands by.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         nodes: Vec<u32>,
+        /// Check the node first (`preflight`), answer `Preflight`, and start the workers
+        /// only at `Go`.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        preflight: bool,
     },
+    /// Follower → leader: this node's preflight for `attempt`: `failed` names the check and
+    /// what is wrong, `None` when it passed.
+    Preflight {
+        attempt: u32,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        failed: Option<(String, String)>,
+    },
+    /// Leader → followers: every node passed its preflight; start attempt `attempt`'s
+    /// workers.
+    Go { attempt: u32 },
     /// A follower's worker failed (the follower has already torn its node down).
     Failed { report: Box<FailureReport> },
     /// All of a follower's workers exited 0.
@@ -101,6 +115,7 @@ mod tests {
             restarts: 1,
             resume_from: None,
             nodes: Vec::new(),
+            preflight: false,
         };
         assert_eq!(
             serde_json::to_string(&start).expect("encodes"),

@@ -233,18 +233,15 @@ impl Lead {
             adopted
         } else if Cause::REQUEUED.contains(&cause) {
             // A lost or blamed node is left out of the next allocation (this node is never
-            // lost), with those spares replaced in this one.
-            let mut lost: Vec<String> = self
-                .replaced
-                .iter()
-                .map(|(r, _)| self.host_of(*r))
-                .collect();
-            lost.extend(
-                report
-                    .as_ref()
-                    .filter(|r| cause == Cause::NodeFailure && r.node_rank != 0)
-                    .map(|r| r.host.clone()),
-            );
+            // lost), with those blamed and replaced in this one.
+            let mut lost = self.blamed_hosts.clone();
+            if let Some(r) = report
+                .as_ref()
+                .filter(|r| cause == Cause::NodeFailure && r.node_rank != 0)
+                .filter(|r| !lost.contains(&r.host))
+            {
+                lost.push(r.host.clone());
+            }
             let record = |event: &str, fields: serde_json::Value| self.cfg.record(event, fields);
             requeue(
                 &self.cfg,

@@ -7,18 +7,14 @@ use herd_exp::failure::FailureReport;
 use herd_slurm::scheduler::lifecycle::{self, Cause};
 use serde_json::json;
 
-use super::state::Lead;
+use std::collections::{BTreeMap, HashSet};
+use std::time::Duration;
+
+use super::state::{Blamed, End, Lead};
+use crate::event::Event;
 use crate::message::Msg;
 use crate::protocol::send;
 use crate::words::{count, say};
-
-/// Why a node is blamed: the kind (`lost`, `failures`, `preflight`) and the words.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Blamed {
-    pub(super) node: u32,
-    pub(super) kind: &'static str,
-    pub(super) why: String,
-}
 
 /// Failures in a row on one node that blame it.
 const FAILURES_TO_BLAME: u32 = 2;
@@ -95,8 +91,11 @@ impl Lead {
     /// Blame node `node`: said, recorded in the timeline (`blame`) and in the user's record
     /// of bad nodes (`herd nodes`; `herd submit` leaves it out for a while), which a
     /// failure to write never stops the job for.
-    pub(super) fn blame(&self, node: u32, kind: &str, why: &str) {
+    pub(super) fn blame(&mut self, node: u32, kind: &str, why: &str) {
         let host = self.host_of(node);
+        if !self.blamed_hosts.contains(&host) {
+            self.blamed_hosts.push(host.clone());
+        }
         say(format!("blaming node {node} ({host}): {why}"));
         self.cfg.record(
             "blame",
@@ -126,7 +125,8 @@ impl Lead {
     /// side), the replacement recorded and said. False when no spare is left (or `bad`
     /// runs no workers).
     pub(super) async fn replace(&mut self, bad: &Blamed, cause: Cause) -> bool {
-        let Some(slot) = self.active.iter().position(|&r| r == bad.node) else {
+        // Node 0's agent leads (and its address is the master's): it is never replaced.
+        let Some(slot) = self.active.iter().position(|&r| r == bad.node && r != 0) else {
             return false;
         };
         let alive = |r: &u32| self.followers.iter().any(|f| f.node_rank == *r && f.alive);
@@ -188,6 +188,117 @@ fn end_agent_on(job_id: String, host: String, pid: u32) {
             ));
         }
     });
+}
+
+impl Lead {
+    /// Every node's preflight for attempt `number`, the master's `port` held meanwhile:
+    /// this node's checks, then each live follower's answer. A spare that fails is blamed
+    /// and no longer counted on; a node that runs workers and fails is blamed and ends the
+    /// attempt before any worker starts (a spare takes its place, or the job is requeued
+    /// without it): that end, or `None` to start. A check that every node running workers
+    /// fails alike is the job's, not a node's: said, and the workers start (their own
+    /// error will say more).
+    pub(super) async fn preflight(&mut self, number: u32, port: u16) -> Option<End> {
+        let master = Some((self.master_addr.clone(), port));
+        let mut failed: BTreeMap<u32, (String, String)> = BTreeMap::new();
+        if let Err(f) = crate::preflight::check_node(&self.cfg, master).await {
+            failed.insert(0, (f.check.to_owned(), f.detail));
+        }
+        let mut waiting: HashSet<u32> = self
+            .followers
+            .iter()
+            .filter(|f| f.alive)
+            .map(|f| f.node_rank)
+            .collect();
+        let limit = crate::preflight::CHECK_TIMEOUT * 2 + Duration::from_secs(5);
+        let deadline = tokio::time::Instant::now() + limit;
+        let mut later = Vec::new();
+        while !waiting.is_empty() {
+            match tokio::time::timeout_at(deadline, self.rx.recv()).await {
+                Ok(Some(Event::Peer {
+                    node_rank,
+                    msg: Some(Msg::Preflight { attempt, failed: f }),
+                    ..
+                })) if attempt == number => {
+                    waiting.remove(&node_rank);
+                    if let Some(f) = f {
+                        failed.insert(node_rank, f);
+                    }
+                }
+                Ok(Some(event)) => {
+                    // A lost node is the attempt's to hear about; anything else waits too.
+                    if let Event::Peer {
+                        node_rank,
+                        msg: None,
+                        ..
+                    } = &event
+                    {
+                        waiting.remove(node_rank);
+                    }
+                    later.push(event);
+                }
+                Ok(None) => break,
+                Err(_) => {
+                    for n in waiting.drain() {
+                        let why = format!("no answer within {} s", limit.as_secs());
+                        failed.insert(n, ("answer".to_owned(), why));
+                    }
+                }
+            }
+        }
+        for event in later {
+            let _ = self.tx.send(event);
+        }
+        for (&n, (check, detail)) in &failed {
+            self.cfg.record(
+                "preflight_failed",
+                json!({"attempt": number, "node": self.host_of(n), "check": check, "detail": detail}),
+            );
+        }
+        let spares: Vec<u32> = failed
+            .keys()
+            .copied()
+            .filter(|n| self.spares.contains(n))
+            .collect();
+        for n in spares {
+            self.spares.retain(|&r| r != n);
+            let (check, detail) = failed[&n].clone();
+            let why = format!("preflight check `{check}` failed: {detail}");
+            self.blame(n, "preflight", &why);
+        }
+        let working: Vec<u32> = self
+            .active
+            .iter()
+            .copied()
+            .filter(|n| failed.contains_key(n))
+            .collect();
+        let &first = working.first()?;
+        let (check, detail) = failed[&first].clone();
+        let alike = working.iter().all(|n| failed[n].0 == check);
+        if (working.len() == self.active.len() && alike) || self.active.len() == 1 {
+            say(format!(
+                "preflight: every node fails check `{check}` ({detail}): the job's, not one node's; starting the workers"
+            ));
+            return None;
+        }
+        let host = self.host_of(first);
+        let why = format!("preflight check `{check}` failed: {detail}");
+        self.preflight_blame = Some(Blamed {
+            node: first,
+            kind: "preflight",
+            why: why.clone(),
+        });
+        Some(End::Failed {
+            report: Box::new(FailureReport::other(
+                number,
+                first,
+                &host,
+                format!("{host}: {why}"),
+            )),
+            retryable: false,
+            cause: Cause::NodeFailure,
+        })
+    }
 }
 
 #[cfg(test)]

@@ -36,6 +36,14 @@ pub(super) enum End {
     Stopped { cause: Cause },
 }
 
+/// Why a node is blamed: the kind (`lost`, `failures`, `preflight`) and the words.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Blamed {
+    pub(super) node: u32,
+    pub(super) kind: &'static str,
+    pub(super) why: String,
+}
+
 /// The attempt's stop in progress: why, and when what is left is torn down.
 pub(super) struct Stopping {
     pub(super) cause: Cause,
@@ -71,6 +79,10 @@ pub(super) struct Lead {
     /// Ranks whose failures blamed a node already: a rank that fails again on its new node
     /// is the code's fault, not a node's.
     pub(super) blamed_ranks: HashSet<u32>,
+    /// Nodes blamed in this allocation: a requeue leaves them out.
+    pub(super) blamed_hosts: Vec<String>,
+    /// The node the last preflight blamed, for the attempt's end to act on.
+    pub(super) preflight_blame: Option<Blamed>,
     pub(super) master_addr: String,
     /// A heartbeat to every follower each quarter of the heartbeat timeout.
     pub(super) heartbeat: Interval,
@@ -132,6 +144,8 @@ impl Lead {
             replaced: Vec::new(),
             failure_streak: None,
             blamed_ranks: HashSet::new(),
+            blamed_hosts: Vec::new(),
+            preflight_blame: None,
             master_addr,
             heartbeat,
             watchdog,
@@ -158,8 +172,20 @@ impl Lead {
         self.attempt = None;
         let number = self.number;
         let restarts = number - self.first;
-        let port = claim_port()
-            .map_err(|e| AgentError::Layout(format!("cannot claim a MASTER_PORT: {e}")))?;
+        // With the preflight, the port is held while every node checks it answers.
+        let held = if self.cfg.keep.preflight.is_on() {
+            let held = crate::preflight::hold_port(&self.master_addr)
+                .await
+                .map_err(|e| AgentError::Layout(format!("cannot claim a MASTER_PORT: {e}")))?;
+            Some(held)
+        } else {
+            None
+        };
+        let port = match &held {
+            Some(h) => h.port(),
+            None => claim_port()
+                .map_err(|e| AgentError::Layout(format!("cannot claim a MASTER_PORT: {e}")))?,
+        };
         let resume = resume_from(&self.cfg, number);
         let layout = self.attempt_layout();
         broadcast(
@@ -172,6 +198,7 @@ impl Lead {
                 restarts,
                 resume_from: resume.clone(),
                 nodes: self.active.clone(),
+                preflight: held.is_some(),
             },
         )
         .await;
@@ -201,6 +228,14 @@ impl Lead {
             .filter(|r| !self.active.contains(r))
             .collect();
         self.done_nodes.extend(idle);
+        if let Some(held) = held {
+            let failed = self.preflight(number, port).await;
+            held.release().await;
+            if let Some(end) = failed {
+                return Ok(Some(end));
+            }
+            broadcast(&mut self.followers, &Msg::Go { attempt: number }).await;
+        }
         match Attempt::start(
             &self.cfg,
             (number, restarts),
