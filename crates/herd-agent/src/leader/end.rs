@@ -75,7 +75,7 @@ impl Lead {
             a.finish_output().await;
         }
         broadcast(&mut self.followers, &Msg::Finish { ok: true }).await;
-        say(match self.layout.world_size() {
+        say(match self.attempt_layout().world_size() {
             1 => "the worker finished".to_owned(),
             n => format!("all {n} workers finished"),
         });

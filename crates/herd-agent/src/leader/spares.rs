@@ -45,6 +45,9 @@ impl Lead {
         report: Option<&FailureReport>,
         cause: Cause,
     ) -> Option<Blamed> {
+        if let Some(b) = self.preflight_blame.take() {
+            return Some(b);
+        }
         let Some(r) = report else {
             self.failure_streak = None;
             return None;

@@ -267,3 +267,129 @@ fn a_node_whose_workers_fail_twice_is_blamed_and_replaced() {
         "{script}"
     );
 }
+
+/// Hides the venv's packages from one node (an empty folder bound over its site-packages
+/// in that node's mount namespace: the node's venv is broken, the others' are not); undone
+/// when dropped.
+struct BrokenVenv {
+    slurmd: String,
+    site: String,
+}
+
+impl BrokenVenv {
+    fn on(bed: &Bed, node: &str, empty: &std::path::Path) -> BrokenVenv {
+        let out = std::process::Command::new(bed.python())
+            .args(["-c", "import site; print(site.getsitepackages()[0])"])
+            .output()
+            .expect("the venv's python runs");
+        let site = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        assert!(site.ends_with("site-packages"), "{site}");
+        let slurmd = bed
+            .node_processes("slurmd")
+            .expect("the nodes' process tables")
+            .into_iter()
+            .find(|l| l.starts_with(&format!("{node} ")) && l.contains("slurmd"))
+            .and_then(|l| l.split_whitespace().nth(1).map(str::to_owned))
+            .unwrap_or_else(|| panic!("no slurmd on {node}"));
+        std::fs::create_dir_all(empty).expect("an empty folder");
+        let ok = std::process::Command::new("nsenter")
+            .args(["--target", &slurmd, "--mount", "--", "mount", "--bind"])
+            .arg(empty)
+            .arg(&site)
+            .status()
+            .expect("nsenter runs")
+            .success();
+        assert!(ok, "bind an empty folder over {site} on {node}");
+        BrokenVenv { slurmd, site }
+    }
+}
+
+impl Drop for BrokenVenv {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("nsenter")
+            .args([
+                "--target",
+                &self.slurmd,
+                "--mount",
+                "--",
+                "umount",
+                &self.site,
+            ])
+            .status();
+    }
+}
+
+/// One node whose venv cannot import torch (its packages hidden on that node only): the
+/// preflight of attempt 0 finds it before any worker starts, blames it (check `python`),
+/// and the spare takes its place; the job trains on the other two nodes in the same
+/// allocation.
+#[test]
+fn the_preflight_blames_a_node_whose_python_cannot_import_torch() {
+    let bed = Bed::require();
+    let (project, exps) = crate::support::project_with(
+        &bed,
+        "spare_preflight",
+        &[("crates/herd/tests/e2e/workers/bad_host.py", "bad_host.py")],
+    );
+    let exp_root = exps.display().to_string();
+    let nodes = bed.nodes().to_vec();
+    let broken = BrokenVenv::on(&bed, &nodes[1], &exps.join("empty-site-packages"));
+    let job = job_id(&submit(
+        &bed,
+        &project,
+        &args(
+            &[
+                "-J",
+                "preflight",
+                "--nodes",
+                "2",
+                "--spare-nodes",
+                "1",
+                "--gpus-per-node",
+                "2",
+            ],
+            &exp_root,
+            &["python", "bad_host.py", "none"],
+        ),
+    ));
+    let exp = exps.join("preflight");
+    let info = wait_final(&bed, job, &exp, Duration::from_secs(300));
+    drop(broken);
+    let all = timeline(&exp);
+    assert!(info.succeeded(), "{info:?}\n{:?}", names(&all));
+    let found = events(&all, "preflight_failed");
+    assert_eq!(found.len(), 1, "{:?}", names(&all));
+    assert_eq!(found[0]["node"], Value::from(nodes[1].clone()));
+    assert_eq!(found[0]["check"], "python");
+    assert!(
+        found[0]["detail"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("torch"),
+        "{found:?}"
+    );
+    let blame = events(&all, "blame");
+    assert_eq!(blame.len(), 1, "{:?}", names(&all));
+    assert_eq!(blame[0]["kind"], "preflight");
+    let replace = events(&all, "replace");
+    assert_eq!(replace.len(), 1, "{:?}", names(&all));
+    assert_eq!(replace[0]["node"], Value::from(nodes[1].clone()));
+    assert_eq!(replace[0]["by"], Value::from(nodes[2].clone()));
+    // Before any worker started: attempt 0 has no worker output at all.
+    assert!(
+        events(&all, "worker_exit").is_empty() && events(&all, "first_output").len() == 1,
+        "{:?}",
+        names(&all)
+    );
+    assert!(
+        !exp.join("logs/attempt-0/rank-0.out").exists(),
+        "no worker of attempt 0 started"
+    );
+    let out = read_lossy(exp.join(format!("logs/{job}.out")));
+    for rank in 0..4 {
+        assert!(
+            out.contains(&format!("rank={rank} done total=50")),
+            "rank {rank} finished:\n{out}"
+        );
+    }
+}
