@@ -382,7 +382,7 @@ impl Follow {
     /// Each second while the hang watchdog is on: how long each rank has made no progress,
     /// to the leader.
     async fn on_progress_tick(&mut self) {
-        if let Some(a) = self.attempt.as_ref().filter(|_| !self.stopped) {
+        if let Some(a) = self.attempt.as_mut().filter(|_| !self.stopped) {
             let ranks = a.progress();
             let _ = send(
                 &mut self.w,

@@ -13,6 +13,8 @@
 //! - `keep`: staying alive across allocations: attempt numbers, the requeue budget and
 //!   the requeue, the manifest's record of each attempt.
 //! - `attempt`: one attempt on one node: start its workers, hear their exits, tear down.
+//! - `pace`: the pace of each rank's progress and the hang timeout it earns (`--hang-timeout
+//!   auto`).
 //! - `protocol`: how the messages travel between agents.
 //! - [`signals`]: the signals herd handles and what each means, for `herd launch` and
 //!   `herd run` alike.
@@ -33,6 +35,7 @@ mod keep;
 mod leader;
 mod message;
 mod outcome;
+mod pace;
 pub mod procs;
 mod protocol;
 pub mod signals;

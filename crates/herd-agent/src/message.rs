@@ -62,7 +62,9 @@ pub(crate) enum Msg {
     Heartbeat,
 }
 
-/// How long one rank has made no progress (no output line, no heartbeat).
+/// How long one rank has made no progress (no output line, no heartbeat), and the pace of
+/// its progress so far in this attempt (`--hang-timeout auto`'s measure; an agent that does
+/// not send it is taken for a rank still warming up).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RankProgress {
     /// Global rank.
@@ -75,6 +77,15 @@ pub struct RankProgress {
     /// silence is its start, measured against the start timeout.
     #[serde(default)]
     pub started: bool,
+    /// The longest gap between two of its progress events so far, in milliseconds.
+    #[serde(default)]
+    pub longest_gap_ms: u64,
+    /// How many gaps between its progress events were seen.
+    #[serde(default)]
+    pub gaps: u32,
+    /// Milliseconds from its first progress to its last.
+    #[serde(default)]
+    pub progress_ms: u64,
 }
 
 pub use herd_exp::failure::RankStack;
@@ -108,5 +119,37 @@ mod tests {
         let back: Msg = serde_json::from_str(r#"{"type":"finish","ok":false}"#).expect("decodes");
         assert!(matches!(back, Msg::Finish { ok: false }));
         assert!(serde_json::from_str::<Msg>(r#"{"type":"launch_missiles"}"#).is_err());
+    }
+
+    /// An agent of the last version and this one understand each other: what one does not
+    /// send the other takes as its default, what it does not know it passes over.
+    #[test]
+    fn older_agents_progress_reads_with_defaults() {
+        let old = r#"{"type":"progress","attempt":2,"ranks":[{"rank":1,"pid":7,"silent_ms":1500,"started":true}]}"#;
+        let Ok(Msg::Progress { ranks, .. }) = serde_json::from_str::<Msg>(old) else {
+            panic!("an older agent's progress reads");
+        };
+        assert_eq!(
+            (ranks[0].longest_gap_ms, ranks[0].gaps, ranks[0].progress_ms),
+            (0, 0, 0)
+        );
+        // This agent's messages, read by one that knows none of the new fields.
+        #[derive(Deserialize)]
+        struct OldRank {
+            rank: u32,
+            silent_ms: u64,
+        }
+        let new = RankProgress {
+            rank: 1,
+            pid: 7,
+            silent_ms: 1500,
+            started: true,
+            longest_gap_ms: 2500,
+            gaps: 4,
+            progress_ms: 9000,
+        };
+        let text = serde_json::to_string(&new).expect("encodes");
+        let old: OldRank = serde_json::from_str(&text).expect("an older agent reads it");
+        assert_eq!((old.rank, old.silent_ms), (1, 1500));
     }
 }

@@ -1,13 +1,13 @@
 //! The staying-alive keys of a plan (`max_requeues`, `warn_before`, `stop_signal`,
-//! `stop_grace`, `hang_timeout`, `on_hang`): `herd submit`'s defaults for them
+//! `stop_grace`, `hang_timeout`, `start_timeout`, `on_hang`): `herd submit`'s defaults for them
 //! ([`KeepAlive::submit`], which fit a short time limit), and their checks against each
 //! other, the time limit and the launch mode.
 
 use crate::keys::{Key, Source};
-use crate::launch::{KeepAlive, OnHang, Seconds, StopSignal};
+use crate::launch::{HangTimeout, KeepAlive, OnHang, Seconds, StopSignal};
 use crate::layers::Layers;
 use crate::plan::Mode;
-use crate::values::{non_negative, ValueError};
+use crate::values::{non_negative, TextOrNumber, ValueError};
 use herd_slurm::TimeLimit;
 
 /// The keep-alive keys, checked against each other, the time limit and the mode.
@@ -62,7 +62,7 @@ pub(crate) fn resolve_keep(
     let hang_timeout = given(
         l,
         Key::HangTimeout,
-        |l| l.take(Key::HangTimeout, |k| k.hang_timeout.as_ref(), secs),
+        |l| l.take(Key::HangTimeout, |k| k.hang_timeout.as_ref(), hang),
         d.hang_timeout,
     );
     let start_timeout = given(
@@ -116,7 +116,7 @@ pub(crate) fn resolve_keep(
     if mode != Mode::Agent {
         for (key, set) in [
             (Key::MaxRequeues, max_requeues_set && max_requeues > 0),
-            (Key::HangTimeout, !hang_timeout.is_zero()),
+            (Key::HangTimeout, hang_timeout.is_on()),
         ] {
             if set {
                 let o = l.origin(key);
@@ -137,6 +137,19 @@ pub(crate) fn resolve_keep(
         hang_timeout,
         start_timeout,
         on_hang,
+    }
+}
+
+/// `hang_timeout`: whole seconds (0: no watchdog) or `"auto"`.
+fn hang(v: &TextOrNumber) -> Result<HangTimeout, ValueError> {
+    match v {
+        TextOrNumber::Number(n) => {
+            non_negative(*n).map(|s| HangTimeout::Fixed(Seconds::from_secs(s.into())))
+        }
+        TextOrNumber::Text(t) if t == "auto" => Ok(HangTimeout::Auto),
+        TextOrNumber::Text(t) => Err(ValueError::new(format!(
+            "`{t}` is not a whole number of seconds or `auto`"
+        ))),
     }
 }
 

@@ -18,7 +18,7 @@ use crate::config::Config;
 use crate::error::AgentError;
 use crate::event::Event;
 use crate::keep::unix_now;
-use crate::message::Msg;
+use crate::message::{Msg, RankProgress};
 use crate::words::say;
 use herd_exp::failure::FailureReport;
 
@@ -76,9 +76,8 @@ pub(super) struct Lead {
     pub(super) stopping: Option<Stopping>,
     /// When herd's own warning before the time limit is due.
     pub(super) warn_at: Option<Instant>,
-    /// Each follower rank's last progress report: (node rank, pid, silent ms, whether it
-    /// has made progress since it started, when heard).
-    pub(super) progress: HashMap<u32, (u32, i32, u64, bool, Instant)>,
+    /// Each follower rank's last progress report: (node rank, the report, when heard).
+    pub(super) progress: HashMap<u32, (u32, RankProgress, Instant)>,
     /// The signal that cancelled this attempt: the followers pass it on before teardown.
     pub(super) cancelled_by: Option<Signal>,
     /// Followers whose workers all exited 0 (or stopped as asked), or tore down.

@@ -158,8 +158,7 @@ impl Lead {
             Msg::Progress { attempt, ranks } if attempt == number => {
                 let now = Instant::now();
                 for r in ranks {
-                    self.progress
-                        .insert(r.rank, (node_rank, r.pid, r.silent_ms, r.started, now));
+                    self.progress.insert(r.rank, (node_rank, r, now));
                 }
                 None
             }
