@@ -19,7 +19,7 @@ use crate::exit::exit_of;
 use crate::message::{RankProgress, RankStack};
 use crate::pace::Pace;
 use crate::procs;
-use crate::workers::{spawn, unix_ms, OutputConfig, OutputSink, Running, WorkerSpec};
+use crate::workers::{spawn, unix_ms, HighestStep, OutputConfig, OutputSink, Running, WorkerSpec};
 use herd_exp::failure::{Exit, FailureReport, WorkerError};
 use herd_exp::layout::AttemptDir;
 
@@ -38,6 +38,8 @@ pub(crate) struct Attempt {
     managed: HashSet<i32>,
     /// Each rank's pace, as the hang watchdog's polls see it ([`Attempt::progress`]).
     paces: HashMap<u32, Pace>,
+    /// The highest training step its workers printed.
+    step: HighestStep,
     sink: Option<OutputSink>,
 }
 
@@ -85,6 +87,7 @@ impl Attempt {
             groups: Vec::new(),
             managed: HashSet::new(),
             paces: HashMap::new(),
+            step: sink.highest_step(),
             sink: Some(sink),
         };
         for local_rank in 0..layout.tasks_per_node[cfg.node_rank as usize] {
@@ -246,6 +249,11 @@ impl Attempt {
             .collect();
         out.sort_by_key(|p| p.rank);
         out
+    }
+
+    /// The highest training step this node's workers have printed in this attempt.
+    pub(crate) fn highest_step(&self) -> Option<u64> {
+        self.step.get()
     }
 
     /// Whether any of this node's workers has written a line yet.

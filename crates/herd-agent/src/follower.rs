@@ -190,7 +190,11 @@ impl Follow {
                     },
                 )
                 .await;
-                let _ = send(&mut self.w, &Msg::TornDown { attempt: n }).await;
+                let torn_down = Msg::TornDown {
+                    attempt: n,
+                    step: None,
+                };
+                let _ = send(&mut self.w, &torn_down).await;
             }
         }
         Ok(())
@@ -230,7 +234,8 @@ impl Follow {
                 .await;
         }
         self.stopped = true;
-        let _ = send(&mut self.w, &Msg::TornDown { attempt: n }).await;
+        let step = self.attempt.as_ref().and_then(Attempt::highest_step);
+        let _ = send(&mut self.w, &Msg::TornDown { attempt: n, step }).await;
     }
 
     /// The job is over, `ok` or not.
@@ -297,7 +302,8 @@ impl Follow {
             )
             .await;
             a.teardown(self.cfg.kill_grace).await;
-            let _ = send(&mut self.w, &Msg::TornDown { attempt: n }).await;
+            let step = a.highest_step();
+            let _ = send(&mut self.w, &Msg::TornDown { attempt: n, step }).await;
         } else if a.running.is_empty() {
             a.finish_output().await;
             let _ = send(&mut self.w, &Msg::NodeDone { attempt: n }).await;
@@ -473,6 +479,6 @@ async fn lost_leader(cfg: &Config, attempt: Option<&Attempt>, why: &str) -> Outc
             "finished",
             serde_json::json!({"attempt": number, "ok": false, "cause": Cause::NodeFailure}),
         );
-        Outcome::Failed(Some(report))
+        Outcome::Failed(Some(Box::new(report)))
     }
 }

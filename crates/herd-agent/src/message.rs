@@ -34,8 +34,14 @@ pub(crate) enum Msg {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         signal: Option<String>,
     },
-    /// Follower → leader: my workers are gone.
-    TornDown { attempt: u32 },
+    /// Follower → leader: my workers are gone; `step`: the highest training step they
+    /// printed in this attempt (their metrics lines), for the rule that stops restarts
+    /// that make no progress.
+    TornDown {
+        attempt: u32,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        step: Option<u64>,
+    },
     /// Leader → followers: the job is over.
     Finish { ok: bool },
     /// Leader → followers: ask every worker of attempt `attempt` to checkpoint and stop,
@@ -108,9 +114,14 @@ mod tests {
             serde_json::to_string(&start).expect("encodes"),
             r#"{"type":"start","attempt":1,"master_addr":"10.0.0.1","master_port":29500,"tasks_per_node":[2,2],"restarts":1}"#
         );
+        let torn_down = |step| Msg::TornDown { attempt: 3, step };
         assert_eq!(
-            serde_json::to_string(&Msg::TornDown { attempt: 3 }).expect("encodes"),
+            serde_json::to_string(&torn_down(None)).expect("encodes"),
             r#"{"type":"torn_down","attempt":3}"#
+        );
+        assert_eq!(
+            serde_json::to_string(&torn_down(Some(120))).expect("encodes"),
+            r#"{"type":"torn_down","attempt":3,"step":120}"#
         );
         assert_eq!(
             serde_json::to_string(&Msg::Heartbeat).expect("encodes"),
@@ -124,7 +135,7 @@ mod tests {
     /// An agent of the last version and this one understand each other: what one does not
     /// send the other takes as its default, what it does not know it passes over.
     #[test]
-    fn older_agents_progress_reads_with_defaults() {
+    fn older_agents_progress_and_teardown_read_with_defaults() {
         let old = r#"{"type":"progress","attempt":2,"ranks":[{"rank":1,"pid":7,"silent_ms":1500,"started":true}]}"#;
         let Ok(Msg::Progress { ranks, .. }) = serde_json::from_str::<Msg>(old) else {
             panic!("an older agent's progress reads");
@@ -133,6 +144,14 @@ mod tests {
             (ranks[0].longest_gap_ms, ranks[0].gaps, ranks[0].progress_ms),
             (0, 0, 0)
         );
+        let back: Msg = serde_json::from_str(r#"{"type":"torn_down","attempt":2}"#).expect("reads");
+        assert!(matches!(
+            back,
+            Msg::TornDown {
+                attempt: 2,
+                step: None
+            }
+        ));
         // This agent's messages, read by one that knows none of the new fields.
         #[derive(Deserialize)]
         struct OldRank {

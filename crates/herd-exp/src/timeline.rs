@@ -18,6 +18,7 @@
 //! | `teardown` | leader | `attempt` |
 //! | `checkpoint` | leader | `attempt`, `path`: the newest checkpoint after the attempt, when it wrote one |
 //! | `restart` | leader | `attempt` (the new one) |
+//! | `restarts_stopped` | leader | `attempt`, `restarts` (in a row without progress), `step` (the highest seen), `max_restarts`, `left`: no restart though some were left |
 //! | `requeue` | leader | `attempt`, `cause`, `count` (for this cause), `budget`, `exclude` (nodes left out) |
 //! | `requeue_refused` | leader | `attempt`, `cause`, `used`, `budget`: no budget left |
 //! | `requeue_failed` | leader | `attempt`, `error` |

@@ -1,6 +1,7 @@
 //! The leader's decisions while an attempt runs: what a signal means for the job (from the
 //! scheduler's facts), the stop before a time limit or on preemption, and the hang
-//! watchdog's verdict and report; each a method of [`Lead`], the leader's state.
+//! watchdog's verdict and report; and when it ends, whether restarts that made no progress
+//! go on (`stall`'s rule); each a method of [`Lead`], the leader's state.
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -10,10 +11,12 @@ use nix::sys::signal::Signal;
 use serde_json::json;
 
 use super::links::broadcast;
+use super::stall::Done;
 use super::state::{End, Lead, Stopping};
+use crate::attempt::Attempt;
 use crate::config::KeepAlive;
 use crate::event::Event;
-use crate::keep::{adopt_requeue, job_facts};
+use crate::keep::{adopt_requeue, job_facts, unix_now};
 use crate::message::{Msg, RankProgress, RankStack};
 use crate::pace::{self, AutoRule, How, Limit};
 use crate::signals::{self, Action};
@@ -498,6 +501,32 @@ impl Lead {
             }
         }
         stacks
+    }
+
+    /// The attempt that ended made progress or not (every node's highest step, its
+    /// checkpoint, how long it ran); when a restart would come (`restart`) but restarts in a
+    /// row made none, why the job ends here instead (recorded as `restarts_stopped`).
+    pub(super) fn stalled(&mut self, restart: bool) -> Option<String> {
+        let own = self.attempt.as_ref().and_then(Attempt::highest_step);
+        let newest = self.cfg.launch.newest_checkpoint().ok().flatten();
+        let newest = newest.and_then(|p| p.to_str().map(str::to_owned));
+        let done = Done {
+            step: self.stall.heard.max(own),
+            checkpoint: newest.is_some() && newest != self.resume,
+            ran: Duration::from_secs(unix_now().saturating_sub(self.started_unix)),
+        };
+        self.stall.close(done, self.number > self.first);
+        let why = self.stall.stuck().filter(|_| restart)?;
+        let (max, used) = (self.cfg.launch.max_restarts, self.number - self.first);
+        self.cfg.record(
+            "restarts_stopped",
+            json!({"attempt": self.number, "restarts": self.stall.restarts,
+                   "step": self.stall.best, "max_restarts": max, "left": max - used}),
+        );
+        Some(format!(
+            "{why}; not restarting again (--max-restarts {max} left {})",
+            max - used
+        ))
     }
 }
 

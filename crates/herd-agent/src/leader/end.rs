@@ -45,12 +45,18 @@ impl Lead {
             self.record_failed(report.as_ref(), cause);
         }
         self.cfg.record("teardown", json!({"attempt": self.number}));
+        let restart = retryable && self.may_restart();
+        let stalled = self.stalled(restart);
+        let mut report = report;
+        if let Some(r) = report.as_mut() {
+            r.restarts_stopped.clone_from(&stalled);
+        }
         if let Some(r) = &report {
             eprint!("{}", r.human());
             r.write(&self.cfg.log_dir);
         }
         self.record_checkpoint();
-        if retryable && self.may_restart() {
+        if restart && stalled.is_none() {
             self.restart(cause);
             return None;
         }
@@ -120,9 +126,10 @@ impl Lead {
             match event {
                 Event::Peer {
                     node_rank,
-                    msg: Some(Msg::TornDown { attempt }),
+                    msg: Some(Msg::TornDown { attempt, step }),
                     ..
                 } if attempt == self.number => {
+                    self.stall.heard(step);
                     pending.remove(&node_rank);
                 }
                 Event::Peer {
@@ -240,7 +247,7 @@ impl Lead {
                 ),
             )
         });
-        Outcome::Failed(Some(report))
+        Outcome::Failed(Some(Box::new(report)))
     }
 
     /// The attempt's entry in the manifest, once its end is known.

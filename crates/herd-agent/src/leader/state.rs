@@ -13,6 +13,7 @@ use tokio::sync::mpsc;
 use tokio::time::{Instant, Interval};
 
 use super::links::{broadcast, Follower};
+use super::stall::Stall;
 use crate::attempt::Attempt;
 use crate::config::Config;
 use crate::error::AgentError;
@@ -88,6 +89,8 @@ pub(super) struct Lead {
     /// attempt's requeue: `Some(true)`, or `Some(false)` when the budget refused it (the job
     /// was cancelled); herd then never requeues it itself.
     pub(super) requeued_by_job: Option<bool>,
+    /// The attempts' progress in this allocation: restarts that make none stop early.
+    pub(super) stall: Stall,
 }
 
 impl Lead {
@@ -127,6 +130,7 @@ impl Lead {
             done_nodes: HashSet::new(),
             first_output: false,
             requeued_by_job: None,
+            stall: Stall::default(),
         }
     }
 

@@ -148,7 +148,7 @@ impl Lead {
     async fn on_peer_message(&mut self, node_rank: u32, msg: Msg) -> Option<End> {
         let number = self.number;
         match msg {
-            Msg::NodeDone { attempt } | Msg::TornDown { attempt } if attempt == number => {
+            Msg::NodeDone { attempt } | Msg::TornDown { attempt, .. } if attempt == number => {
                 self.done_nodes.insert(node_rank);
                 None
             }

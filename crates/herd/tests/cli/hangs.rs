@@ -1,7 +1,7 @@
 //! The hang watchdog told from slow starts, with real agents (`herd run`, 2 simulated
 //! nodes, the follower's progress reports included): silence before a rank's first progress
 //! counts against `--start-timeout`, silence after it against `--hang-timeout`, fixed or
-//! `auto` (each rank's own from its pace).
+//! `auto` (each rank's own from its pace). And restarts that make no progress stop early.
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -155,4 +155,74 @@ fn auto_lets_a_regular_long_pause_pass() {
     assert!(out.status.success(), "{stderr}");
     assert!(!stderr.contains("hang"), "{stderr}");
     assert!(took >= Duration::from_secs(21), "took {took:?}");
+}
+
+/// A worker that fails right after it starts, every time, with 10 restarts allowed: after
+/// the first attempt, 3 restarts in a row make no progress (no step, no checkpoint, each
+/// far shorter than 10 min), and the job ends there, saying why, in the report on stderr,
+/// in `failure.json` and in the timeline; 7 restarts are left unused.
+#[test]
+fn restarts_that_make_no_progress_stop_after_three() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let exp = dir.path().to_str().expect("utf-8");
+    let (out, _) = run_in(
+        dir.path(),
+        &[("HERD_EXP_DIR", exp)],
+        &["--max-restarts", "10"],
+        "echo starting; exit 1",
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let why = "3 restarts in a row made no progress (no step in the workers' output, no new \
+               checkpoint, none ran 10 min); not restarting again (--max-restarts 10 left 7)";
+    assert!(stderr.contains(&format!("herd: {why}")), "{stderr}");
+    assert_eq!(
+        stderr.matches("restarting all workers").count(),
+        3,
+        "{stderr}"
+    );
+    let logs = dir.path().join("logs");
+    assert!(logs.join("attempt-3").is_dir() && !logs.join("attempt-4").exists());
+    let report = std::fs::read_to_string(logs.join("failure.json")).expect("failure.json");
+    let report: serde_json::Value = serde_json::from_str(&report).expect("json");
+    assert_eq!(report["restarts_stopped"], why, "{report}");
+    let stopped = events(dir.path(), "restarts_stopped");
+    assert_eq!(stopped.len(), 1, "{stopped:?}");
+    assert_eq!(
+        (
+            &stopped[0]["attempt"],
+            &stopped[0]["restarts"],
+            &stopped[0]["left"]
+        ),
+        (&3.into(), &3.into(), &7.into())
+    );
+}
+
+/// The steps the workers print (metrics lines) are the measure: every attempt fails at step
+/// 5 (it starts from 1 again: no checkpoint), so from the second on none gets beyond 5, and
+/// after three such restarts the job ends; workers that get further each time use every
+/// restart they are given.
+#[test]
+fn restarts_stop_when_the_steps_do_not_advance_and_go_on_while_they_do() {
+    let stuck = r#"i=0; while [ $i -lt 5 ]; do i=$((i+1)); echo "{\"step\": $i}"; done; exit 1"#;
+    let (out, _) = run(&["--max-restarts", "10"], stuck);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(
+            "herd: 3 restarts in a row made no progress (no step beyond 5); not restarting again (--max-restarts 10 left 7)"
+        ),
+        "{stderr}"
+    );
+    // Each attempt gets 5 steps further than the last (as after resuming from a checkpoint).
+    let advancing = r#"echo "{\"step\": $(( (TORCHELASTIC_RESTART_COUNT + 1) * 5 ))}"; exit 1"#;
+    let (out, _) = run(&["--max-restarts", "4"], advancing);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(
+        stderr.matches("restarting all workers").count(),
+        4,
+        "{stderr}"
+    );
+    assert!(!stderr.contains("made no progress"), "{stderr}");
 }
