@@ -17,8 +17,9 @@ use crate::config::Config;
 use crate::event::Event;
 use crate::exit::exit_of;
 use crate::message::{RankProgress, RankStack};
+use crate::pace::Pace;
 use crate::procs;
-use crate::workers::{spawn, unix_ms, OutputConfig, OutputSink, Running, WorkerSpec};
+use crate::workers::{spawn, unix_ms, HighestStep, OutputConfig, OutputSink, Running, WorkerSpec};
 use herd_exp::failure::{Exit, FailureReport, WorkerError};
 use herd_exp::layout::AttemptDir;
 
@@ -35,6 +36,10 @@ pub(crate) struct Attempt {
     pub(crate) running: HashMap<u32, Running>,
     groups: Vec<i32>,
     managed: HashSet<i32>,
+    /// Each rank's pace, as the hang watchdog's polls see it ([`Attempt::progress`]).
+    paces: HashMap<u32, Pace>,
+    /// The highest training step its workers printed.
+    step: HighestStep,
     sink: Option<OutputSink>,
 }
 
@@ -82,6 +87,8 @@ impl Attempt {
             running: HashMap::new(),
             groups: Vec::new(),
             managed: HashSet::new(),
+            paces: HashMap::new(),
+            step: sink.highest_step(),
             sink: Some(sink),
         };
         for local_rank in 0..layout.tasks_per_node[slot] {
@@ -208,10 +215,12 @@ impl Attempt {
         ))
     }
 
-    /// How long each running rank has made no progress: no output line and no touch of
-    /// its heartbeat file.
-    pub(crate) fn progress(&self) -> Vec<RankProgress> {
+    /// How long each running rank has made no progress (no output line and no touch of
+    /// its heartbeat file), and its pace so far: each call is a poll of the hang watchdog
+    /// (every second), which also measures the gaps between a rank's progress events.
+    pub(crate) fn progress(&mut self) -> Vec<RankProgress> {
         let now = unix_ms();
+        let paces = &mut self.paces;
         let mut out: Vec<RankProgress> = self
             .running
             .values()
@@ -223,16 +232,29 @@ impl Attempt {
                     .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
                     .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(0));
                 let last = output.max(beat);
+                let started = last >= w.started_ms && last > 0;
+                let pace = paces.entry(w.rank).or_default();
+                if started {
+                    pace.observe(last);
+                }
                 RankProgress {
                     rank: w.rank,
                     pid: w.pid,
                     silent_ms: now.saturating_sub(last.max(w.started_ms)),
-                    started: last >= w.started_ms && last > 0,
+                    started,
+                    longest_gap_ms: pace.longest_gap_ms,
+                    gaps: pace.gaps,
+                    progress_ms: pace.progress_ms(),
                 }
             })
             .collect();
         out.sort_by_key(|p| p.rank);
         out
+    }
+
+    /// The highest training step this node's workers have printed in this attempt.
+    pub(crate) fn highest_step(&self) -> Option<u64> {
+        self.step.get()
     }
 
     /// Whether any of this node's workers has written a line yet.

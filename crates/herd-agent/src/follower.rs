@@ -237,7 +237,11 @@ impl Follow {
                     },
                 )
                 .await;
-                let _ = send(&mut self.w, &Msg::TornDown { attempt: n }).await;
+                let torn_down = Msg::TornDown {
+                    attempt: n,
+                    step: None,
+                };
+                let _ = send(&mut self.w, &torn_down).await;
             }
         }
         Ok(())
@@ -301,7 +305,8 @@ impl Follow {
                 .await;
         }
         self.stopped = true;
-        let _ = send(&mut self.w, &Msg::TornDown { attempt: n }).await;
+        let step = self.attempt.as_ref().and_then(Attempt::highest_step);
+        let _ = send(&mut self.w, &Msg::TornDown { attempt: n, step }).await;
     }
 
     /// The job is over, `ok` or not.
@@ -381,7 +386,8 @@ impl Follow {
             )
             .await;
             a.teardown(self.cfg.kill_grace).await;
-            let _ = send(&mut self.w, &Msg::TornDown { attempt: n }).await;
+            let step = a.highest_step();
+            let _ = send(&mut self.w, &Msg::TornDown { attempt: n, step }).await;
         } else if a.running.is_empty() {
             a.finish_output().await;
             let _ = send(&mut self.w, &Msg::NodeDone { attempt: n }).await;
@@ -466,7 +472,7 @@ impl Follow {
     /// Each second while the hang watchdog is on: how long each rank has made no progress,
     /// to the leader.
     async fn on_progress_tick(&mut self) {
-        if let Some(a) = self.attempt.as_ref().filter(|_| !self.stopped) {
+        if let Some(a) = self.attempt.as_mut().filter(|_| !self.stopped) {
             let ranks = a.progress();
             let _ = send(
                 &mut self.w,
@@ -557,6 +563,6 @@ async fn lost_leader(cfg: &Config, attempt: Option<&Attempt>, why: &str) -> Outc
             "finished",
             serde_json::json!({"attempt": number, "ok": false, "cause": Cause::NodeFailure}),
         );
-        Outcome::Failed(Some(report))
+        Outcome::Failed(Some(Box::new(report)))
     }
 }

@@ -15,6 +15,8 @@
 //! - `attempt`: one attempt on one node: start its workers, hear their exits, tear down.
 //! - `preflight`: the node's checks before an attempt (its worker command and Python, its
 //!   GPUs, its folders, the master's port) and the leader's held port they connect to.
+//! - `pace`: the pace of each rank's progress and the hang timeout it earns (`--hang-timeout
+//!   auto`).
 //! - `protocol`: how the messages travel between agents.
 //! - [`signals`]: the signals herd handles and what each means, for `herd launch` and
 //!   `herd run` alike.
@@ -35,6 +37,7 @@ mod keep;
 mod leader;
 mod message;
 mod outcome;
+mod pace;
 mod preflight;
 pub mod procs;
 mod protocol;

@@ -53,8 +53,14 @@ pub(crate) enum Msg {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         signal: Option<String>,
     },
-    /// Follower → leader: my workers are gone.
-    TornDown { attempt: u32 },
+    /// Follower → leader: my workers are gone; `step`: the highest training step they
+    /// printed in this attempt (their metrics lines), for the rule that stops restarts
+    /// that make no progress.
+    TornDown {
+        attempt: u32,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        step: Option<u64>,
+    },
     /// Leader → followers: the job is over.
     Finish { ok: bool },
     /// Leader → one follower: a spare takes this node's place (it was lost, froze or was
@@ -84,7 +90,9 @@ pub(crate) enum Msg {
     Heartbeat,
 }
 
-/// How long one rank has made no progress (no output line, no heartbeat).
+/// How long one rank has made no progress (no output line, no heartbeat), and the pace of
+/// its progress so far in this attempt (`--hang-timeout auto`'s measure; an agent that does
+/// not send it is taken for a rank still warming up).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RankProgress {
     /// Global rank.
@@ -97,6 +105,15 @@ pub struct RankProgress {
     /// silence is its start, measured against the start timeout.
     #[serde(default)]
     pub started: bool,
+    /// The longest gap between two of its progress events so far, in milliseconds.
+    #[serde(default)]
+    pub longest_gap_ms: u64,
+    /// How many gaps between its progress events were seen.
+    #[serde(default)]
+    pub gaps: u32,
+    /// Milliseconds from its first progress to its last.
+    #[serde(default)]
+    pub progress_ms: u64,
 }
 
 pub use herd_exp::failure::RankStack;
@@ -121,9 +138,14 @@ mod tests {
             serde_json::to_string(&start).expect("encodes"),
             r#"{"type":"start","attempt":1,"master_addr":"10.0.0.1","master_port":29500,"tasks_per_node":[2,2],"restarts":1}"#
         );
+        let torn_down = |step| Msg::TornDown { attempt: 3, step };
         assert_eq!(
-            serde_json::to_string(&Msg::TornDown { attempt: 3 }).expect("encodes"),
+            serde_json::to_string(&torn_down(None)).expect("encodes"),
             r#"{"type":"torn_down","attempt":3}"#
+        );
+        assert_eq!(
+            serde_json::to_string(&torn_down(Some(120))).expect("encodes"),
+            r#"{"type":"torn_down","attempt":3,"step":120}"#
         );
         assert_eq!(
             serde_json::to_string(&Msg::Heartbeat).expect("encodes"),
@@ -132,5 +154,45 @@ mod tests {
         let back: Msg = serde_json::from_str(r#"{"type":"finish","ok":false}"#).expect("decodes");
         assert!(matches!(back, Msg::Finish { ok: false }));
         assert!(serde_json::from_str::<Msg>(r#"{"type":"launch_missiles"}"#).is_err());
+    }
+
+    /// An agent of the last version and this one understand each other: what one does not
+    /// send the other takes as its default, what it does not know it passes over.
+    #[test]
+    fn older_agents_progress_and_teardown_read_with_defaults() {
+        let old = r#"{"type":"progress","attempt":2,"ranks":[{"rank":1,"pid":7,"silent_ms":1500,"started":true}]}"#;
+        let Ok(Msg::Progress { ranks, .. }) = serde_json::from_str::<Msg>(old) else {
+            panic!("an older agent's progress reads");
+        };
+        assert_eq!(
+            (ranks[0].longest_gap_ms, ranks[0].gaps, ranks[0].progress_ms),
+            (0, 0, 0)
+        );
+        let back: Msg = serde_json::from_str(r#"{"type":"torn_down","attempt":2}"#).expect("reads");
+        assert!(matches!(
+            back,
+            Msg::TornDown {
+                attempt: 2,
+                step: None
+            }
+        ));
+        // This agent's messages, read by one that knows none of the new fields.
+        #[derive(Deserialize)]
+        struct OldRank {
+            rank: u32,
+            silent_ms: u64,
+        }
+        let new = RankProgress {
+            rank: 1,
+            pid: 7,
+            silent_ms: 1500,
+            started: true,
+            longest_gap_ms: 2500,
+            gaps: 4,
+            progress_ms: 9000,
+        };
+        let text = serde_json::to_string(&new).expect("encodes");
+        let old: OldRank = serde_json::from_str(&text).expect("an older agent reads it");
+        assert_eq!((old.rank, old.silent_ms), (1, 1500));
     }
 }

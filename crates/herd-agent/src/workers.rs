@@ -141,18 +141,14 @@ impl RankFiles {
     }
 
     /// Reads `line` for metrics and stores what it holds (a file that cannot be written
-    /// loses the reading, never the line).
-    fn read_metrics(&mut self, line: &OutLine) {
-        let Some((reader, writer)) = self.metrics.as_mut() else {
-            return;
-        };
+    /// loses the reading, never the line); the step it names, if any.
+    fn read_metrics(&mut self, line: &OutLine) -> Option<u64> {
+        let (reader, writer) = self.metrics.as_mut()?;
         let bytes = line.bytes.strip_suffix(b"\n").unwrap_or(&line.bytes);
-        let Ok(text) = std::str::from_utf8(bytes) else {
-            return;
-        };
-        if let Some(record) = reader.line(text) {
-            let _ = writer.write(line.ms, &record);
-        }
+        let text = std::str::from_utf8(bytes).ok()?;
+        let record = reader.line(text)?;
+        let _ = writer.write(line.ms, &record);
+        record.step
     }
 
     /// Append `line` to its stream's file, with a time mark first when one is due.
@@ -191,6 +187,23 @@ pub struct OutputSink {
     dir: AttemptDir,
     tx: mpsc::Sender<OutLine>,
     done: tokio::task::JoinHandle<()>,
+    highest_step: HighestStep,
+}
+
+/// The highest training step any of a node's workers has printed (a metrics line with a
+/// step, docs/metrics.md), shared with the task that reads their lines.
+#[derive(Debug, Clone, Default)]
+pub struct HighestStep(Arc<AtomicU64>);
+
+impl HighestStep {
+    /// The highest step so far; `None` before any.
+    pub fn get(&self) -> Option<u64> {
+        self.0.load(Ordering::Relaxed).checked_sub(1)
+    }
+
+    fn saw(&self, step: u64) {
+        self.0.fetch_max(step.saturating_add(1), Ordering::Relaxed);
+    }
 }
 
 impl OutputSink {
@@ -199,6 +212,8 @@ impl OutputSink {
         std::fs::create_dir_all(cfg.dir.path())?;
         let (tx, mut rx) = mpsc::channel::<OutLine>(1024);
         let dir = cfg.dir.clone();
+        let highest_step = HighestStep::default();
+        let highest = highest_step.clone();
         let done = tokio::spawn(async move {
             let mut files: BTreeMap<u32, RankFiles> = BTreeMap::new();
             while let Some(line) = rx.recv().await {
@@ -206,7 +221,9 @@ impl OutputSink {
                     .entry(line.rank)
                     .or_insert_with(|| RankFiles::open(&cfg.dir, line.rank, &cfg.metrics));
                 rank.write(&line);
-                rank.read_metrics(&line);
+                if let Some(step) = rank.read_metrics(&line) {
+                    highest.saw(step);
+                }
                 if cfg.console {
                     let mut whole = Vec::with_capacity(line.bytes.len() + 8);
                     if cfg.label {
@@ -222,7 +239,17 @@ impl OutputSink {
             }
             let _ = std::io::stdout().flush();
         });
-        Ok(OutputSink { dir, tx, done })
+        Ok(OutputSink {
+            dir,
+            tx,
+            done,
+            highest_step,
+        })
+    }
+
+    /// The highest step the workers have printed, as it grows.
+    pub fn highest_step(&self) -> HighestStep {
+        self.highest_step.clone()
     }
 
     /// Wait until every line sent so far is written (all workers' pipes closed).
@@ -511,7 +538,9 @@ mod tests {
             .expect("sink listens");
         }
         drop(tx);
+        let highest = sink.highest_step();
         sink.finish().await;
+        assert_eq!(highest.get(), Some(20), "the highest step of any rank");
         let zero = herd_metrics::store::read_rank(dir.path(), 0).expect("rank 0");
         assert_eq!(zero.time_ms, [1000, 1500]);
         assert_eq!(zero.step, [Some(10), Some(20)]);

@@ -13,11 +13,12 @@
 //! | `signal` | leader | `attempt`, `signal`, `action` (`forward`, `terminate`, `stop`, `ignored (stopping)`), `cause`, `node` (the follower that got it; `null`: the leader) |
 //! | `warning` | leader | `attempt`, `cause` (`time_limit`, `preemption`), `stop_signal`, `grace_s`: the stop begins |
 //! | `worker_exit` | leader | `attempt`, `rank`, `how`, `during` (`stop` when asked to) |
-//! | `hang` | leader | `attempt`, `rank`, `host`, `pid`, `silent_s`: the rank that went silent first |
+//! | `hang` | leader | `attempt`, `rank`, `host`, `pid`, `silent_s`: the rank that went silent first; `started` (whether it had made progress), `timeout_s` and `timeout` (how its timeout was derived: `auto: 5 × longest gap 7.5 s = 37.5 s`) |
 //! | `failed` | leader | `attempt`, `cause` (the failure report's cause line), `kind` (the cause's name) |
 //! | `teardown` | leader | `attempt` |
 //! | `checkpoint` | leader | `attempt`, `path`: the newest checkpoint after the attempt, when it wrote one |
 //! | `restart` | leader | `attempt` (the new one) |
+//! | `restarts_stopped` | leader | `attempt`, `restarts` (in a row without progress), `step` (the highest seen), `max_restarts`, `left`: no restart though some were left |
 //! | `requeue` | leader | `attempt`, `cause`, `count` (for this cause), `budget`, `exclude` (nodes left out) |
 //! | `requeue_refused` | leader | `attempt`, `cause`, `used`, `budget`: no budget left |
 //! | `requeue_failed` | leader | `attempt`, `error` |

@@ -4,10 +4,10 @@
 //! other, the time limit and the launch mode.
 
 use crate::keys::{Key, Source};
-use crate::launch::{KeepAlive, OnHang, Preflight, Seconds, StopSignal};
+use crate::launch::{HangTimeout, KeepAlive, OnHang, Preflight, Seconds, StopSignal};
 use crate::layers::Layers;
 use crate::plan::Mode;
-use crate::values::{non_negative, ValueError};
+use crate::values::{non_negative, TextOrNumber, ValueError};
 use herd_slurm::TimeLimit;
 
 /// The keep-alive keys, checked against each other, the time limit and the mode.
@@ -62,7 +62,7 @@ pub(crate) fn resolve_keep(
     let hang_timeout = given(
         l,
         Key::HangTimeout,
-        |l| l.take(Key::HangTimeout, |k| k.hang_timeout.as_ref(), secs),
+        |l| l.take(Key::HangTimeout, |k| k.hang_timeout.as_ref(), hang),
         d.hang_timeout,
     );
     let start_timeout = given(
@@ -129,7 +129,7 @@ pub(crate) fn resolve_keep(
     if mode != Mode::Agent {
         for (key, set) in [
             (Key::MaxRequeues, max_requeues_set && max_requeues > 0),
-            (Key::HangTimeout, !hang_timeout.is_zero()),
+            (Key::HangTimeout, hang_timeout.is_on()),
             (Key::Preflight, preflight_set && preflight.is_on()),
         ] {
             if set {
@@ -157,6 +157,19 @@ pub(crate) fn resolve_keep(
         } else {
             Preflight::Off
         },
+    }
+}
+
+/// `hang_timeout`: whole seconds (0: no watchdog) or `"auto"`.
+fn hang(v: &TextOrNumber) -> Result<HangTimeout, ValueError> {
+    match v {
+        TextOrNumber::Number(n) => {
+            non_negative(*n).map(|s| HangTimeout::Fixed(Seconds::from_secs(s.into())))
+        }
+        TextOrNumber::Text(t) if t == "auto" => Ok(HangTimeout::Auto),
+        TextOrNumber::Text(t) => Err(ValueError::new(format!(
+            "`{t}` is not a whole number of seconds or `auto`"
+        ))),
     }
 }
 

@@ -203,10 +203,11 @@ plan_keys! {
     #[key(StopGrace, example = "120")]
     #[arg(long, value_name = "SECONDS", value_parser = count())]
     pub stop_grace: Option<i64>,
-    /// Seconds without progress of any rank that make a hang (default 0: no watchdog).
+    /// Seconds without progress of any rank that make a hang (default 0: no watchdog), or
+    /// `auto`: each rank's own, from the pace of its progress.
     #[key(HangTimeout, example = "600")]
-    #[arg(long, value_name = "SECONDS", value_parser = count())]
-    pub hang_timeout: Option<i64>,
+    #[arg(long, value_name = "SECONDS|auto", value_parser = count_or_text)]
+    pub hang_timeout: Option<TextOrNumber>,
     /// Seconds a rank may be silent after it starts, before its first progress, without
     /// counting toward a hang (default 1800).
     #[key(StartTimeout, example = "3600")]
@@ -239,6 +240,16 @@ plan_keys! {
 /// alike.
 fn count() -> impl TypedValueParser<Value = i64> {
     clap::value_parser!(u32).map(i64::from)
+}
+
+/// A flag that is a count or a word (`--hang-timeout 600`, `--hang-timeout auto`): a
+/// whole number as the job file's number, anything else as its text, so
+/// [`crate::resolve()`] checks both alike.
+fn count_or_text(s: &str) -> Result<TextOrNumber, std::convert::Infallible> {
+    Ok(match s.parse::<u32>() {
+        Ok(n) => TextOrNumber::Number(n.into()),
+        Err(_) => TextOrNumber::Text(s.to_owned()),
+    })
 }
 
 /// A `--mem`, `--time` or `--avoid-bad-nodes` flag: the text, parsed by [`crate::resolve()`] like a job file's.

@@ -4,9 +4,9 @@
 //! batch script's `herd launch` line ([`crate::render_script`]) and the arguments `herd run`
 //! gives its agents are both [`AgentOptions::to_args`] of a value of it, and a test parses
 //! what render writes back into the same value. Every value is typed from the plan on: a
-//! duration is [`Seconds`], the stop signal a [`StopSignal`], a hang's consequence an
-//! [`OnHang`]; a value that is none of these is an error where it is given, never another
-//! value later.
+//! duration is [`Seconds`], the hang timeout a [`HangTimeout`], the stop signal a
+//! [`StopSignal`], a hang's consequence an [`OnHang`]; a value that is none of these is an
+//! error where it is given, never another value later.
 //!
 //! Each default is stated once: `herd launch`'s in [`KeepAlive::LAUNCH`] and the flags'
 //! attributes below; where `herd submit`'s differ, [`KeepAlive::submit`] says how, and
@@ -109,6 +109,109 @@ impl<'de> Deserialize<'de> for Seconds {
                 "{v} is not a number of seconds (0 or more, below 10000000)"
             )))
         }
+    }
+}
+
+/// The hang watchdog's timeout (`--hang-timeout`): a number of seconds, the same for every
+/// rank (`0`: no watchdog), or `auto`, each rank's own from the pace of its progress
+/// (docs/launch.md, "Hangs"). In a plan and a manifest a number or the string `"auto"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum HangTimeout {
+    /// This many seconds of silence; zero: no watchdog.
+    Fixed(Seconds),
+    /// A safety factor times the longest gap between the rank's progress so far, with a
+    /// floor and a warm-up (the agent's rule).
+    Auto,
+}
+
+impl HangTimeout {
+    /// No watchdog.
+    pub const OFF: HangTimeout = HangTimeout::Fixed(Seconds::ZERO);
+
+    /// `auto`: a rank's timeout is this many times the longest gap between its progress
+    /// events so far (NVIDIA NVRx's safety factor).
+    pub const AUTO_FACTOR: u32 = 5;
+    /// `auto`: at least this long.
+    pub const AUTO_FLOOR: Seconds = Seconds::from_secs(60);
+    /// `auto`: a rank warms up until it has made progress this long…
+    pub const AUTO_WARM_UP: Seconds = Seconds::from_secs(300);
+    /// … and shown this many gaps;
+    pub const AUTO_WARM_UP_GAPS: u32 = 10;
+    /// while it warms up its timeout is at least this (NCCL's default collective timeout).
+    pub const AUTO_WARM_UP_TIMEOUT: Seconds = Seconds::from_secs(600);
+
+    /// Whether the watchdog is on.
+    pub fn is_on(self) -> bool {
+        self != HangTimeout::OFF
+    }
+}
+
+impl FromStr for HangTimeout {
+    type Err = String;
+
+    /// `auto`, or seconds (`600`, `1.5`).
+    fn from_str(s: &str) -> Result<HangTimeout, String> {
+        if s.trim() == "auto" {
+            return Ok(HangTimeout::Auto);
+        }
+        s.parse::<Seconds>().map(HangTimeout::Fixed).map_err(|_| {
+            format!("`{s}` is not a number of seconds (0 or more, below 10000000) or `auto`")
+        })
+    }
+}
+
+impl fmt::Display for HangTimeout {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            HangTimeout::Fixed(s) => s.fmt(f),
+            HangTimeout::Auto => f.write_str("auto"),
+        }
+    }
+}
+
+impl Serialize for HangTimeout {
+    /// A number of seconds (what manifests held before `auto`), or `"auto"`.
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            HangTimeout::Fixed(secs) => secs.serialize(s),
+            HangTimeout::Auto => s.serialize_str("auto"),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for HangTimeout {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<HangTimeout, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = HangTimeout;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a number of seconds or \"auto\"")
+            }
+            fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<HangTimeout, E> {
+                if (0.0..MAX_SECONDS).contains(&v) {
+                    Ok(HangTimeout::Fixed(Seconds(Duration::from_secs_f64(v))))
+                } else {
+                    Err(E::custom(format!(
+                        "{v} is not a number of seconds (0 or more, below 10000000)"
+                    )))
+                }
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<HangTimeout, E> {
+                self.visit_f64(v as f64)
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<HangTimeout, E> {
+                self.visit_f64(v as f64)
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<HangTimeout, E> {
+                match v {
+                    "auto" => Ok(HangTimeout::Auto),
+                    _ => Err(E::custom(format!(
+                        "`{v}` is not a number of seconds or \"auto\""
+                    ))),
+                }
+            }
+        }
+        d.deserialize_any(V)
     }
 }
 
@@ -281,10 +384,12 @@ pub struct KeepAlive {
     pub max_requeues: u32,
     /// Seconds without progress of any rank (no output line, no touch of
     /// $HERD_HEARTBEAT_FILE) that make a hang: herd names the rank that went silent first
-    /// and dumps every rank's stack with py-spy; 0: no watchdog. A rank that has made no
-    /// progress since it started is given --start-timeout instead.
-    #[arg(long, value_name = "SECONDS", default_value_t = KeepAlive::LAUNCH.hang_timeout)]
-    pub hang_timeout: Seconds,
+    /// and dumps every rank's stack with py-spy; 0: no watchdog; `auto`: each rank's own,
+    /// 5 × the longest gap between its progress so far, at least 60 s (10 min while it
+    /// warms up). A rank that has made no progress since it started is given
+    /// --start-timeout instead.
+    #[arg(long, value_name = "SECONDS|auto", default_value_t = KeepAlive::LAUNCH.hang_timeout)]
+    pub hang_timeout: HangTimeout,
     /// With the hang watchdog on: seconds a rank may stay silent after it starts, before its
     /// first line or heartbeat (imports, dataset indexing, NCCL setup), before that silence
     /// counts toward a hang.
@@ -317,7 +422,7 @@ impl KeepAlive {
         stop_signal: StopSignal::USR1,
         stop_grace: Seconds::from_secs(60),
         max_requeues: 0,
-        hang_timeout: Seconds::ZERO,
+        hang_timeout: HangTimeout::OFF,
         start_timeout: Seconds::from_secs(1800),
         on_hang: OnHang::Fail,
         preflight: Preflight::On,
@@ -358,8 +463,8 @@ impl KeepAlive {
     }
 
     /// The hang watchdog's timeout; `None` when it is off.
-    pub fn watchdog(&self) -> Option<Duration> {
-        (!self.hang_timeout.is_zero()).then(|| self.hang_timeout.duration())
+    pub fn watchdog(&self) -> Option<HangTimeout> {
+        self.hang_timeout.is_on().then_some(self.hang_timeout)
     }
 }
 

@@ -90,7 +90,9 @@ pub use check::{
 pub use herd_slurm::{Memory, TimeLimit};
 pub use job::{load_profiles, profile_dir, select_profile, JobFile, LoadError, Profile};
 pub use keys::{JobKeys, Key, PlanArgs, Source};
-pub use launch::{AgentOptions, GpuBindArg, KeepAlive, OnHang, Preflight, Seconds, StopSignal};
+pub use launch::{
+    AgentOptions, GpuBindArg, HangTimeout, KeepAlive, OnHang, Preflight, Seconds, StopSignal,
+};
 pub use plan::{Mode, Plan, Problem, ResolveError, DEFAULT_EXP_ROOT};
 pub use quote::{quote, quote_if_needed, quote_words, NulError};
 pub use ranks::{format_rank_table, rank_table, RankRow};

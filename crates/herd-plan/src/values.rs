@@ -221,7 +221,8 @@ pub fn window(value: &TextOrNumber) -> Result<u64, ValueError> {
 }
 
 /// A value a job file may give as a string or a number: `mem = "240G"` or `mem = 16000`,
-/// `time = "2-00:00:00"` or `time = 90` (minutes).
+/// `time = "2-00:00:00"` or `time = 90` (minutes), `hang_timeout = "auto"` or
+/// `hang_timeout = 600`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TextOrNumber {
     /// A TOML string.
@@ -254,7 +255,9 @@ impl<'de> Deserialize<'de> for TextOrNumber {
         impl serde::de::Visitor<'_> for V {
             type Value = TextOrNumber;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a string such as \"240G\" or \"2-00:00:00\", or a whole number")
+                f.write_str(
+                    "a string such as \"240G\", \"2-00:00:00\" or \"auto\", or a whole number",
+                )
             }
             fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<TextOrNumber, E> {
                 Ok(TextOrNumber::Number(v))

@@ -1,6 +1,7 @@
 //! The leader's decisions while an attempt runs: what a signal means for the job (from the
 //! scheduler's facts), the stop before a time limit or on preemption, and the hang
-//! watchdog's verdict and report; each a method of [`Lead`], the leader's state.
+//! watchdog's verdict and report; and when it ends, whether restarts that made no progress
+//! go on (`stall`'s rule); each a method of [`Lead`], the leader's state.
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -10,10 +11,14 @@ use nix::sys::signal::Signal;
 use serde_json::json;
 
 use super::links::broadcast;
+use super::stall::Done;
 use super::state::{End, Lead, Stopping};
+use crate::attempt::Attempt;
+use crate::config::KeepAlive;
 use crate::event::Event;
-use crate::keep::{adopt_requeue, job_facts};
-use crate::message::{Msg, RankStack};
+use crate::keep::{adopt_requeue, job_facts, unix_now};
+use crate::message::{Msg, RankProgress, RankStack};
+use crate::pace::{self, AutoRule, How, Limit};
 use crate::signals::{self, Action};
 use crate::words::{cancelled, say};
 use herd_exp::failure::{Exit, FailureReport};
@@ -66,16 +71,32 @@ pub(super) struct Silence {
     pub(super) silent_ms: u64,
     /// Whether it has made progress since it started.
     pub(super) started: bool,
+    /// Its timeout now, and how it was derived ([`pace::limit`]): the start timeout until
+    /// its first progress (imports, dataset indexing, NCCL setup), then the hang timeout,
+    /// fixed or its own (`auto`).
+    pub(super) limit: Limit,
 }
 
-/// The watchdog's verdict over every running rank: a hang when every rank is overdue, a rank
-/// that has made progress after `hang` of silence, one still in its start (imports, dataset
-/// indexing, NCCL setup: no line or heartbeat yet) after `start`; then the rank that went
-/// silent first (the longest silence, then the lowest rank). Ranks that exited 0 are not
-/// running and do not hold a hang off; a slow start does.
-pub(super) fn verdict(all: &[Silence], hang: Duration, start: Duration) -> Option<Silence> {
-    let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
-    let overdue = |r: &Silence| r.silent_ms >= ms(if r.started { hang } else { start });
+impl Silence {
+    /// Rank `p` of node `node`, heard `since_ms` ago, under `keep`'s timeouts.
+    fn of(node: u32, p: &RankProgress, since_ms: u64, keep: &KeepAlive) -> Silence {
+        Silence {
+            rank: p.rank,
+            node,
+            pid: p.pid,
+            silent_ms: p.silent_ms.saturating_add(since_ms),
+            started: p.started,
+            limit: pace::limit(keep, &AutoRule::get(), p),
+        }
+    }
+}
+
+/// The watchdog's verdict over every running rank: a hang when every rank is silent past
+/// its own timeout; then the rank that went silent first (the longest silence, then the
+/// lowest rank). Ranks that exited 0 are not running and do not hold a hang off; a slow
+/// start does (its timeout is the start timeout).
+pub(super) fn verdict(all: &[Silence]) -> Option<Silence> {
+    let overdue = |r: &Silence| r.silent_ms >= r.limit.timeout_ms;
     if all.is_empty() || !all.iter().all(overdue) {
         return None;
     }
@@ -358,47 +379,32 @@ impl Lead {
         }
     }
 
-    /// The hang watchdog's verdict: when no rank has made progress for the hang timeout,
-    /// the rank that went silent first (rank, node rank, pid, silent for).
-    /// `expected`: the nodes whose ranks still run; each must have reported.
-    pub(super) fn hung(&self, expected: &HashSet<u32>) -> Option<Silence> {
-        let timeout = self.cfg.keep.watchdog()?;
+    /// The hang watchdog's verdict: when every rank is silent past its timeout, the rank
+    /// that went silent first (rank, node rank, pid, silent for, its timeout). This node's
+    /// ranks are polled on every call (each poll measures their pace); `expected`: the
+    /// nodes whose ranks still run, each of which must have reported.
+    pub(super) fn hung(&mut self, expected: &HashSet<u32>) -> Option<Silence> {
+        self.cfg.keep.watchdog()?;
+        let mine = self.attempt.as_mut()?.progress();
         let reported: HashSet<u32> = self.progress.values().map(|p| p.0).collect();
         if !expected.is_subset(&reported) {
             return None;
         }
-        let a = self.attempt.as_ref()?;
-        let now = tokio::time::Instant::now();
-        let mut all: Vec<Silence> = a
-            .progress()
-            .into_iter()
-            .map(|p| Silence {
-                rank: p.rank,
-                node: self.cfg.node_rank,
-                pid: p.pid,
-                silent_ms: p.silent_ms,
-                started: p.started,
-            })
-            .collect();
-        all.extend(
-            self.progress
-                .iter()
-                .map(|(&rank, &(node, pid, silent, started, heard))| {
-                    let since = u64::try_from(now.duration_since(heard).as_millis()).unwrap_or(0);
-                    Silence {
-                        rank,
-                        node,
-                        pid,
-                        silent_ms: silent + since,
-                        started,
-                    }
-                }),
+        let (now, keep, node) = (
+            tokio::time::Instant::now(),
+            &self.cfg.keep,
+            self.cfg.node_rank,
         );
-        let start = self.cfg.keep.start_timeout.duration();
-        verdict(&all, timeout, start)
+        let mut all: Vec<Silence> = mine.iter().map(|p| Silence::of(node, p, 0, keep)).collect();
+        all.extend(self.progress.values().map(|(node, p, heard)| {
+            let since = u64::try_from(now.duration_since(*heard).as_millis()).unwrap_or(0);
+            Silence::of(*node, p, since, keep)
+        }));
+        verdict(&all)
     }
 
-    /// The hang report: which rank went silent first, with every rank's stack.
+    /// The hang report: which rank went silent first, its timeout and how it was derived,
+    /// with every rank's stack.
     pub(super) async fn hang_report(&mut self, first: Silence) -> FailureReport {
         let Silence {
             rank,
@@ -406,6 +412,7 @@ impl Lead {
             pid,
             silent_ms,
             started,
+            limit,
         } = first;
         let silent = Duration::from_millis(silent_ms);
         let host = self
@@ -414,22 +421,25 @@ impl Lead {
             .get(node as usize)
             .cloned()
             .unwrap_or_default();
-        let (timeout, what) = if started {
-            (self.cfg.keep.hang_timeout.duration(), "went silent first")
-        } else {
-            (
-                self.cfg.keep.start_timeout.duration(),
-                "made no progress since it started (--start-timeout)",
-            )
+        let what = match limit.how {
+            How::Start => "made no progress since it started (--start-timeout)",
+            _ => "went silent first",
         };
+        // A fixed timeout is the flag's; an `auto` one says how it was derived.
+        let derived = match limit.how {
+            How::Fixed | How::Start => String::new(),
+            _ => format!(" ({limit})"),
+        };
+        let timeout = pace::secs(limit.timeout_ms);
         say(format!(
-            "hang: no rank has made progress for {timeout:?}; rank {rank} (pid {pid} on {host}) {what}, {:.0} s ago; collecting stacks",
+            "hang: no rank has made progress for {timeout}{derived}; rank {rank} (pid {pid} on {host}) {what}, {:.0} s ago; collecting stacks",
             silent.as_secs_f64()
         ));
         self.cfg.record(
             "hang",
             json!({"attempt": self.number, "rank": rank, "host": host, "pid": pid,
-                   "silent_s": silent.as_secs_f64(), "started": started}),
+                   "silent_s": silent.as_secs_f64(), "started": started,
+                   "timeout_s": limit.timeout().as_secs_f64(), "timeout": limit.to_string()}),
         );
         let mut stacks = self.collect_stacks().await;
         stacks.sort_by_key(|s| s.rank);
@@ -438,8 +448,7 @@ impl Lead {
             node,
             &host,
             format!(
-                "hang: no rank made progress for {:.0} s; rank {rank} (pid {pid} on {host}) {what}",
-                timeout.as_secs_f64()
+                "hang: no rank made progress for {timeout}{derived}; rank {rank} (pid {pid} on {host}) {what}"
             ),
         );
         report.rank = Some(rank);
@@ -493,42 +502,105 @@ impl Lead {
         }
         stacks
     }
+
+    /// The attempt that ended made progress or not (every node's highest step, its
+    /// checkpoint, how long it ran); when a restart would come (`restart`) but restarts in a
+    /// row made none, why the job ends here instead (recorded as `restarts_stopped`).
+    pub(super) fn stalled(&mut self, restart: bool) -> Option<String> {
+        let own = self.attempt.as_ref().and_then(Attempt::highest_step);
+        let newest = self.cfg.launch.newest_checkpoint().ok().flatten();
+        let newest = newest.and_then(|p| p.to_str().map(str::to_owned));
+        let done = Done {
+            step: self.stall.heard.max(own),
+            checkpoint: newest.is_some() && newest != self.resume,
+            ran: Duration::from_secs(unix_now().saturating_sub(self.started_unix)),
+        };
+        self.stall.close(done, self.number > self.first);
+        let why = self.stall.stuck().filter(|_| restart)?;
+        let (max, used) = (self.cfg.launch.max_restarts, self.number - self.first);
+        self.cfg.record(
+            "restarts_stopped",
+            json!({"attempt": self.number, "restarts": self.stall.restarts,
+                   "step": self.stall.best, "max_restarts": max, "left": max - used}),
+        );
+        Some(format!(
+            "{why}; not restarting again (--max-restarts {max} left {})",
+            max - used
+        ))
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use herd_plan::launch::{HangTimeout, Seconds};
 
     /// `scontrol show job -o` of a job just cancelled with `scancel`, from the test bed
     /// (Slurm 22.05), shortened: once its processes are gone, and while one still runs.
     const CANCELLED: &str = "JobId=1 JobName=wrap UserId=root(0) JobState=CANCELLED Reason=None Dependency=(null) Requeue=1 Restarts=0 BatchFlag=1 ExitCode=0:0 RunTime=00:00:00 TimeLimit=UNLIMITED TimeMin=N/A SubmitTime=2026-12-02T01:17:57 StartTime=2026-12-02T01:17:59 EndTime=2026-12-02T01:17:59 PreemptTime=None SuspendTime=None ExcNodeList=(null) NodeList= NumNodes=1";
     const COMPLETING: &str = "JobId=33 JobName=wrap UserId=root(0) GroupId=root(0) MCS_label=N/A Priority=4294901731 Nice=0 Account=(null) QOS=(null) JobState=COMPLETING Reason=None Dependency=(null) Requeue=1 Restarts=0 BatchFlag=1 Reboot=0 ExitCode=0:0 RunTime=00:00:03 TimeLimit=UNLIMITED TimeMin=N/A SubmitTime=2026-12-02T01:21:36 EligibleTime=2026-12-02T01:21:36 AccrueTime=2026-12-02T01:21:36 StartTime=2026-12-02T01:21:36 EndTime=2026-12-02T01:21:39 Deadline=N/A PreemptEligibleTime=2026-12-02T01:21:36 PreemptTime=None SuspendTime=None SecsPreSuspend=0 Partition=gpu ExcNodeList=(null) NodeList=gpu-a01 BatchHost=gpu-a01 NumNodes=1";
 
-    #[test]
-    fn a_slow_start_is_no_hang_and_silence_after_progress_is() {
-        let (hang, start) = (Duration::from_secs(5), Duration::from_secs(60));
-        let rank = |rank: u32, silent_s: u64, started: bool| Silence {
-            rank,
-            node: rank / 2,
-            pid: 100 + rank as i32,
+    /// A rank as the watchdog sees it, under `keep`: silent for `silent_s`, started or
+    /// not, with `auto`'s pace (longest gap `gap_s`, warmed up).
+    fn rank(keep: &KeepAlive, r: u32, silent_s: u64, started: bool, gap_s: u64) -> Silence {
+        let p = RankProgress {
+            rank: r,
+            pid: 100 + r as i32,
             silent_ms: silent_s * 1000,
             started,
+            longest_gap_ms: gap_s * 1000,
+            gaps: if started { 500 } else { 0 },
+            progress_ms: if started { 3_600_000 } else { 0 },
         };
+        Silence::of(r / 2, &p, 0, keep)
+    }
+
+    fn keep(hang: HangTimeout, start_s: u64) -> KeepAlive {
+        KeepAlive {
+            hang_timeout: hang,
+            start_timeout: Seconds::from_secs(start_s),
+            ..KeepAlive::LAUNCH
+        }
+    }
+
+    #[test]
+    fn a_slow_start_is_no_hang_and_silence_after_progress_is() {
+        let k = keep(HangTimeout::Fixed(Seconds::from_secs(5)), 60);
+        let rank = |r, silent_s, started| rank(&k, r, silent_s, started, 0);
         // Rank 1 still importing for 20 s while rank 0, which printed, waits for it.
         let slow_start = [rank(0, 19, true), rank(1, 20, false)];
-        assert_eq!(verdict(&slow_start, hang, start), None);
+        assert_eq!(verdict(&slow_start), None);
         // Both have trained; rank 1 stuck first, rank 0 blocked in the next collective.
         let stuck = [rank(0, 6, true), rank(1, 8, true)];
-        assert_eq!(verdict(&stuck, hang, start), Some(rank(1, 8, true)));
+        assert_eq!(verdict(&stuck), Some(rank(1, 8, true)));
         // One rank still within the hang timeout holds it off.
-        assert_eq!(
-            verdict(&[rank(0, 4, true), rank(1, 8, true)], hang, start),
-            None
-        );
+        assert_eq!(verdict(&[rank(0, 4, true), rank(1, 8, true)]), None);
         // A start silent past the start timeout is a hang (stuck in init_process_group).
         let never = [rank(0, 61, false), rank(1, 61, false)];
-        assert_eq!(verdict(&never, hang, start).map(|r| r.rank), Some(0));
-        assert_eq!(verdict(&[], hang, start), None);
+        let first = verdict(&never).expect("a hang");
+        assert_eq!((first.rank, first.limit.how), (0, How::Start));
+        assert_eq!(verdict(&[]), None);
+    }
+
+    #[test]
+    fn with_auto_each_rank_is_held_to_its_own_pace() {
+        let k = keep(HangTimeout::Auto, 1800);
+        // Rank 0 steps every 2 s (the floor, 60 s, holds); rank 1 has shown a 3-minute
+        // checkpoint (5 × 180 s = 15 min).
+        let (fast, slow) = (|s| rank(&k, 0, s, true, 2), |s| rank(&k, 1, s, true, 180));
+        assert_eq!(fast(61).limit.timeout_ms, 60_000);
+        assert_eq!(slow(61).limit.timeout_ms, 900_000);
+        // Both silent 2 min: rank 1 may be checkpointing again; no hang.
+        assert_eq!(verdict(&[fast(120), slow(120)]), None);
+        // Both silent past their own: a hang, rank 1 silent first.
+        let hung = verdict(&[fast(899), slow(901)]).expect("a hang");
+        assert_eq!(hung.rank, 1);
+        assert_eq!(
+            hung.limit.to_string(),
+            "auto: 5 × longest gap 180 s = 900 s"
+        );
+        // A rank still starting holds it off with the start timeout.
+        assert_eq!(verdict(&[fast(901), rank(&k, 2, 901, false, 0)]), None);
     }
 
     #[test]

@@ -31,14 +31,18 @@ impl Lead {
             } => (Some(*report), retryable, cause),
             End::Stopped { cause } => (None, false, cause),
         };
-        let blamed = self.blamed_by(report.as_ref(), cause);
         // A node failure is recorded once the teardown is done and the job is known not to
         // be requeued for it already: a frozen leader wakes up (SLURM's SIGCONT) to a job
         // that node 1 requeued for it, and must not act again.
         if cause != Cause::NodeFailure {
             self.record_failed(report.as_ref(), cause);
         }
+        self.failed_nodes.clear();
+        if let Some(r) = report.as_ref().filter(|_| cause == Cause::WorkerFailure) {
+            self.failed_nodes.insert(r.node_rank);
+        }
         self.teardown_everywhere().await;
+        let blamed = self.blamed_by(report.as_ref(), cause);
         if cause == Cause::NodeFailure {
             if self
                 .requeued_already(blamed.is_some() && self.spare_left())
@@ -49,6 +53,16 @@ impl Lead {
             self.record_failed(report.as_ref(), cause);
         }
         self.cfg.record("teardown", json!({"attempt": self.number}));
+        // A blamed node is replaced by a spare, or left out of a requeue when one is left;
+        // only with neither are the workers restarted on it.
+        let replace = blamed.as_ref().is_some_and(|b| self.can_replace(b));
+        let requeue = blamed.is_some() && !replace && self.may_requeue_without_it();
+        let restart = retryable && !replace && !requeue && self.may_restart();
+        let stalled = self.stalled(restart);
+        let mut report = report;
+        if let Some(r) = report.as_mut() {
+            r.restarts_stopped.clone_from(&stalled);
+        }
         if let Some(r) = &report {
             eprint!("{}", r.human());
             r.write(&self.cfg.log_dir);
@@ -56,13 +70,15 @@ impl Lead {
         self.record_checkpoint();
         if let Some(b) = &blamed {
             self.blame(b.node, b.kind, &b.why);
-            if self.replace(b, cause).await {
+            if replace && self.replace(b, cause).await {
                 return None;
             }
-            // No spare left: the job is requeued without the blamed node.
-            cause = Cause::NodeFailure;
+            if requeue {
+                // No spare left: the job is requeued without the blamed node.
+                cause = Cause::NodeFailure;
+            }
         }
-        if retryable && cause != Cause::NodeFailure && self.may_restart() {
+        if restart && stalled.is_none() {
             self.restart(cause);
             return None;
         }
@@ -132,10 +148,26 @@ impl Lead {
             match event {
                 Event::Peer {
                     node_rank,
-                    msg: Some(Msg::TornDown { attempt }),
+                    msg: Some(Msg::TornDown { attempt, step }),
                     ..
                 } if attempt == self.number => {
+                    self.stall.heard(step);
                     pending.remove(&node_rank);
+                }
+                // Another node's worker failed by itself meanwhile: not one node's fault.
+                Event::Peer {
+                    node_rank,
+                    msg: Some(Msg::Failed { report }),
+                    ..
+                } if report.attempt == self.number => {
+                    self.failed_nodes.insert(node_rank);
+                }
+                Event::WorkerExited {
+                    attempt,
+                    status: Ok(status),
+                    ..
+                } if attempt == self.number && status.code().is_some_and(|c| c != 0) => {
+                    self.failed_nodes.insert(0);
                 }
                 Event::Peer {
                     node_rank,
@@ -275,7 +307,7 @@ impl Lead {
                 ),
             )
         });
-        Outcome::Failed(Some(report))
+        Outcome::Failed(Some(Box::new(report)))
     }
 
     /// The attempt's entry in the manifest, once its end is known.

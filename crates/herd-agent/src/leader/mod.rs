@@ -5,7 +5,8 @@
 //! A small state machine: [`Lead`] holds the job's and the current attempt's
 //! state; each attempt starts (`state`), is supervised by an event loop that hands each
 //! event to its handler (`supervise`; the decisions about signals, the stop and hangs in
-//! `decide`) until one ends it, and its end is acted upon step by step (`end`).
+//! `decide`) until one ends it, and its end is acted upon step by step (`end`; whether
+//! restarts that make no progress go on, `stall`).
 
 use herd_slurm::Layout;
 use serde_json::json;
@@ -22,6 +23,7 @@ mod end;
 mod links;
 mod rendezvous;
 mod spares;
+mod stall;
 mod state;
 mod supervise;
 

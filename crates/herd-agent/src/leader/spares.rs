@@ -58,6 +58,11 @@ impl Lead {
                 kind: "lost",
                 why: r.cause.clone(),
             }),
+            // Workers on other nodes failed too: the code's fault, or the job's, not a node's.
+            Cause::WorkerFailure if self.failed_nodes.len() > 1 => {
+                self.failure_streak = None;
+                None
+            }
             Cause::WorkerFailure => {
                 let rank = r.rank.unwrap_or(u32::MAX);
                 let before = self.blamed_ranks.contains(&rank);
@@ -84,6 +89,21 @@ impl Lead {
         }
     }
 
+    /// Whether blamed node `b` can be replaced by a spare now (never node 0, whose agent
+    /// leads).
+    pub(super) fn can_replace(&self, b: &Blamed) -> bool {
+        b.node != 0 && self.active.contains(&b.node) && self.spare_left()
+    }
+
+    /// Whether the job can be requeued without a blamed node: a SLURM job with a requeue
+    /// for node failures left (`--max-requeues`); otherwise the blame is recorded and the
+    /// workers are restarted as before.
+    pub(super) fn may_requeue_without_it(&self) -> bool {
+        self.job_id.is_some()
+            && crate::keep::requeues_so_far(&self.cfg, Cause::NodeFailure)
+                < self.cfg.keep.max_requeues
+    }
+
     /// Whether a spare is left to take a node's place.
     pub(super) fn spare_left(&self) -> bool {
         self.spares
@@ -104,7 +124,8 @@ impl Lead {
             "blame",
             json!({"attempt": self.number, "node": host, "kind": kind, "why": why}),
         );
-        let Some(path) = herd_exp::nodes::record_path() else {
+        // Only a SLURM job's nodes are the cluster's (herd run's local nodes are not).
+        let Some(path) = herd_exp::nodes::record_path().filter(|_| self.job_id.is_some()) else {
             return;
         };
         let blame = herd_exp::nodes::Blame {

@@ -13,12 +13,13 @@ use tokio::sync::mpsc;
 use tokio::time::{Instant, Interval};
 
 use super::links::{broadcast, Follower};
+use super::stall::Stall;
 use crate::attempt::Attempt;
 use crate::config::Config;
 use crate::error::AgentError;
 use crate::event::Event;
 use crate::keep::unix_now;
-use crate::message::Msg;
+use crate::message::{Msg, RankProgress};
 use crate::words::say;
 use herd_exp::failure::FailureReport;
 
@@ -79,6 +80,9 @@ pub(super) struct Lead {
     /// Ranks whose failures blamed a node already: a rank that fails again on its new node
     /// is the code's fault, not a node's.
     pub(super) blamed_ranks: HashSet<u32>,
+    /// The nodes whose workers failed by themselves in the attempt that just ended (the
+    /// first failure's, and any other's heard during the teardown).
+    pub(super) failed_nodes: HashSet<u32>,
     /// Nodes blamed in this allocation: a requeue leaves them out.
     pub(super) blamed_hosts: Vec<String>,
     /// The node the last preflight blamed, for the attempt's end to act on.
@@ -101,9 +105,8 @@ pub(super) struct Lead {
     pub(super) stopping: Option<Stopping>,
     /// When herd's own warning before the time limit is due.
     pub(super) warn_at: Option<Instant>,
-    /// Each follower rank's last progress report: (node rank, pid, silent ms, whether it
-    /// has made progress since it started, when heard).
-    pub(super) progress: HashMap<u32, (u32, i32, u64, bool, Instant)>,
+    /// Each follower rank's last progress report: (node rank, the report, when heard).
+    pub(super) progress: HashMap<u32, (u32, RankProgress, Instant)>,
     /// The signal that cancelled this attempt: the followers pass it on before teardown.
     pub(super) cancelled_by: Option<Signal>,
     /// Followers whose workers all exited 0 (or stopped as asked), or tore down.
@@ -114,6 +117,8 @@ pub(super) struct Lead {
     /// attempt's requeue: `Some(true)`, or `Some(false)` when the budget refused it (the job
     /// was cancelled); herd then never requeues it itself.
     pub(super) requeued_by_job: Option<bool>,
+    /// The attempts' progress in this allocation: restarts that make none stop early.
+    pub(super) stall: Stall,
 }
 
 impl Lead {
@@ -144,6 +149,7 @@ impl Lead {
             replaced: Vec::new(),
             failure_streak: None,
             blamed_ranks: HashSet::new(),
+            failed_nodes: HashSet::new(),
             blamed_hosts: Vec::new(),
             preflight_blame: None,
             master_addr,
@@ -161,6 +167,7 @@ impl Lead {
             done_nodes: HashSet::new(),
             first_output: false,
             requeued_by_job: None,
+            stall: Stall::default(),
         }
     }
 

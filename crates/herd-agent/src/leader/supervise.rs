@@ -148,7 +148,7 @@ impl Lead {
     async fn on_peer_message(&mut self, node_rank: u32, msg: Msg) -> Option<End> {
         let number = self.number;
         match msg {
-            Msg::NodeDone { attempt } | Msg::TornDown { attempt } if attempt == number => {
+            Msg::NodeDone { attempt } | Msg::TornDown { attempt, .. } if attempt == number => {
                 self.done_nodes.insert(node_rank);
                 None
             }
@@ -158,8 +158,7 @@ impl Lead {
             Msg::Progress { attempt, ranks } if attempt == number => {
                 let now = Instant::now();
                 for r in ranks {
-                    self.progress
-                        .insert(r.rank, (node_rank, r.pid, r.silent_ms, r.started, now));
+                    self.progress.insert(r.rank, (node_rank, r, now));
                 }
                 None
             }

@@ -98,6 +98,10 @@ pub struct FailureReport {
     /// Every rank's Python stack when the job hung (`py-spy dump`), in rank order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stacks: Vec<RankStack>,
+    /// Why the job ends here though restarts were left (`--max-restarts`): restarts in a
+    /// row made no progress.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restarts_stopped: Option<String>,
     /// When (UTC, RFC 3339 with milliseconds).
     pub time: String,
     /// When, as milliseconds since the Unix epoch.
@@ -134,6 +138,7 @@ impl FailureReport {
             stderr_tail,
             hint,
             stacks: Vec::new(),
+            restarts_stopped: None,
             time,
             unix_ms,
         }
@@ -154,6 +159,7 @@ impl FailureReport {
             stderr_tail: Vec::new(),
             hint: None,
             stacks: Vec::new(),
+            restarts_stopped: None,
             time,
             unix_ms,
         }
@@ -231,6 +237,9 @@ impl FailureReport {
                 s.push('\n');
             }
         }
+        if let Some(why) = &self.restarts_stopped {
+            s.push_str(&format!("herd: {why}\n"));
+        }
         s
     }
 }
@@ -278,6 +287,24 @@ mod tests {
             "rank 4 (local rank 0 on gpu-a03) exited with code 1"
         );
         assert!(!plain.human().contains("raised"));
+        assert!(
+            json.get("restarts_stopped").is_none(),
+            "absent when restarting"
+        );
+    }
+
+    #[test]
+    fn restarts_that_stopped_for_no_progress_end_the_report_and_read_back() {
+        let mut r = FailureReport::worker(3, (0, 0, 0), "gpu-a01", Exit::Code(1), None, vec![]);
+        let why = "3 restarts in a row made no progress (no step beyond 120); not restarting again (--max-restarts 10 left 7)";
+        r.restarts_stopped = Some(why.into());
+        let text = r.human();
+        assert_eq!(text.lines().last(), Some(format!("herd: {why}").as_str()));
+        let dir = tempfile::tempdir().expect("tempdir");
+        let logs = LogsDir::new(dir.path().join("logs"));
+        r.write(&logs);
+        let back = FailureReport::read(&logs.failure_report()).expect("reads");
+        assert_eq!(back.and_then(|b| b.restarts_stopped).as_deref(), Some(why));
     }
 
     #[test]

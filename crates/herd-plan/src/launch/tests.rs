@@ -38,7 +38,7 @@ fn every_option_changed() -> AgentOptions {
             stop_signal: "USR2".parse().unwrap_or_else(|e| panic!("{e}")),
             stop_grace: Seconds::from_secs(90),
             max_requeues: 5,
-            hang_timeout: Seconds::from_secs(600),
+            hang_timeout: HangTimeout::Auto,
             start_timeout: Seconds::from_secs(900),
             on_hang: OnHang::Restart,
             preflight: Preflight::Off,
@@ -100,6 +100,17 @@ fn values_are_typed_and_refused_where_they_are_given() {
     for bad in ["", "no", "false", "On"] {
         assert!(bad.parse::<Preflight>().is_err(), "{bad}");
     }
+    assert_eq!("auto".parse::<HangTimeout>(), Ok(HangTimeout::Auto));
+    assert_eq!(
+        "600".parse::<HangTimeout>(),
+        Ok(HangTimeout::Fixed(Seconds::from_secs(600)))
+    );
+    assert_eq!("0".parse::<HangTimeout>(), Ok(HangTimeout::OFF));
+    assert!(!HangTimeout::OFF.is_on() && HangTimeout::Auto.is_on());
+    for bad in ["-1", "Auto", "auto:60", "", "ten"] {
+        let e = bad.parse::<HangTimeout>().expect_err(bad);
+        assert!(e.contains("or `auto`"), "{e}");
+    }
     // A flag's bad value is clap's error, naming the flag.
     #[derive(clap::Parser, Debug)]
     struct Launch {
@@ -116,6 +127,53 @@ fn values_are_typed_and_refused_where_they_are_given() {
         let arg = format!("{flag}={bad}");
         let e = <Launch as clap::Parser>::try_parse_from(["x", arg.as_str()]).expect_err(bad);
         assert!(e.to_string().contains(flag), "{e}");
+    }
+}
+
+/// A plan's and a manifest's hang timeout: a number as it always was (an old manifest
+/// reads as before), or `"auto"`; each reads back as written.
+#[test]
+fn the_hang_timeout_is_a_number_or_auto_in_json() {
+    let fixed = HangTimeout::Fixed(Seconds::from_secs(600));
+    for (value, json) in [
+        (fixed, "600"),
+        (HangTimeout::OFF, "0"),
+        (HangTimeout::Auto, "\"auto\""),
+        (HangTimeout::Fixed("1.5".parse().unwrap_or_default()), "1.5"),
+    ] {
+        assert_eq!(serde_json::to_string(&value).ok().as_deref(), Some(json));
+        let back: HangTimeout = serde_json::from_str(json).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(back, value, "{json}");
+    }
+    // A plan written before `auto`: every key a number.
+    let old = serde_json::json!({"warn_before": 120, "stop_signal": "USR1", "stop_grace": 60,
+                                 "max_requeues": 3, "hang_timeout": 600, "on_hang": "fail"});
+    let keep: KeepAlive = serde_json::from_value(old).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(keep.hang_timeout, fixed);
+    assert_eq!(keep.start_timeout, KeepAlive::LAUNCH.start_timeout);
+    for bad in ["\"often\"", "-1", "true", "1e9"] {
+        assert!(serde_json::from_str::<HangTimeout>(bad).is_err(), "{bad}");
+    }
+}
+
+/// `--hang-timeout`'s help (and so docs/launch.md's table) states `auto`'s numbers as the
+/// code has them.
+#[test]
+fn the_hang_timeout_help_states_autos_numbers() {
+    let cmd = launch_flags();
+    let help = cmd
+        .get_arguments()
+        .find(|a| a.get_long() == Some("hang-timeout"))
+        .and_then(|a| a.get_help())
+        .map(|h| h.to_string())
+        .unwrap_or_default();
+    let warm_up_min = HangTimeout::AUTO_WARM_UP_TIMEOUT.whole() / 60;
+    for said in [
+        format!("{} × the longest gap", HangTimeout::AUTO_FACTOR),
+        format!("at least {} s", HangTimeout::AUTO_FLOOR),
+        format!("({warm_up_min} min while it warms up)"),
+    ] {
+        assert!(help.contains(&said), "{help:?} does not say {said:?}");
     }
 }
 

@@ -1,5 +1,5 @@
 use super::*;
-use crate::launch::{KeepAlive, OnHang, Preflight, Seconds};
+use crate::launch::{HangTimeout, KeepAlive, OnHang, Preflight, Seconds};
 use std::path::Path;
 
 fn file(text: &str) -> JobFile {
@@ -37,7 +37,7 @@ fn staying_alive_has_defaults_and_checks_its_keys_against_each_other() {
             warn_before: Seconds::from_secs(300),
             stop_signal: "USR2".parse().unwrap_or_else(|e| panic!("{e}")),
             stop_grace: Seconds::from_secs(120),
-            hang_timeout: Seconds::from_secs(600),
+            hang_timeout: HangTimeout::Fixed(Seconds::from_secs(600)),
             start_timeout: Seconds::from_secs(900),
             on_hang: OnHang::Restart,
             preflight: Preflight::Off,
@@ -100,6 +100,9 @@ fn staying_alive_has_defaults_and_checks_its_keys_against_each_other() {
         ("preflight = \"no\"", "preflight"),
         ("mode = \"srun\"\npreflight = \"on\"", "preflight"),
         ("mode = \"srun\"\nhang_timeout = 60", "hang_timeout"),
+        ("mode = \"srun\"\nhang_timeout = \"auto\"", "hang_timeout"),
+        ("hang_timeout = \"often\"", "hang_timeout"),
+        ("hang_timeout = -5", "hang_timeout"),
         ("mode = \"torchrun\"\nmax_requeues = 2", "max_requeues"),
     ] {
         let e = err(Some(&file(&format!("{bad}\n{BASIC}"))), &JobKeys::default()).to_string();
@@ -108,6 +111,25 @@ fn staying_alive_has_defaults_and_checks_its_keys_against_each_other() {
             "{bad}: {e}"
         );
     }
+    // `auto` from a job file or a flag; a flag's number wins over the file's word.
+    let job = file(&format!("hang_timeout = \"auto\"\n{BASIC}"));
+    let plan = ok(Some(&job), &JobKeys::default(), &[], "login1");
+    assert_eq!(plan.keep.hang_timeout, HangTimeout::Auto);
+    let flags = JobKeys {
+        hang_timeout: Some(crate::values::TextOrNumber::Number(90)),
+        ..JobKeys::default()
+    };
+    assert_eq!(
+        ok(Some(&job), &flags, &[], "login1").keep.hang_timeout,
+        HangTimeout::Fixed(Seconds::from_secs(90))
+    );
+    let flags = JobKeys {
+        hang_timeout: Some(crate::values::TextOrNumber::Text("auto".into())),
+        ..JobKeys::default()
+    };
+    let plan = ok(Some(&file(BASIC)), &flags, &[], "login1");
+    assert_eq!(plan.keep.hang_timeout, HangTimeout::Auto);
+    assert_eq!(plan.source(Key::HangTimeout), Some(&Source::Flag));
     // In srun mode nobody requeues nor checks the nodes: the defaults are not used.
     let job = file(&format!("mode = \"srun\"\n{BASIC}"));
     let keep = ok(Some(&job), &JobKeys::default(), &[], "login1").keep;

@@ -1,7 +1,9 @@
 //! The hang watchdog told from slow starts, with real agents (`herd run`, 2 simulated
 //! nodes, the follower's progress reports included): silence before a rank's first progress
-//! counts against `--start-timeout`, silence after it against `--hang-timeout`.
+//! counts against `--start-timeout`, silence after it against `--hang-timeout`, fixed or
+//! `auto` (each rank's own from its pace). And restarts that make no progress stop early.
 
+use std::path::Path;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
@@ -9,17 +11,36 @@ use std::time::{Duration, Instant};
 /// and how long it took.
 fn run(args: &[&str], script: &str) -> (Output, Duration) {
     let dir = tempfile::tempdir().expect("tempdir");
+    run_in(dir.path(), &[], args, script)
+}
+
+/// [`run`] in `dir` (logs in `dir/logs`) with `env` added.
+fn run_in(dir: &Path, env: &[(&str, &str)], args: &[&str], script: &str) -> (Output, Duration) {
     let began = Instant::now();
     let out = Command::new(env!("CARGO_BIN_EXE_herd"))
         .args(["run", "--nodes", "2", "--nproc-per-node", "1", "--log-dir"])
-        .arg(dir.path().join("logs"))
+        .arg(dir.join("logs"))
         .args(args)
         .args(["--", "sh", "-c", script])
-        .current_dir(dir.path())
+        .envs(env.iter().copied())
+        .current_dir(dir)
         .output()
         .expect("herd run");
     (out, began.elapsed())
 }
+
+/// The events named `name` in the experiment folder's timeline (`HERD_EXP_DIR` = `dir`).
+fn events(dir: &Path, name: &str) -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(dir.join("timeline.jsonl")).unwrap_or_default();
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|e| e["event"] == name)
+        .collect()
+}
+
+/// `auto`'s rule in seconds instead of minutes, for these tests: floor 1 s, warm-up 5 s of
+/// progress (and 10 gaps) with a 10 s timeout (`HERD_HANG_AUTO_FLOOR`, docs/launch.md).
+const AUTO_IN_SECONDS: (&str, &str) = ("HERD_HANG_AUTO_FLOOR", "1");
 
 /// Rank 1 is silent for its first 8 s (imports, dataset indexing), while rank 0, which
 /// printed at once, waits for it as in `init_process_group`: with `--hang-timeout 3` both
@@ -66,4 +87,143 @@ fn a_start_silent_past_the_start_timeout_is_a_hang() {
             && stderr.contains("made no progress since it started (--start-timeout)"),
         "{stderr}"
     );
+}
+
+/// `--start-timeout 0`: a start's silence counts like any other, against the hang timeout
+/// (30 s here); a start of 4 s is no hang.
+#[test]
+fn a_start_timeout_of_0_counts_the_start_against_the_hang_timeout() {
+    let (out, _) = run(
+        &["--hang-timeout", "30", "--start-timeout", "0"],
+        "sleep 4; echo step 1",
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(!stderr.contains("hang"), "{stderr}");
+}
+
+/// `--hang-timeout auto`: both ranks print a line every 0.5 s for 20 s (well past the
+/// warm-up: 5 s and 10 gaps), then rank 1 is stuck and rank 0, one line later, blocks. Each
+/// rank's timeout is 5 × its longest gap (the watchdog polls each second, so about 1 s:
+/// 5 s), and the report and the `hang` event say so. The workers' own end (120 s) never
+/// comes.
+#[test]
+fn auto_catches_a_rank_that_stops_after_a_steady_pace() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let exp = dir.path().to_str().expect("utf-8");
+    let script = r#"i=0; while [ $i -lt 40 ]; do i=$((i+1)); echo step $i; sleep 0.5; done
+        if [ "$RANK" = 1 ]; then sleep 120; else echo step 41; sleep 120; fi"#;
+    let env = [AUTO_IN_SECONDS, ("HERD_EXP_DIR", exp)];
+    let (out, took) = run_in(dir.path(), &env, &["--hang-timeout", "auto"], script);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("hang: no rank made progress for ")
+            && stderr.contains(" (auto: 5 × longest gap ")
+            && stderr.contains("; rank 1 (pid ")
+            && stderr.contains("went silent first"),
+        "{stderr}"
+    );
+    assert!(took < Duration::from_secs(90), "took {took:?}: {stderr}");
+    let hang = events(dir.path(), "hang");
+    assert_eq!(hang.len(), 1, "{hang:?}");
+    let how = hang[0]["timeout"].as_str().unwrap_or_default();
+    assert!(how.starts_with("auto: 5 × longest gap "), "{hang:?}");
+    // Derived from the pace (a gap of about a second, more when a poll came late), far
+    // below the 120 s the workers would have slept.
+    let timeout = hang[0]["timeout_s"].as_f64().unwrap_or_default();
+    assert!((2.5..=30.0).contains(&timeout), "{hang:?}");
+}
+
+/// `--hang-timeout auto` with a regular long pause, as for a checkpoint: 8 lines 0.5 s apart,
+/// then 7 s of silence, four times over. The first pause comes while the ranks warm up (10 s
+/// then); from then on their longest gap is about 7 s, so their timeout is about 35 s and the
+/// later pauses, longer than 5 × their usual gap, are no hang: the job ends 0.
+#[test]
+fn auto_lets_a_regular_long_pause_pass() {
+    let script = r#"for round in 1 2 3 4; do
+            i=0; while [ $i -lt 8 ]; do i=$((i+1)); echo round $round step $i; sleep 0.5; done
+            [ $round = 4 ] || sleep 7
+        done"#;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (out, took) = run_in(
+        dir.path(),
+        &[AUTO_IN_SECONDS],
+        &["--hang-timeout", "auto"],
+        script,
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(!stderr.contains("hang"), "{stderr}");
+    assert!(took >= Duration::from_secs(21), "took {took:?}");
+}
+
+/// A worker that fails right after it starts, every time, with 10 restarts allowed: after
+/// the first attempt, 3 restarts in a row make no progress (no step, no checkpoint, each
+/// far shorter than 10 min), and the job ends there, saying why, in the report on stderr,
+/// in `failure.json` and in the timeline; 7 restarts are left unused.
+#[test]
+fn restarts_that_make_no_progress_stop_after_three() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let exp = dir.path().to_str().expect("utf-8");
+    let (out, _) = run_in(
+        dir.path(),
+        &[("HERD_EXP_DIR", exp)],
+        &["--max-restarts", "10"],
+        "echo starting; exit 1",
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let why = "3 restarts in a row made no progress (no step in the workers' output, no new \
+               checkpoint, none ran 10 min); not restarting again (--max-restarts 10 left 7)";
+    assert!(stderr.contains(&format!("herd: {why}")), "{stderr}");
+    assert_eq!(
+        stderr.matches("restarting all workers").count(),
+        3,
+        "{stderr}"
+    );
+    let logs = dir.path().join("logs");
+    assert!(logs.join("attempt-3").is_dir() && !logs.join("attempt-4").exists());
+    let report = std::fs::read_to_string(logs.join("failure.json")).expect("failure.json");
+    let report: serde_json::Value = serde_json::from_str(&report).expect("json");
+    assert_eq!(report["restarts_stopped"], why, "{report}");
+    let stopped = events(dir.path(), "restarts_stopped");
+    assert_eq!(stopped.len(), 1, "{stopped:?}");
+    assert_eq!(
+        (
+            &stopped[0]["attempt"],
+            &stopped[0]["restarts"],
+            &stopped[0]["left"]
+        ),
+        (&3.into(), &3.into(), &7.into())
+    );
+}
+
+/// The steps the workers print (metrics lines) are the measure: every attempt fails at step
+/// 5 (it starts from 1 again: no checkpoint), so from the second on none gets beyond 5, and
+/// after three such restarts the job ends; workers that get further each time use every
+/// restart they are given.
+#[test]
+fn restarts_stop_when_the_steps_do_not_advance_and_go_on_while_they_do() {
+    let stuck = r#"i=0; while [ $i -lt 5 ]; do i=$((i+1)); echo "{\"step\": $i}"; done; exit 1"#;
+    let (out, _) = run(&["--max-restarts", "10"], stuck);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(
+            "herd: 3 restarts in a row made no progress (no step beyond 5); not restarting again (--max-restarts 10 left 7)"
+        ),
+        "{stderr}"
+    );
+    // Each attempt gets 5 steps further than the last (as after resuming from a checkpoint).
+    let advancing = r#"echo "{\"step\": $(( (TORCHELASTIC_RESTART_COUNT + 1) * 5 ))}"; exit 1"#;
+    let (out, _) = run(&["--max-restarts", "4"], advancing);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(
+        stderr.matches("restarting all workers").count(),
+        4,
+        "{stderr}"
+    );
+    assert!(!stderr.contains("made no progress"), "{stderr}");
 }

@@ -42,6 +42,36 @@ fn submit_dry_run_prints_script_and_ranks_and_writes_nothing() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `--hang-timeout auto` reaches the batch script's `herd launch` line; a word that is
+/// neither seconds nor `auto` is refused naming the flag.
+#[test]
+fn submit_hang_timeout_auto_reaches_the_agents() {
+    let dir = temp_dir("hang-auto");
+    let exps = dir.join("exps");
+    std::fs::write(dir.join("train.py"), "").expect("train.py");
+    let dry_run = |value: &str| {
+        Command::new(env!("CARGO_BIN_EXE_herd"))
+            .args(["submit", "--dry-run", "-J", "auto", "--nodes", "1"])
+            .args(["--hang-timeout", value, "--exp-root"])
+            .arg(&exps)
+            .args(["--", "python", "train.py"])
+            .current_dir(&dir)
+            .output()
+            .expect("herd runs")
+    };
+    let text = stdout_of(&dry_run("auto"));
+    assert!(text.contains(" --hang-timeout auto "), "{text}");
+    let out = dry_run("often");
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--hang-timeout: `often` is not a whole number of seconds or `auto`"),
+        "{err}"
+    );
+    assert!(!exps.exists(), "nothing written");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// `--gpu-bind per-rank` reaches the script and the rank table; a value that is not a binding
 /// (SLURM's own `--gpu-bind=closest`) is refused naming the two there are.
 #[test]
