@@ -37,6 +37,8 @@ pub struct Progress {
     pub requeues_by_job: usize,
     /// Restarts inside the allocation, over the current job.
     pub restarts: usize,
+    /// Nodes a spare took the place of, over the current job: (node, spare).
+    pub replaced: Vec<(String, String)>,
     /// How the agents said the job ended: `(ok, cause)`.
     pub finished: Option<(bool, Option<String>)>,
     /// `herd cancel` cancelled the current job (when, ms since the epoch).
@@ -139,6 +141,11 @@ impl Progress {
                 }
                 "first_output" => p.first_output_ms = ms(e),
                 "restart" => p.restarts += 1,
+                "replace" => {
+                    if let (Some(node), Some(by)) = (text(e, "node"), text(e, "by")) {
+                        p.replaced.push((node, by));
+                    }
+                }
                 "requeue" => {
                     // Back in the queue: what the allocation did is over.
                     p.requeues += 1;
@@ -268,6 +275,25 @@ mod tests {
         own[at].insert("by".into(), json!("job"));
         let p = Progress::from_events(Some("11".into()), 2, &own);
         assert_eq!((p.requeues, p.requeues_by_job), (1, 1), "{p:?}");
+
+        // A spare took a node's place in the current job (and one in the first job's,
+        // which is not this job's story).
+        let mut spared = events.clone();
+        spared.insert(
+            2,
+            ev("replace", 2, json!({"node": "gpu-a09", "by": "gpu-a10"})),
+        );
+        spared.push(ev(
+            "replace",
+            15,
+            json!({"node": "gpu-a02", "by": "gpu-a03"}),
+        ));
+        let p = Progress::from_events(Some("11".into()), 2, &spared);
+        assert_eq!(p.replaced, [("gpu-a02".to_owned(), "gpu-a03".to_owned())]);
+        assert_eq!(
+            crate::progress::Progress::default().replaced,
+            Vec::<(String, String)>::new()
+        );
 
         // A job that started before `herd submit` wrote `queued` (sbatch answered late),
         // its id a number as the agents write it.

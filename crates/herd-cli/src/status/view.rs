@@ -270,13 +270,14 @@ pub fn view(
             v.tasks = job.task_counts();
         }
         let limit = lead.time_limit.map_or_else(|| "no limit".to_owned(), clock);
-        let requeued = progress
+        let mut requeued = progress
             .filter(|p| p.requeues > 0)
             .map(|p| match p.requeues_by_job {
                 0 => format!("requeued {}×; ", p.requeues),
                 k => format!("requeued {}× ({k} by the job itself); ", p.requeues),
             })
             .unwrap_or_default();
+        requeued.push_str(&replaced_words(progress));
         v.detail = match state {
             // The agents wrote that they started: the folder is newer than the queue.
             JobState::Queued if v.phase.is_some() => {
@@ -457,6 +458,25 @@ mod tests {
     }
 
     #[test]
+    fn a_running_job_says_which_node_a_spare_replaced() {
+        let jobs = SchedJob::group(rows(
+            "3|3|N/A|RUNNING|None|0:40|1:00|a[01-03]|3|0|u|(null)|N/A|x|\n",
+        ));
+        let p = Progress {
+            job_id: Some("3".into()),
+            replaced: vec![("a02".into(), "a03".into())],
+            ..Progress::default()
+        };
+        let v = view(None, Some(&p), Some(&jobs[0]), true);
+        assert!(
+            v.detail.starts_with("a02 replaced by spare a03; "),
+            "{}",
+            v.detail
+        );
+        assert_eq!(replaced_words(None), "");
+    }
+
+    #[test]
     fn a_queued_job_says_why_in_words() {
         let jobs = SchedJob::group(rows(
             "3|3|N/A|PENDING|BeginTime|0:00|1:00||1|0|u|(null)|N/A|x|\n",
@@ -593,4 +613,17 @@ mod tests {
         assert_eq!(clock(Duration::from_secs(3723)), "1:02:03");
         assert_eq!(clock(Duration::from_secs(2 * 86_400)), "2-00:00:00");
     }
+}
+
+/// The nodes spares took the place of in the current job, for a status line:
+/// `gpu-a02 replaced by spare gpu-a03; ` (empty when none).
+pub(crate) fn replaced_words(progress: Option<&Progress>) -> String {
+    progress
+        .map(|p| {
+            p.replaced
+                .iter()
+                .map(|(node, by)| format!("{node} replaced by spare {by}; "))
+                .collect()
+        })
+        .unwrap_or_default()
 }

@@ -204,6 +204,8 @@ pub struct Frame {
     pub restarts: usize,
     /// Requeues (current job).
     pub requeues: usize,
+    /// Nodes a spare took the place of (current job): (node, spare).
+    pub replaced: Vec<(String, String)>,
     /// World size of the attempt.
     pub world_size: Option<usize>,
     /// Nodes of the attempt.
@@ -476,6 +478,7 @@ impl Reader {
             attempts: attempts.clone(),
             restarts: p.restarts,
             requeues: p.requeues,
+            replaced: p.replaced.clone(),
             rate_name: "samples_per_s",
             ended,
             note: t.error.clone().or(note),

@@ -189,6 +189,23 @@ fn a_failed_attempt_stops_the_others_and_a_new_attempt_is_followed() {
     assert_eq!(frame.attempt, Some(2));
     assert_eq!(frame.attempts, [1, 2]);
     assert_eq!(frame.restarts, 1);
+    assert!(frame.replaced.is_empty());
+    // A spare takes a node's place: the header says which replaced which.
+    e.record(
+        "replace",
+        json!({"attempt": 2, "node": "gpu-a02", "by": "gpu-a03"}),
+    );
+    let replaced = reader.frame(NOW);
+    assert_eq!(
+        replaced.replaced,
+        [("gpu-a02".to_owned(), "gpu-a03".to_owned())]
+    );
+    assert!(
+        crate::top::view::header(&replaced)
+            .contains(&"replaced: gpu-a02 by spare gpu-a03".to_owned()),
+        "{:?}",
+        crate::top::view::header(&replaced)
+    );
     // The rendezvous before it names the ranks: they wait for their first line.
     assert_eq!(state_of(&frame, 0), State::Waiting);
     assert_eq!(frame.rows.len(), 3);

@@ -154,6 +154,14 @@ pub fn header(frame: &Frame) -> Vec<String> {
         None => third,
     };
     let mut lines = vec![first, second, third];
+    if !frame.replaced.is_empty() {
+        let swaps: Vec<String> = frame
+            .replaced
+            .iter()
+            .map(|(node, by)| format!("{node} by spare {by}"))
+            .collect();
+        lines.push(format!("replaced: {}", swaps.join(", ")));
+    }
     if let Some(n) = &frame.note {
         lines.push(format!("note: {n}"));
     }
