@@ -423,6 +423,19 @@ pub(crate) fn record_end(exp: &Experiment, progress: &Progress, job: &SchedJob) 
     let _ = herd_exp::timeline::append(exp.dir(), "ended", fields);
 }
 
+/// The nodes spares took the place of in the current job, for a status line:
+/// `gpu-a02 replaced by spare gpu-a03; ` (empty when none).
+pub(crate) fn replaced_words(progress: Option<&Progress>) -> String {
+    progress
+        .map(|p| {
+            p.replaced
+                .iter()
+                .map(|(node, by)| format!("{node} replaced by spare {by}; "))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -613,17 +626,4 @@ mod tests {
         assert_eq!(clock(Duration::from_secs(3723)), "1:02:03");
         assert_eq!(clock(Duration::from_secs(2 * 86_400)), "2-00:00:00");
     }
-}
-
-/// The nodes spares took the place of in the current job, for a status line:
-/// `gpu-a02 replaced by spare gpu-a03; ` (empty when none).
-pub(crate) fn replaced_words(progress: Option<&Progress>) -> String {
-    progress
-        .map(|p| {
-            p.replaced
-                .iter()
-                .map(|(node, by)| format!("{node} replaced by spare {by}; "))
-                .collect()
-        })
-        .unwrap_or_default()
 }

@@ -1,0 +1,127 @@
+//! Hangs told from slow starts on the bed: one rank's slow start is no hang, a rank stuck
+//! after its first steps is, with a fixed hang timeout and with `--hang-timeout auto`.
+
+use std::path::Path;
+use std::time::Duration;
+
+use herd_testbed::{read_lossy, Bed};
+use serde_json::Value;
+
+use crate::staying_alive::{args, wait_final};
+use crate::support::{events, job_id, names, project_with, submit, timeline};
+
+/// Submit slow_then_stuck.py (rank 3 silent `slow` s at its start, rank 1 stuck after
+/// round `stuck_after`) on 2 nodes × 2 workers with `flags`; the job's `hang` event once it
+/// failed.
+fn hang_of(
+    bed: &Bed,
+    project: &Path,
+    exps: &Path,
+    name: &str,
+    flags: &[&str],
+    slow: &str,
+) -> Value {
+    let exp_root = exps.display().to_string();
+    let mut common = vec![
+        "-J",
+        name,
+        "--nodes",
+        "2",
+        "--gpus-per-node",
+        "2",
+        "--max-requeues",
+        "0",
+    ];
+    common.extend(flags);
+    let job = job_id(&submit(
+        bed,
+        project,
+        &args(
+            &common,
+            &exp_root,
+            &[
+                "python",
+                "slow_then_stuck.py",
+                "--slow",
+                slow,
+                "--stuck-after",
+                "5",
+            ],
+        ),
+    ));
+    let exp = exps.join(name);
+    let info = wait_final(bed, job, &exp, Duration::from_secs(300));
+    let all = timeline(&exp);
+    assert!(!info.succeeded(), "the hang fails the job: {info:?}");
+    let hangs = events(&all, "hang");
+    assert_eq!(hangs.len(), 1, "one hang: {:?}", names(&all));
+    let out = read_lossy(exp.join(format!("logs/{job}.out")));
+    assert!(
+        out.contains("rank=1 stuck"),
+        "rank 1 got stuck after its first rounds:\n{out}"
+    );
+    hangs[0].clone().into()
+}
+
+/// With `--hang-timeout 5`: rank 3's 20 s of silence at its start (its peers, which said
+/// they started, waiting for it) is no hang; rank 1 stuck after 5 rounds is caught within
+/// the timeout and 5 s of the last progress, and named. With `--hang-timeout auto` (its floor
+/// scaled to 1 s for the test), the stuck rank is caught too, the report saying how the
+/// timeout was derived from the ranks' own pace.
+#[test]
+fn a_slow_start_is_no_hang_and_a_stuck_rank_is_caught_fixed_or_auto() {
+    let bed = Bed::require();
+    let (project, exps) = project_with(
+        &bed,
+        "hangs_slow_start",
+        &[(
+            "crates/herd/tests/e2e/workers/slow_then_stuck.py",
+            "slow_then_stuck.py",
+        )],
+    );
+    let fixed = hang_of(
+        &bed,
+        &project,
+        &exps,
+        "fixed",
+        &["--hang-timeout", "5"],
+        "20",
+    );
+    assert_eq!(
+        fixed["rank"], 1,
+        "the stuck rank went silent first: {fixed}"
+    );
+    assert_eq!(fixed["started"], true, "{fixed}");
+    let silent = fixed["silent_s"].as_f64().expect("silent_s");
+    assert!(
+        (5.0..=10.0).contains(&silent),
+        "caught {silent} s after rank 1's last progress (timeout 5 s)"
+    );
+    // The test's scale for the auto rule (sbatch passes the environment on to the agents):
+    // floor 1 s, warm-up 5 s; a rank's timeout is 5 × its longest gap after that.
+    std::env::set_var("HERD_HANG_AUTO_FLOOR", "1");
+    let auto = hang_of(
+        &bed,
+        &project,
+        &exps,
+        "auto",
+        &["--hang-timeout", "auto"],
+        "0",
+    );
+    assert_eq!(auto["rank"], 1, "{auto}");
+    assert!(
+        auto["timeout"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("auto: "),
+        "the timeout says how it was derived: {auto}"
+    );
+    let (silent, timeout) = (
+        auto["silent_s"].as_f64().expect("silent_s"),
+        auto["timeout_s"].as_f64().expect("timeout_s"),
+    );
+    assert!(
+        timeout < 60.0 && silent <= timeout + 5.0,
+        "caught {silent} s after the last progress, timeout {timeout} s: {auto}"
+    );
+}
