@@ -19,7 +19,7 @@ fn hang_of(
     exps: &Path,
     name: &str,
     flags: &[&str],
-    slow: &str,
+    (slow, stuck_after): (&str, &str),
 ) -> Value {
     let exp_root = exps.display().to_string();
     let mut common = vec![
@@ -45,7 +45,7 @@ fn hang_of(
                 "--slow",
                 slow,
                 "--stuck-after",
-                "5",
+                stuck_after,
             ],
         ),
     ));
@@ -56,9 +56,14 @@ fn hang_of(
     let hangs = events(&all, "hang");
     assert_eq!(hangs.len(), 1, "one hang: {:?}", names(&all));
     let out = read_lossy(exp.join(format!("logs/{job}.out")));
-    assert!(
-        out.contains("rank=1 stuck"),
-        "rank 1 got stuck after its first rounds:\n{out}"
+    let last = out
+        .lines()
+        .filter(|l| l.contains("rank=1 round="))
+        .next_back();
+    assert_eq!(
+        last.map(str::trim),
+        Some(format!("rank=1 round={stuck_after} tick=3").as_str()),
+        "rank 1 got stuck in round {stuck_after}:\n{out}"
     );
     hangs[0].clone().into()
 }
@@ -85,7 +90,7 @@ fn a_slow_start_is_no_hang_and_a_stuck_rank_is_caught_fixed_or_auto() {
         &exps,
         "fixed",
         &["--hang-timeout", "5"],
-        "20",
+        ("20", "5"),
     );
     assert_eq!(
         fixed["rank"], 1,
@@ -98,7 +103,8 @@ fn a_slow_start_is_no_hang_and_a_stuck_rank_is_caught_fixed_or_auto() {
         "caught {silent} s after rank 1's last progress (timeout 5 s)"
     );
     // The test's scale for the auto rule (sbatch passes the environment on to the agents):
-    // floor 1 s, warm-up 5 s; a rank's timeout is 5 × its longest gap after that.
+    // floor 1 s, warm-up 5 s and 10 gaps; a rank's timeout is 5 × its longest gap after
+    // that. Rank 1 gets stuck in round 12 (about 12 s in), past the warm-up.
     std::env::set_var("HERD_HANG_AUTO_FLOOR", "1");
     let auto = hang_of(
         &bed,
@@ -106,7 +112,7 @@ fn a_slow_start_is_no_hang_and_a_stuck_rank_is_caught_fixed_or_auto() {
         &exps,
         "auto",
         &["--hang-timeout", "auto"],
-        "0",
+        ("0", "12"),
     );
     assert_eq!(auto["rank"], 1, "{auto}");
     assert!(

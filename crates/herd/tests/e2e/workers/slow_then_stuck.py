@@ -1,7 +1,7 @@
 """A job whose start is slow and that then hangs: rank 3 is silent for SLOW seconds before
 it imports torch (a slow import, a dataset indexed at start) while the others, which said
 they started, wait for it in init_process_group; then every rank ticks every 0.1 s and meets
-the others in a gloo barrier every ten ticks, until rank 1 stops for good after round STUCK
+the others in a gloo barrier every ten ticks, until rank 1 stops for good in round STUCK
 (a rank stuck in a kernel): the others wait in the next barrier, and no rank makes progress
 after that.
 
@@ -29,9 +29,9 @@ print(f"rank={rank} start pid={os.getpid()}", flush=True)
 for r in range(1000):
     for t in range(10):
         print(f"rank={rank} round={r} tick={t}", flush=True)
+        if rank == 1 and r == args.stuck_after and t == 3:
+            # Stuck mid-round, silently: the others tick on for 0.6 s, then wait.
+            while True:
+                time.sleep(3600)
         time.sleep(0.1)
-    if rank == 1 and r == args.stuck_after:
-        print(f"rank={rank} stuck", flush=True)
-        while True:
-            time.sleep(3600)
     dist.barrier()
