@@ -56,10 +56,7 @@ fn hang_of(
     let hangs = events(&all, "hang");
     assert_eq!(hangs.len(), 1, "one hang: {:?}", names(&all));
     let out = read_lossy(exp.join(format!("logs/{job}.out")));
-    let last = out
-        .lines()
-        .filter(|l| l.contains("rank=1 round="))
-        .next_back();
+    let last = out.lines().rfind(|l| l.contains("rank=1 round="));
     assert_eq!(
         last.map(str::trim),
         Some(format!("rank=1 round={stuck_after} tick=3").as_str()),
