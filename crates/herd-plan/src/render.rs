@@ -324,10 +324,10 @@ pub fn render_script(plan: &Plan, params: &ScriptParams<'_>) -> Result<String, R
             if plan.spare_nodes > 0 {
                 let all = plan.alloc_nodes();
                 s.push_str(&format!(
-                    "# {} of the {all} nodes stand by as spares. The step survives a node's loss\n\
-                     # (--no-kill; no --kill-on-bad-exit): the agents replace the node with a spare and\n\
-                     # give it back to SLURM, which kills what ran there. herd settle passes signals on\n\
-                     # to srun and exits 0 when the job finished although a replaced node's agent was killed.\n\
+                    "# The last {} of the {all} nodes stand by as spares. The step survives a node's loss\n\
+                     # (--no-kill; no --kill-on-bad-exit): the agents put a spare in its place and end\n\
+                     # what is left of it there. herd settle passes signals on to srun and exits 0 when\n\
+                     # the job finished although a replaced node's agent was ended.\n\
                      exec {herd_q} settle -- srun --nodes={all} --ntasks={all} --ntasks-per-node=1{cpus} --no-kill --kill-on-bad-exit=0 \\\n  {herd_q} launch {options} --log-dir {} \\\n  -- {cmd}\n",
                     plan.spare_nodes,
                     q(logs, "experiment folder")?,

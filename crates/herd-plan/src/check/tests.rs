@@ -99,6 +99,17 @@ fn srun_mode_rules() {
         "nodes = 2\ngpus_per_node = 8\nntasks_per_node = 8\n{CMD}"
     ));
     assert_eq!(codes(&run(&p)), ["ntasks-needs-srun-mode"]);
+    // Only herd's agents can put a spare in a lost node's place.
+    for mode in ["srun", "torchrun"] {
+        let p = plan(&format!(
+            "mode = \"{mode}\"\nnodes = 2\nspare_nodes = 1\n{CMD}"
+        ));
+        let f = run(&p);
+        assert!(
+            codes(&f).contains(&"spares-need-agent-mode"),
+            "{mode}: {f:?}"
+        );
+    }
     let p = plan(&format!(
         "nodes = 2\ngpus_per_node = 8\ncpus_per_task = 4\n{CMD}"
     ));
@@ -210,6 +221,20 @@ fn partitions_on_the_bed() {
     assert!(
         f[0].message
             .contains("`nodes` in jobs/train.toml = 4, but partition dev has only 3 nodes"),
+        "{}",
+        f[0]
+    );
+
+    // Spares count: 2 nodes and 2 spares do not fit in 3.
+    let p = plan(&format!(
+        "partition = \"dev\"\nnodes = 2\nspare_nodes = 2\n{CMD}"
+    ));
+    let f = with_parts(&p, &parts);
+    assert_eq!(codes(&f), ["partition-too-few-nodes"]);
+    assert!(
+        f[0].message.contains(
+            "`nodes` in jobs/train.toml = 2 + `spare_nodes` in jobs/train.toml = 2 (4 nodes), but partition dev has only 3 nodes"
+        ),
         "{}",
         f[0]
     );

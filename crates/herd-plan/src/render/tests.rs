@@ -343,3 +343,36 @@ fn the_launch_line_parses_back_into_the_plans_agent_options() {
     .unwrap_or_else(|e| panic!("{words:?}: {e}"));
     assert_eq!(parsed.opts, plain.agent_options(), "{words:?}");
 }
+
+/// Spares: the job asks for the nodes and the spares, with `--no-kill`; the step runs on all
+/// of them under `herd settle`, without `--kill-on-bad-exit`, and its agents know how many
+/// stand by. Without spares the step is srun's own, as always.
+#[test]
+fn spare_nodes_ask_for_more_nodes_and_run_the_step_under_settle() {
+    let p = plan(
+        "nodes = 2\nspare_nodes = 1\ngpus_per_node = 2\ncommand = [\"python\", \"train.py\"]\n",
+    );
+    assert_eq!(p.alloc_nodes(), 3);
+    let s = render(&p);
+    let sbatch = sbatch_lines(&s);
+    assert!(
+        sbatch.contains(&"--nodes=3") && sbatch.contains(&"--no-kill"),
+        "{s}"
+    );
+    assert!(
+        s.contains("exec '/opt/herd/bin/herd' settle -- srun --nodes=3 --ntasks=3 --ntasks-per-node=1 --no-kill --kill-on-bad-exit=0 \\\n  '/opt/herd/bin/herd' launch "),
+        "{s}"
+    );
+    let words = launch_words(&s);
+    assert!(
+        words.windows(2).any(|w| w == ["--spare-nodes", "1"]),
+        "{words:?}"
+    );
+    let plain = render(&plan("nodes = 2\ncommand = [\"python\", \"train.py\"]\n"));
+    assert!(
+        !plain.contains("settle")
+            && !plain.contains("--no-kill")
+            && plain.contains("exec srun --nodes=2 "),
+        "{plain}"
+    );
+}
