@@ -10,7 +10,7 @@ use herd_slurm::scheduler::lifecycle::{Cause, JobFacts};
 use nix::sys::signal::Signal;
 use serde_json::json;
 
-use super::links::broadcast;
+use super::links::{broadcast, live};
 use super::stall::Done;
 use super::state::{End, Lead, Stopping};
 use crate::attempt::Attempt;
@@ -470,12 +470,7 @@ impl Lead {
             Some(a) => a.stacks(&self.cfg).await,
             None => Vec::new(),
         };
-        let mut waiting: HashSet<u32> = self
-            .followers
-            .iter()
-            .filter(|f| f.alive)
-            .map(|f| f.node_rank)
-            .collect();
+        let mut waiting = live(&self.followers);
         let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
         while !waiting.is_empty() {
             let Ok(Some(event)) = tokio::time::timeout_at(deadline, self.rx.recv()).await else {

@@ -1,14 +1,13 @@
 //! The end of an attempt, step by step: the failure recorded, the teardown everywhere, the
 //! report, then a restart, a requeue or the job's end.
 
-use std::collections::HashSet;
 use std::time::Duration;
 
 use herd_slurm::scheduler::lifecycle::Cause;
 use nix::sys::signal::Signal;
 use serde_json::json;
 
-use super::links::broadcast;
+use super::links::{broadcast, live};
 use super::state::{End, Lead};
 use crate::event::Event;
 use crate::keep::{no_longer_running, record_run, requeue};
@@ -134,12 +133,7 @@ impl Lead {
 
     /// Wait until every live follower confirms its teardown (or is lost), at most `limit`.
     async fn wait_torn_down(&mut self, limit: Duration) {
-        let mut pending: HashSet<u32> = self
-            .followers
-            .iter()
-            .filter(|f| f.alive)
-            .map(|f| f.node_rank)
-            .collect();
+        let mut pending = live(&self.followers);
         let deadline = tokio::time::Instant::now() + limit;
         while !pending.is_empty() {
             let Ok(Some(event)) = tokio::time::timeout_at(deadline, self.rx.recv()).await else {

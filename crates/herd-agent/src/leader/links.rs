@@ -1,5 +1,7 @@
 //! The leader's links to its followers, and one message to all of them.
 
+use std::collections::HashSet;
+
 use tokio::net::tcp::OwnedWriteHalf;
 
 use crate::message::Msg;
@@ -13,6 +15,15 @@ pub(super) struct Follower {
     pub(super) pid: u32,
     pub(super) writer: OwnedWriteHalf,
     pub(super) alive: bool,
+}
+
+/// The node ranks of the followers still there.
+pub(super) fn live(followers: &[Follower]) -> HashSet<u32> {
+    followers
+        .iter()
+        .filter(|f| f.alive)
+        .map(|f| f.node_rank)
+        .collect()
 }
 
 /// Send `msg` to every live follower; one that cannot be written to counts as lost.

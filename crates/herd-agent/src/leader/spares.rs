@@ -7,9 +7,10 @@ use herd_exp::failure::FailureReport;
 use herd_slurm::scheduler::lifecycle::{self, Cause};
 use serde_json::json;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
+use super::links::live;
 use super::state::{Blamed, End, Lead};
 use crate::event::Event;
 use crate::message::Msg;
@@ -106,9 +107,8 @@ impl Lead {
 
     /// Whether a spare is left to take a node's place.
     pub(super) fn spare_left(&self) -> bool {
-        self.spares
-            .iter()
-            .any(|&r| self.followers.iter().any(|f| f.node_rank == r && f.alive))
+        let live = live(&self.followers);
+        self.spares.iter().any(|r| live.contains(r))
     }
 
     /// Blame node `node`: said, recorded in the timeline (`blame`) and in the user's record
@@ -153,8 +153,8 @@ impl Lead {
         let Some(slot) = self.active.iter().position(|&r| r == bad.node && r != 0) else {
             return false;
         };
-        let alive = |r: &u32| self.followers.iter().any(|f| f.node_rank == *r && f.alive);
-        let Some(i) = self.spares.iter().position(alive) else {
+        let live = live(&self.followers);
+        let Some(i) = self.spares.iter().position(|r| live.contains(r)) else {
             return false;
         };
         // This attempt's record, with the nodes it ran on.
@@ -228,12 +228,7 @@ impl Lead {
         if let Err(f) = crate::preflight::check_node(&self.cfg, master).await {
             failed.insert(0, (f.check.to_owned(), f.detail));
         }
-        let mut waiting: HashSet<u32> = self
-            .followers
-            .iter()
-            .filter(|f| f.alive)
-            .map(|f| f.node_rank)
-            .collect();
+        let mut waiting = live(&self.followers);
         let limit = crate::preflight::CHECK_TIMEOUT * 2 + Duration::from_secs(5);
         let deadline = tokio::time::Instant::now() + limit;
         let mut later = Vec::new();
