@@ -66,6 +66,7 @@
 //!   snapshot.
 
 pub mod failure;
+pub mod goodput;
 pub mod layout;
 pub mod logs;
 mod manifest;

@@ -1,0 +1,666 @@
+//! Where an experiment's time went: its wall time split into training, rework, start, stop,
+//! detection, queue and other, from the timeline and the step readings the agents stored
+//! (docs/report.md, "Goodput").
+//!
+//! Each moment of the wall time belongs to exactly one part, so the parts add up to it:
+//! every part claims spans of time ([`Span`]), and where two claim the same moment the one
+//! earlier in [`Part::ALL`] has it; a moment nobody claims is `other`. The spans:
+//!
+//! - **training** and **rework**: between two step readings of an attempt, the steps
+//!   computed in between; those at or below the highest step any earlier attempt reached
+//!   are rework (a share of the gap when it crosses that step), the others training.
+//! - **detection**: a hang or a lost node, from the attempt's last progress (for a hang,
+//!   the silent rank's last sign of life) to herd's decision.
+//! - **stop**: from the stop's start (the time-limit or preemption warning, a failure,
+//!   herd's decision on a hang, a cancel) to the attempt's workers gone.
+//! - **start**: from the attempt's beginning (its allocation's start, or the previous
+//!   attempt's end for a restart in the same allocation) to its first step reading.
+//! - **queue**: a requeued job, from the requeue to its agents running again.
+//! - **running**: only without any step reading: the workers ran, and training, rework and
+//!   start cannot be told apart.
+//!
+//! The wall time runs from a submission's first start (its agents' `started`) to its end
+//! (its last attempt's end; now while it runs); the time between two submissions
+//! (`herd submit --resume`) is no part of it.
+
+use std::collections::BTreeMap;
+
+use serde_json::{json, Map, Value};
+
+/// One part of the wall time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Part {
+    /// Steps computed for the first time.
+    Training,
+    /// Steps computed again after a resume from an older checkpoint.
+    Rework,
+    /// A fault herd had not noticed yet: last progress → herd's decision.
+    Detection,
+    /// Stop signal or fault → workers gone (the checkpoint on the way out included).
+    Stop,
+    /// Attempt begins → first step reading.
+    Start,
+    /// Workers running, without step readings to split training, rework and start.
+    Running,
+    /// Requeued → running again.
+    Queue,
+    /// What no other part claims.
+    Other,
+}
+
+impl Part {
+    /// Every part, the first one winning a moment two claim.
+    pub const ALL: [Part; 8] = [
+        Part::Training,
+        Part::Rework,
+        Part::Detection,
+        Part::Stop,
+        Part::Start,
+        Part::Running,
+        Part::Queue,
+        Part::Other,
+    ];
+
+    /// Its name: `training`, `rework`, …
+    pub fn name(self) -> &'static str {
+        match self {
+            Part::Training => "training",
+            Part::Rework => "rework",
+            Part::Detection => "detection",
+            Part::Stop => "stop",
+            Part::Start => "start",
+            Part::Running => "running",
+            Part::Queue => "queue",
+            Part::Other => "other",
+        }
+    }
+
+    fn index(self) -> usize {
+        Part::ALL.iter().position(|p| *p == self).unwrap_or(7)
+    }
+}
+
+/// Milliseconds of each part.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Parts([u64; 8]);
+
+impl Parts {
+    /// The milliseconds of `part`.
+    pub fn get(&self, part: Part) -> u64 {
+        self.0[part.index()]
+    }
+
+    fn add(&mut self, part: Part, ms: u64) {
+        self.0[part.index()] += ms;
+    }
+
+    /// Their sum.
+    pub fn total(&self) -> u64 {
+        self.0.iter().sum()
+    }
+
+    /// `{"training": seconds, …}`, every part.
+    pub fn json(&self) -> Value {
+        let mut m = Map::new();
+        for p in Part::ALL {
+            m.insert(p.name().into(), json!(secs(self.get(p))));
+        }
+        Value::Object(m)
+    }
+}
+
+/// A span of time one part has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Span {
+    /// The part.
+    pub part: Part,
+    /// From (ms since the epoch).
+    pub from_ms: u64,
+    /// To (ms since the epoch).
+    pub to_ms: u64,
+}
+
+/// One attempt's time: from its beginning to the next attempt's (the queue after a requeue
+/// included), or to the end.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AttemptTime {
+    /// K of `logs/attempt-K`.
+    pub attempt: u32,
+    /// Its beginning (ms since the epoch).
+    pub from_ms: u64,
+    /// Its end (ms since the epoch).
+    pub to_ms: u64,
+    /// Its time in order, one span after the other, neighbours of one part merged.
+    pub spans: Vec<Span>,
+    /// Its time by part.
+    pub parts: Parts,
+    /// Steps it computed again.
+    pub rework_steps: u64,
+    /// How it ended: `finished`, `failed`, `requeue`, `restart`, `replace`, each with its
+    /// cause when known (`requeue: time limit`); `running` while it runs.
+    pub ended: String,
+}
+
+/// An experiment's time ([`account`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Accounting {
+    /// The wall time's spans: one per submission that started (ms since the epoch).
+    pub segments: Vec<(u64, u64)>,
+    /// The wall time by part.
+    pub parts: Parts,
+    /// Each attempt's time.
+    pub attempts: Vec<AttemptTime>,
+    /// Steps computed again, over the experiment.
+    pub rework_steps: u64,
+    /// Whether step readings split training, rework and start (else: `running`).
+    pub split: bool,
+    /// Whether the job still runs (the end is now).
+    pub running: bool,
+}
+
+/// One attempt's step readings, of one rank: `(ms since the epoch, step)` in the order
+/// they were read.
+pub type Steps = Vec<(u64, u64)>;
+
+impl Accounting {
+    /// The wall time, ms.
+    pub fn wall_ms(&self) -> u64 {
+        self.segments.iter().map(|(a, b)| b - a).sum()
+    }
+
+    /// The allocated time: the wall time but the queue, ms.
+    pub fn allocated_ms(&self) -> u64 {
+        self.wall_ms().saturating_sub(self.parts.get(Part::Queue))
+    }
+
+    /// Training over the wall time (`None` without step readings or wall time).
+    pub fn goodput(&self) -> Option<f64> {
+        ratio(self.split, self.parts.get(Part::Training), self.wall_ms())
+    }
+
+    /// Training over the allocated time.
+    pub fn goodput_allocated(&self) -> Option<f64> {
+        ratio(self.split, self.parts.get(Part::Training), self.allocated_ms())
+    }
+
+    /// One line: `goodput 77.5 % of 3:52 (82.1 % of the 3:39 allocated)`, `so far` while
+    /// it runs; without step readings, what is known.
+    pub fn summary(&self) -> String {
+        let so_far = if self.running { " so far" } else { "" };
+        match (self.goodput(), self.goodput_allocated()) {
+            (Some(g), Some(a)) => format!(
+                "goodput {}{so_far} of {} ({} of the {} allocated)",
+                percent(g),
+                duration(self.wall_ms()),
+                percent(a),
+                duration(self.allocated_ms())
+            ),
+            _ if !self.split => format!(
+                "goodput unknown: no step readings to split training, rework and start \
+                 ({} of {} running{so_far})",
+                duration(self.parts.get(Part::Running)),
+                duration(self.wall_ms())
+            ),
+            _ => format!("goodput unknown: no wall time yet{so_far}"),
+        }
+    }
+
+    /// The parts with time, in order: `training 3:00 · rework 5.1 s (17 steps) · …`.
+    pub fn split_line(&self) -> String {
+        parts_line(&self.parts, self.rework_steps)
+    }
+
+    /// Everything, for `--json`: seconds, ratios, each attempt.
+    pub fn json(&self) -> Value {
+        json!({
+            "wall_s": secs(self.wall_ms()),
+            "allocated_s": secs(self.allocated_ms()),
+            "goodput": self.goodput(),
+            "goodput_allocated": self.goodput_allocated(),
+            "split": self.split,
+            "running": self.running,
+            "parts": self.parts.json(),
+            "rework_steps": self.rework_steps,
+            "attempts": self.attempts.iter().map(|a| json!({
+                "attempt": a.attempt,
+                "from": crate::timeline::rfc3339(a.from_ms),
+                "to": crate::timeline::rfc3339(a.to_ms),
+                "parts": a.parts.json(),
+                "rework_steps": a.rework_steps,
+                "ended": a.ended,
+            })).collect::<Vec<_>>(),
+        })
+    }
+}
+
+/// `training 3:00 · rework 5.1 s (17 steps) · start 12.0 s`: the parts with time.
+pub fn parts_line(parts: &Parts, rework_steps: u64) -> String {
+    Part::ALL
+        .iter()
+        .filter(|p| parts.get(**p) > 0 || **p == Part::Training && parts.get(Part::Running) == 0)
+        .map(|p| {
+            let mut s = format!("{} {}", p.name(), duration(parts.get(*p)));
+            if *p == Part::Rework {
+                s.push_str(&format!(
+                    " ({rework_steps} step{})",
+                    if rework_steps == 1 { "" } else { "s" }
+                ));
+            }
+            s
+        })
+        .collect::<Vec<_>>()
+        .join(" · ")
+}
+
+fn ratio(split: bool, part: u64, of: u64) -> Option<f64> {
+    (split && of > 0).then(|| part as f64 / of as f64)
+}
+
+fn secs(ms: u64) -> f64 {
+    ms as f64 / 1000.0
+}
+
+/// `77.5 %`.
+pub fn percent(r: f64) -> String {
+    format!("{:.1} %", r * 100.0)
+}
+
+/// A duration as people read it: `4.2 s` under a minute, else `3:52` or `1:02:03`.
+pub fn duration(ms: u64) -> String {
+    if ms < 60_000 {
+        return format!("{:.1} s", ms as f64 / 1000.0);
+    }
+    let s = (ms + 500) / 1000;
+    let (h, m, sec) = (s / 3600, s / 60 % 60, s % 60);
+    if h > 0 {
+        format!("{h}:{m:02}:{sec:02}")
+    } else {
+        format!("{m}:{sec:02}")
+    }
+}
+
+fn ms(e: &Map<String, Value>) -> Option<u64> {
+    e.get("unix_ms").and_then(Value::as_u64)
+}
+
+fn attempt_of(e: &Map<String, Value>) -> Option<u32> {
+    e.get("attempt")
+        .and_then(Value::as_u64)
+        .and_then(|n| u32::try_from(n).ok())
+}
+
+fn job_of(e: &Map<String, Value>) -> Option<String> {
+    match e.get("job_id")? {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+fn cause_words(cause: &str) -> String {
+    cause.replace('_', " ")
+}
+
+/// What the timeline says of one attempt.
+#[derive(Debug, Default)]
+struct Seen {
+    /// `attempt_started`.
+    started: u64,
+    /// The allocation it is the first attempt of: that allocation's start.
+    alloc_start: Option<u64>,
+    /// The stop's start: warning, failure, hang, cancel.
+    stop: Option<u64>,
+    /// A fault herd had to notice (hang, lost node), with the silent rank's last sign of
+    /// life when the event says it.
+    detect: Option<(u64, Option<u64>)>,
+    /// Workers gone: `teardown`, else `finished`.
+    gone: Option<u64>,
+    /// A requeue of it: when.
+    requeue: Option<u64>,
+    /// How it ended, in words.
+    ended: Option<String>,
+    /// The submission it belongs to.
+    submission: usize,
+}
+
+/// The time of an experiment from its timeline's `events` (in order) and, per attempt,
+/// one rank's step readings; `now_ms` ends a job that still runs.
+pub fn account(
+    events: &[Map<String, Value>],
+    steps: &BTreeMap<u32, Steps>,
+    now_ms: u64,
+) -> Accounting {
+    let mut seen: BTreeMap<u32, Seen> = BTreeMap::new();
+    // Submissions: (job id, first start, end).
+    let mut subs: Vec<(Option<String>, Option<u64>, Option<u64>)> = Vec::new();
+    let mut alloc_start: Option<u64> = None;
+    let mut current: Option<u32> = None;
+    let mut last_time = 0;
+    let mut closed = false;
+    for e in events {
+        let Some(t) = ms(e) else { continue };
+        let event = e.get("event").and_then(Value::as_str).unwrap_or("");
+        let job = job_of(e);
+        match event {
+            "queued" => {
+                // `herd submit` writes it once sbatch answered: after the agents'
+                // `started` when the job started at once.
+                if !subs.last().is_some_and(|s| s.0.is_some() && s.0 == job) {
+                    subs.push((job, None, None));
+                    closed = false;
+                }
+                continue;
+            }
+            "started" => {
+                if subs
+                    .last()
+                    .is_none_or(|s| s.0.is_some() && job.is_some() && s.0 != job)
+                {
+                    subs.push((job.clone(), None, None));
+                    closed = false;
+                }
+                let s = subs.last_mut().expect("one submission");
+                s.1.get_or_insert(t);
+                if s.0.is_none() {
+                    s.0 = job;
+                }
+                alloc_start = Some(t);
+                continue;
+            }
+            "ended" => continue,
+            _ => {}
+        }
+        if subs.is_empty() {
+            subs.push((None, Some(t), None));
+        }
+        let sub = subs.len() - 1;
+        let k = attempt_of(e).or(current);
+        if event == "attempt_started" {
+            let Some(k) = k else { continue };
+            current = Some(k);
+            let s = seen.entry(k).or_default();
+            s.started = t;
+            s.alloc_start = alloc_start.take();
+            s.submission = sub;
+        } else if event == "restart" {
+            // Written with the new attempt's number: the one before it ended so.
+            if let Some(p) = k.and_then(|k| k.checked_sub(1)).and_then(|p| seen.get_mut(&p)) {
+                p.ended = Some(restart_words(p.ended.take(), "restart"));
+            }
+        } else if let Some(s) = k.and_then(|k| seen.get_mut(&k)) {
+            match event {
+                "warning" => {
+                    s.stop.get_or_insert(t);
+                }
+                "hang" => {
+                    s.stop.get_or_insert(t);
+                    let silent = e
+                        .get("silent_s")
+                        .and_then(Value::as_f64)
+                        .map(|x| t.saturating_sub((x * 1000.0) as u64));
+                    s.detect.get_or_insert((t, silent));
+                }
+                "failed" => {
+                    s.stop.get_or_insert(t);
+                    if e.get("kind").and_then(Value::as_str) == Some("node_failure") {
+                        s.detect.get_or_insert((t, None));
+                    }
+                    if s.ended.is_none() {
+                        s.ended = e
+                            .get("cause")
+                            .and_then(Value::as_str)
+                            .map(|c| format!("failed: {c}"));
+                    }
+                }
+                "signal" if e.get("action").and_then(Value::as_str) == Some("terminate") => {
+                    s.stop.get_or_insert(t);
+                }
+                "teardown" => s.gone = Some(t),
+                "finished" => {
+                    s.gone.get_or_insert(t);
+                    let ok = e.get("ok").and_then(Value::as_bool).unwrap_or(false);
+                    s.ended = Some(if ok {
+                        "finished".to_owned()
+                    } else {
+                        match (e.get("cause").and_then(Value::as_str), &s.ended) {
+                            (_, Some(f)) if f.starts_with("failed") => f.clone(),
+                            (Some(c), _) => format!("failed: {}", cause_words(c)),
+                            _ => "failed".to_owned(),
+                        }
+                    });
+                }
+                "requeue" => {
+                    s.requeue = Some(t);
+                    s.ended = Some(match e.get("cause").and_then(Value::as_str) {
+                        Some(c) => format!("requeue: {}", cause_words(c)),
+                        None => "requeue".to_owned(),
+                    });
+                }
+                "replace" => {
+                    s.ended = Some(restart_words(s.ended.take(), "replace"));
+                }
+                _ => {}
+            }
+        }
+        if matches!(event, "finished" | "cancelled") {
+            closed = true;
+        }
+        if let Some(s) = subs.last_mut() {
+            if closed || event == "teardown" {
+                s.2 = Some(s.2.map_or(t, |e: u64| e.max(t)));
+            }
+        }
+        last_time = last_time.max(t);
+    }
+    let running = !closed && !subs.is_empty() && !ended_by_scheduler(events);
+    if let Some(s) = subs.last_mut() {
+        if running {
+            s.2 = Some(now_ms.max(s.2.unwrap_or(0)));
+        } else if s.2.is_none() {
+            s.2 = Some(last_time);
+        }
+    }
+    let segments: Vec<(u64, u64)> = subs
+        .iter()
+        .map(|(_, from, to)| {
+            let to = to.unwrap_or(now_ms);
+            let from = from.unwrap_or(to);
+            (from, to.max(from))
+        })
+        .collect();
+    let split = steps.values().any(|s| !s.is_empty());
+
+    // Each attempt's row and the spans that claim its time.
+    let numbers: Vec<u32> = seen.keys().copied().collect();
+    let mut best_before: Option<u64> = None;
+    let mut attempts = Vec::new();
+    let sub_end = |sub: usize| segments.get(sub).map_or(now_ms, |seg| seg.1);
+    let froms: Vec<u64> = numbers
+        .iter()
+        .enumerate()
+        .map(|(i, k)| {
+            let s = &seen[k];
+            let from = match s.alloc_start {
+                Some(a) => a.min(s.started),
+                None => i
+                    .checked_sub(1)
+                    .and_then(|p| seen[&numbers[p]].gone)
+                    .map_or(s.started, |g| g.min(s.started)),
+            };
+            from.min(sub_end(s.submission))
+        })
+        .collect();
+    for (i, &k) in numbers.iter().enumerate() {
+        let s = &seen[&k];
+        let from = froms[i];
+        let next = numbers.get(i + 1).map(|n| &seen[n]);
+        let to = match next {
+            Some(n) if n.submission == s.submission => froms[i + 1],
+            _ => sub_end(s.submission),
+        }
+        .max(from);
+        let gone = s.gone.unwrap_or(to).clamp(from, to);
+        let readings: &[(u64, u64)] = steps.get(&k).map_or(&[], Vec::as_slice);
+        let mut claims: Vec<Span> = Vec::new();
+        let mut claim = |part, a: u64, b: u64| {
+            let (a, b) = (a.max(from), b.min(to));
+            if a >= b {
+                return;
+            }
+            // Neighbours of one part are one claim: an attempt's readings make a few.
+            match claims.last_mut() {
+                Some(last) if last.part == part && last.to_ms == a => last.to_ms = b,
+                _ => claims.push(Span {
+                    part,
+                    from_ms: a,
+                    to_ms: b,
+                }),
+            }
+        };
+        let stop = s.stop.map(|t| t.clamp(from, gone));
+        let work_end = stop.unwrap_or(gone);
+        let mut rework_steps = 0;
+        if let Some(&(first_t, first_step)) = readings.first() {
+            claim(Part::Start, from, first_t);
+            let best = best_before;
+            for w in readings.windows(2) {
+                let ((t0, s0), (t1, s1)) = (w[0], w[1]);
+                match best {
+                    Some(m) if s1 <= m => claim(Part::Rework, t0, t1),
+                    Some(m) if s0 < m && s1 > s0 => {
+                        let share = (m - s0) as f64 / (s1 - s0) as f64;
+                        let cut = t0 + ((t1 - t0) as f64 * share) as u64;
+                        claim(Part::Rework, t0, cut);
+                        claim(Part::Training, cut, t1);
+                    }
+                    _ => claim(Part::Training, t0, t1),
+                }
+            }
+            let last_t = readings.last().map_or(first_t, |r| r.0);
+            if let Some((decided, silent_since)) = s.detect {
+                let fault = silent_since.unwrap_or(last_t).max(last_t.min(decided));
+                claim(Part::Detection, fault, decided);
+            }
+            if let Some(m) = best {
+                let top = readings.iter().map(|r| r.1).max().unwrap_or(0);
+                if first_step <= m {
+                    let stride = readings
+                        .windows(2)
+                        .filter_map(|w| w[1].1.checked_sub(w[0].1).filter(|d| *d > 0))
+                        .min()
+                        .unwrap_or(1);
+                    let low = i128::from(first_step) - i128::from(stride);
+                    let high = i128::from(top.min(m));
+                    rework_steps = u64::try_from((high - low).max(0)).unwrap_or(0);
+                }
+            }
+            let top = readings.iter().map(|r| r.1).max();
+            best_before = best_before.max(top);
+        } else {
+            claim(if split { Part::Start } else { Part::Running }, from, work_end);
+        }
+        if let Some(t) = stop {
+            claim(Part::Stop, t, gone);
+        }
+        let queue_from = s.requeue.unwrap_or(gone).max(gone);
+        if next.is_some_and(|n| n.submission == s.submission && n.alloc_start.is_some()) {
+            claim(Part::Queue, queue_from, to);
+        }
+        let spans = paint(from, to, &claims);
+        let mut parts = Parts::default();
+        for sp in &spans {
+            parts.add(sp.part, sp.to_ms - sp.from_ms);
+        }
+        let ended = s.ended.clone().unwrap_or_else(|| {
+            if running && next.is_none() {
+                "running".to_owned()
+            } else {
+                "—".to_owned()
+            }
+        });
+        attempts.push(AttemptTime {
+            attempt: k,
+            from_ms: from,
+            to_ms: to,
+            spans,
+            parts,
+            rework_steps,
+            ended,
+        });
+    }
+    // The parts of the whole: each attempt's, and `other` for wall time outside every
+    // attempt (a start that never reached an attempt).
+    let mut parts = Parts::default();
+    for a in &attempts {
+        for p in Part::ALL {
+            parts.add(p, a.parts.get(p));
+        }
+    }
+    let wall: u64 = segments.iter().map(|(a, b)| b - a).sum();
+    let covered = parts.total();
+    parts.add(Part::Other, wall.saturating_sub(covered));
+    Accounting {
+        segments,
+        parts,
+        rework_steps: attempts.iter().map(|a| a.rework_steps).sum(),
+        attempts,
+        split,
+        running,
+    }
+}
+
+/// `restart` after how it failed: `restart: failed: …` reads badly; keep the cause.
+fn restart_words(before: Option<String>, then: &str) -> String {
+    match before {
+        Some(b) => match b.strip_prefix("failed: ") {
+            Some(cause) => format!("{then}: {cause}"),
+            None => format!("{then}: {b}"),
+        },
+        None => then.to_owned(),
+    }
+}
+
+/// Whether the scheduler's end of the current job is in the timeline (`ended` after the
+/// last `started`).
+fn ended_by_scheduler(events: &[Map<String, Value>]) -> bool {
+    let last_start = events.iter().rposition(|e| e["event"] == "started");
+    let last_end = events.iter().rposition(|e| e["event"] == "ended");
+    matches!((last_start, last_end), (Some(s), Some(e)) if e > s) || last_start.is_none() && last_end.is_some()
+}
+
+/// `from..to` as consecutive spans: each moment to the first part in [`Part::ALL`] that
+/// claims it, else `other`; neighbours of one part merged.
+fn paint(from: u64, to: u64, claims: &[Span]) -> Vec<Span> {
+    let mut cuts: Vec<u64> = vec![from, to];
+    for c in claims {
+        cuts.push(c.from_ms);
+        cuts.push(c.to_ms);
+    }
+    cuts.sort_unstable();
+    cuts.dedup();
+    let mut spans: Vec<Span> = Vec::new();
+    for w in cuts.windows(2) {
+        let (a, b) = (w[0], w[1]);
+        if a < from || b > to || a >= b {
+            continue;
+        }
+        let part = claims
+            .iter()
+            .filter(|c| c.from_ms <= a && b <= c.to_ms)
+            .map(|c| c.part)
+            .min()
+            .unwrap_or(Part::Other);
+        match spans.last_mut() {
+            Some(last) if last.part == part && last.to_ms == a => last.to_ms = b,
+            _ => spans.push(Span {
+                part,
+                from_ms: a,
+                to_ms: b,
+            }),
+        }
+    }
+    spans
+}
+
+#[cfg(test)]
+mod tests;
