@@ -11,6 +11,7 @@ pub mod cancel;
 pub mod completions;
 pub mod env;
 pub mod exec;
+pub mod goodput;
 pub mod hostlist;
 pub mod launch;
 pub mod logs;

@@ -142,7 +142,7 @@ pub struct AttemptTime {
 }
 
 /// An experiment's time ([`account`]).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Accounting {
     /// The wall time's spans: one per submission that started (ms since the epoch).
     pub segments: Vec<(u64, u64)>,
@@ -180,7 +180,11 @@ impl Accounting {
 
     /// Training over the allocated time.
     pub fn goodput_allocated(&self) -> Option<f64> {
-        ratio(self.split, self.parts.get(Part::Training), self.allocated_ms())
+        ratio(
+            self.split,
+            self.parts.get(Part::Training),
+            self.allocated_ms(),
+        )
     }
 
     /// One line: `goodput 77.5 % of 3:52 (82.1 % of the 3:39 allocated)`, `so far` while
@@ -384,7 +388,10 @@ pub fn account(
             s.submission = sub;
         } else if event == "restart" {
             // Written with the new attempt's number: the one before it ended so.
-            if let Some(p) = k.and_then(|k| k.checked_sub(1)).and_then(|p| seen.get_mut(&p)) {
+            if let Some(p) = k
+                .and_then(|k| k.checked_sub(1))
+                .and_then(|p| seen.get_mut(&p))
+            {
                 p.ended = Some(restart_words(p.ended.take(), "restart"));
             }
         } else if let Some(s) = k.and_then(|k| seen.get_mut(&k)) {
@@ -557,7 +564,11 @@ pub fn account(
             let top = readings.iter().map(|r| r.1).max();
             best_before = best_before.max(top);
         } else {
-            claim(if split { Part::Start } else { Part::Running }, from, work_end);
+            claim(
+                if split { Part::Start } else { Part::Running },
+                from,
+                work_end,
+            );
         }
         if let Some(t) = stop {
             claim(Part::Stop, t, gone);
@@ -625,7 +636,8 @@ fn restart_words(before: Option<String>, then: &str) -> String {
 fn ended_by_scheduler(events: &[Map<String, Value>]) -> bool {
     let last_start = events.iter().rposition(|e| e["event"] == "started");
     let last_end = events.iter().rposition(|e| e["event"] == "ended");
-    matches!((last_start, last_end), (Some(s), Some(e)) if e > s) || last_start.is_none() && last_end.is_some()
+    matches!((last_start, last_end), (Some(s), Some(e)) if e > s)
+        || last_start.is_none() && last_end.is_some()
 }
 
 /// `from..to` as consecutive spans: each moment to the first part in [`Part::ALL`] that

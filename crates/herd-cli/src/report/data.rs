@@ -5,6 +5,7 @@
 use std::collections::BTreeSet;
 
 use herd_exp::failure::FailureReport;
+use herd_exp::goodput::Accounting;
 use herd_exp::logs::{Began, History};
 use herd_exp::Experiment;
 use herd_metrics::store::{self, Series};
@@ -47,6 +48,8 @@ pub struct ExpData {
     pub runs: Vec<herd_exp::Run>,
     /// The latest failure report, when there is one.
     pub failure: Option<Failure>,
+    /// Where its time went ([`crate::goodput`]).
+    pub goodput: Accounting,
 }
 
 /// Nodes and workers of the newest `rendezvous` event (the agents' count, not the plan's:
@@ -85,7 +88,16 @@ pub fn load(exp: &Experiment) -> Result<ExpData, CliError> {
             relative_to(&path, exp.dir()).display()
         ))),
     };
+    let steps = attempts
+        .iter()
+        .map(|a| {
+            let steps = crate::goodput::first_with_steps(a.ranks.iter().map(|(_, s)| s));
+            (a.number, steps)
+        })
+        .collect();
+    let goodput = herd_exp::goodput::account(&events, &steps, herd_exp::timeline::now().1);
     Ok(ExpData {
+        goodput,
         name: exp.name().to_owned(),
         size: size(&events),
         attempts,

@@ -196,6 +196,7 @@ pub fn page(
             ));
         }
         attempts_table(exp, &mut html);
+        super::strip::section(&exp.goodput, &mut html);
         failure(exp, &mut html);
         html.push_str("<h3>Plots</h3>\n");
         for p in plots.get(i).map_or(&[][..], Vec::as_slice) {

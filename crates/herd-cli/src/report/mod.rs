@@ -9,6 +9,7 @@
 pub mod data;
 pub mod html;
 pub mod plot;
+pub mod strip;
 pub mod table;
 
 use std::io::Write;
@@ -69,10 +70,17 @@ pub fn run(args: ReportArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError
             .collect(),
     );
     if args.json {
-        let doc = json!({
-            "format": 1,
-            "runs": rows.iter().map(|r| row_json(r, args.epochs)).collect::<Vec<_>>(),
-        });
+        let runs: Vec<_> = rows
+            .iter()
+            .map(|r| {
+                let mut run = row_json(r, args.epochs);
+                if let Some(e) = exps.iter().find(|e| e.name == r.name) {
+                    run["goodput"] = e.goodput.json();
+                }
+                run
+            })
+            .collect();
+        let doc = json!({"format": 1, "runs": runs});
         writeln!(
             out,
             "{}",
@@ -80,6 +88,11 @@ pub fn run(args: ReportArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError
         )?;
     } else {
         write!(out, "{}", markdown(&rows, args.epochs))?;
+        writeln!(out)?;
+        for e in &exps {
+            writeln!(out, "{}: {}", e.name, e.goodput.summary())?;
+            writeln!(out, "  {}", e.goodput.split_line())?;
+        }
     }
     if args.plots.is_none() && args.html.is_none() {
         return Ok(ExitStatus::Success);

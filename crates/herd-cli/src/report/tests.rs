@@ -313,6 +313,7 @@ fn big(ranks: u32, steps: u64) -> ExpData {
         history: Default::default(),
         runs: Vec::new(),
         failure: None,
+        goodput: Default::default(),
     }
 }
 
@@ -466,7 +467,9 @@ fn plots_are_written_and_listed_after_the_table() {
     let args = root.args(&["train", "quiet", "--plots", dir.to_str().expect("utf-8")]);
     run(args, &mut out).expect("report");
     let out = String::from_utf8(out).expect("utf-8");
-    let table_end = out.find("\n\n").expect("a blank line after the table");
+    // The table, a blank line, each experiment's goodput, a blank line, the files.
+    assert!(out.contains("\ntrain: goodput "), "{out}");
+    let table_end = out.rfind("\n\n").expect("a blank line before the files");
     let listed: Vec<&str> = out[table_end + 2..].lines().collect();
     let mut expected = vec![
         "note: quiet: no samples_per_s or tokens_per_s readings: no throughput plot".to_owned(),
@@ -502,4 +505,98 @@ fn without_plots_the_output_is_the_table_alone() {
     let doc: serde_json::Value = serde_json::from_slice(&out).expect("only JSON");
     assert_eq!(doc["runs"][0]["gpus"], 4);
     assert_eq!(doc["runs"][0]["nodes"], 2);
+}
+
+/// A time limit then the end: attempt 1 resumes from step 15 after attempt 0 reached 20.
+fn requeued(root: &Root, name: &str) -> Exp {
+    let e = root.exp(name);
+    let t = |s: f64| 1_800_000_000_000u64 + (s * 1000.0) as u64;
+    let mut lines = String::new();
+    let mut event = |s: f64, event: &str, fields: serde_json::Value| {
+        let mut m = fields.as_object().cloned().unwrap_or_default();
+        m.insert("unix_ms".into(), json!(t(s)));
+        m.insert("time".into(), json!(herd_exp::timeline::rfc3339(t(s))));
+        m.insert("event".into(), json!(event));
+        lines.push_str(&serde_json::to_string(&m).expect("json"));
+        lines.push('\n');
+    };
+    event(0.0, "started", json!({"job_id": "42", "requeue": 0}));
+    event(
+        0.5,
+        "rendezvous",
+        json!({"world_size": 1, "nodes": [{"node": 0, "host": "a", "ranks": [0]}]}),
+    );
+    event(1.0, "attempt_started", json!({"attempt": 0}));
+    event(
+        23.5,
+        "warning",
+        json!({"attempt": 0, "cause": "time_limit"}),
+    );
+    event(26.0, "teardown", json!({"attempt": 0}));
+    event(
+        26.5,
+        "requeue",
+        json!({"attempt": 0, "cause": "time_limit"}),
+    );
+    event(36.0, "started", json!({"job_id": "42", "requeue": 1}));
+    event(37.0, "attempt_started", json!({"attempt": 1}));
+    event(56.0, "finished", json!({"attempt": 1, "ok": true}));
+    std::fs::write(e.exp.paths().timeline(), lines).expect("timeline");
+    let rows = |from: u64, steps: std::ops::RangeInclusive<u64>, t0: f64| -> Vec<Reading> {
+        steps
+            .enumerate()
+            .map(|(i, s)| {
+                (
+                    t(t0 + i as f64),
+                    Some(s),
+                    vec![("loss", 1.0 / (s + from) as f64)],
+                )
+            })
+            .collect()
+    };
+    e.metrics(0, 0, &rows(0, 1..=20, 4.0));
+    e.metrics(1, 0, &rows(0, 16..=30, 40.0));
+    e
+}
+
+#[test]
+fn the_report_says_where_the_time_went_in_text_json_and_page() {
+    let root = Root::new();
+    requeued(&root, "gp");
+    let mut out = Vec::new();
+    let page = root.tmp.path().join("gp.html");
+    run(
+        root.args(&["gp", "--html", page.to_str().expect("utf-8")]),
+        &mut out,
+    )
+    .expect("report");
+    let out = String::from_utf8(out).expect("utf-8");
+    // Training: 4 → 23 s and 44 → 54 s; the wall time 0 → 56 s.
+    assert!(
+        out.contains("gp: goodput 51.8 % of 56.0 s (62.4 % of the 46.5 s allocated)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("  training 29.0 s · rework 4.0 s (5 steps) · stop 2.5 s · start 8.0 s · queue 9.5 s · other 3.0 s"),
+        "{out}"
+    );
+    let mut json_out = Vec::new();
+    run(root.args(&["gp", "--json"]), &mut json_out).expect("report");
+    let doc: serde_json::Value = serde_json::from_slice(&json_out).expect("JSON");
+    let g = &doc["runs"][0]["goodput"];
+    assert_eq!(g["wall_s"], 56.0);
+    assert_eq!(g["parts"]["training"], 29.0);
+    assert_eq!(g["parts"]["rework"], 4.0);
+    assert_eq!(g["rework_steps"], 5);
+    assert_eq!(g["attempts"][0]["ended"], "requeue: time limit");
+    assert_eq!(g["attempts"][1]["ended"], "finished");
+    let html = std::fs::read_to_string(&page).expect("page");
+    assert!(html.contains("<h3>Goodput</h3>"), "{html}");
+    assert!(html.contains("goodput 51.8 % of 56.0 s"), "{html}");
+    assert_eq!(html.matches("class=\"span rework\"").count(), 1, "{html}");
+    assert!(html.contains("<td>requeue: time limit</td>"), "{html}");
+    assert!(
+        html.contains("title=\"queue 9.5 s (+0:26 → +0:36)\""),
+        "{html}"
+    );
 }

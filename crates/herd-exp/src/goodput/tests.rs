@@ -32,9 +32,17 @@ fn story() -> (Vec<Map<String, Value>>, BTreeMap<u32, Steps>) {
         ev(0.5, "rendezvous", json!({})),
         ev(1.0, "attempt_started", json!({"attempt": 0})),
         // steps 1..=20 at 4..23 s
-        ev(23.5, "warning", json!({"attempt": 0, "cause": "time_limit"})),
+        ev(
+            23.5,
+            "warning",
+            json!({"attempt": 0, "cause": "time_limit"}),
+        ),
         ev(26.0, "teardown", json!({"attempt": 0})),
-        ev(26.5, "requeue", json!({"attempt": 0, "cause": "time_limit"})),
+        ev(
+            26.5,
+            "requeue",
+            json!({"attempt": 0, "cause": "time_limit"}),
+        ),
         ev(36.0, "started", json!({"job_id": 7, "requeue": 1})),
         ev(37.0, "attempt_started", json!({"attempt": 1})),
         // steps 16..=30 at 40..54 s; frozen at 54.5, decided at 65
@@ -44,7 +52,11 @@ fn story() -> (Vec<Map<String, Value>>, BTreeMap<u32, Steps>) {
             json!({"attempt": 1, "kind": "node_failure", "cause": "lost node 1 (b): no word"}),
         ),
         ev(67.0, "teardown", json!({"attempt": 1})),
-        ev(67.2, "requeue", json!({"attempt": 1, "cause": "node_failure"})),
+        ev(
+            67.2,
+            "requeue",
+            json!({"attempt": 1, "cause": "node_failure"}),
+        ),
         ev(80.0, "started", json!({"job_id": 7, "requeue": 2})),
         ev(81.0, "attempt_started", json!({"attempt": 2})),
         // steps 21..=40 at 85..104 s (resumed from step 20: 10 steps again)
@@ -87,7 +99,11 @@ fn parts_add_up_to_the_wall_time_and_each_has_its_span() {
     assert_eq!(a1.parts.get(Part::Stop), 2_000);
     assert_eq!(a1.parts.get(Part::Queue), 12_800);
     assert_eq!(a1.rework_steps, 5, "steps 16..=20 twice");
-    assert!(a1.ended.starts_with("requeue: node failure"), "{}", a1.ended);
+    assert!(
+        a1.ended.starts_with("requeue: node failure"),
+        "{}",
+        a1.ended
+    );
     // Attempt 2: steps 21..=30 again (10), 31..=40 new.
     let a2 = &a.attempts[2];
     assert_eq!(a2.rework_steps, 10);
@@ -110,8 +126,16 @@ fn parts_add_up_to_the_wall_time_and_each_has_its_span() {
         }
         assert_eq!(at_ms, t.to_ms);
     }
-    assert!(a.summary().starts_with("goodput 36.8 % of 1:46 ("), "{}", a.summary());
-    assert!(a.split_line().contains("rework 13.0 s (15 steps)"), "{}", a.split_line());
+    assert!(
+        a.summary().starts_with("goodput 36.8 % of 1:46 ("),
+        "{}",
+        a.summary()
+    );
+    assert!(
+        a.split_line().contains("rework 13.0 s (15 steps)"),
+        "{}",
+        a.split_line()
+    );
 }
 
 #[test]
@@ -119,7 +143,11 @@ fn a_hang_is_detected_from_the_silent_ranks_last_sign_of_life() {
     let events = vec![
         ev(0.0, "started", json!({"job_id": "9"})),
         ev(1.0, "attempt_started", json!({"attempt": 0})),
-        ev(40.0, "hang", json!({"attempt": 0, "rank": 1, "silent_s": 30.0})),
+        ev(
+            40.0,
+            "hang",
+            json!({"attempt": 0, "rank": 1, "silent_s": 30.0}),
+        ),
         ev(42.0, "teardown", json!({"attempt": 0})),
         ev(42.5, "restart", json!({"attempt": 1})),
         ev(43.0, "attempt_started", json!({"attempt": 1})),
@@ -132,8 +160,16 @@ fn a_hang_is_detected_from_the_silent_ranks_last_sign_of_life() {
     let a0 = &a.attempts[0];
     assert_eq!(a0.parts.get(Part::Detection), 30_000, "{:?}", a0.spans);
     assert_eq!(a0.parts.get(Part::Stop), 2_000);
-    assert_eq!(a0.parts.get(Part::Other), 2_000, "8 → 10 s: a step cut short");
-    assert_eq!(a0.to_ms, at(42.0), "a restart begins where the last attempt ended");
+    assert_eq!(
+        a0.parts.get(Part::Other),
+        2_000,
+        "8 → 10 s: a step cut short"
+    );
+    assert_eq!(
+        a0.to_ms,
+        at(42.0),
+        "a restart begins where the last attempt ended"
+    );
     assert_eq!(a0.ended, "restart");
     let a1 = &a.attempts[1];
     assert_eq!(a1.parts.get(Part::Start), 3_000, "42 → 45 s");
@@ -153,7 +189,8 @@ fn without_step_readings_the_workers_time_is_running_and_goodput_unknown() {
     assert_eq!(a.goodput(), None);
     assert_eq!(a.parts.get(Part::Running), 30_000);
     assert!(
-        a.summary().contains("no step readings to split training, rework and start"),
+        a.summary()
+            .contains("no step readings to split training, rework and start"),
         "{}",
         a.summary()
     );
@@ -165,9 +202,17 @@ fn a_running_job_counts_to_now_and_submissions_apart() {
         ev(-5.0, "queued", json!({"job_id": "1", "submission": 1})),
         ev(0.0, "started", json!({"job_id": 1})),
         ev(1.0, "attempt_started", json!({"attempt": 0})),
-        ev(20.0, "failed", json!({"attempt": 0, "kind": "worker_failure", "cause": "rank 0 exited 1"})),
+        ev(
+            20.0,
+            "failed",
+            json!({"attempt": 0, "kind": "worker_failure", "cause": "rank 0 exited 1"}),
+        ),
         ev(21.0, "teardown", json!({"attempt": 0})),
-        ev(21.5, "finished", json!({"attempt": 0, "ok": false, "cause": "worker_failure"})),
+        ev(
+            21.5,
+            "finished",
+            json!({"attempt": 0, "ok": false, "cause": "worker_failure"}),
+        ),
         ev(500.0, "queued", json!({"job_id": "2", "submission": 2})),
         ev(600.0, "started", json!({"job_id": 2})),
         ev(601.0, "attempt_started", json!({"attempt": 1})),
@@ -177,15 +222,26 @@ fn a_running_job_counts_to_now_and_submissions_apart() {
     steps.insert(1, readings(605.0, 6..=12));
     let a = account(&events, &steps, at(620.0));
     assert!(a.running);
-    assert_eq!(a.segments, vec![(at(0.0), at(21.5)), (at(600.0), at(620.0))]);
-    assert_eq!(a.wall_ms(), 41_500, "the time between submissions is no part");
+    assert_eq!(
+        a.segments,
+        vec![(at(0.0), at(21.5)), (at(600.0), at(620.0))]
+    );
+    assert_eq!(
+        a.wall_ms(),
+        41_500,
+        "the time between submissions is no part"
+    );
     assert_eq!(a.parts.total(), a.wall_ms());
     assert_eq!(a.attempts[0].ended, "failed: rank 0 exited 1");
     assert_eq!(a.attempts[1].ended, "running");
     assert_eq!(a.attempts[1].rework_steps, 5);
     assert!(a.summary().contains(" so far "), "{}", a.summary());
     // The scheduler's end, recorded by herd status, ends the count.
-    events.push(ev(700.0, "ended", json!({"job_id": "2", "state": "FAILED"})));
+    events.push(ev(
+        700.0,
+        "ended",
+        json!({"job_id": "2", "state": "FAILED"}),
+    ));
     let a = account(&events, &steps, at(900.0));
     assert!(!a.running);
     assert_eq!(a.segments[1], (at(600.0), at(601.0)));
