@@ -70,9 +70,9 @@ fn scheduler_says_over(exp: &herd_exp::Experiment) -> Option<bool> {
         Some(job) if job.state().is_final() => Some(job.exit_code() == Some(0)),
         Some(_) => None,
         // Gone from the queue: the folder says how it ended, else it did not end well.
-        None => {
-            Some(crate::status::view(Some(exp), Some(&progress), None, true).exit_code == Some(0))
-        }
+        None => Some(
+            crate::status::view(Some(exp), Some(&progress), None, true, None).exit_code == Some(0),
+        ),
     }
 }
 

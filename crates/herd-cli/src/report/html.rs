@@ -7,22 +7,7 @@
 use super::data::{ExpData, Failure};
 use super::plot::{self, Plot, PlotError};
 use super::table::{hms, num, Row};
-
-/// `text` with `&`, `<`, `>`, `"` and `'` as character references.
-pub fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
+pub use super::text::escape;
 
 /// An SVG document as an element inside HTML: without its namespace attribute (HTML puts
 /// `<svg>` in SVG's namespace by itself), so the page names no address at all.

@@ -11,6 +11,7 @@ pub mod html;
 pub mod plot;
 pub mod strip;
 pub mod table;
+pub mod text;
 
 use std::io::Write;
 use std::path::PathBuf;

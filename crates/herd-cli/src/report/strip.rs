@@ -4,7 +4,7 @@
 
 use herd_exp::goodput::{duration, Accounting, Part};
 
-use super::html::escape;
+use super::text::escape;
 
 /// The colour of `part` in the strip and its legend.
 pub fn colour(part: Part) -> &'static str {

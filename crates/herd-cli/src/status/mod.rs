@@ -187,10 +187,12 @@ pub fn run(args: StatusArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError
                     record_end(&e.exp, p, job);
                     claimed.push(job.id.clone());
                 }
-                views.push(view(Some(&e.exp), Some(p), job, answered));
+                let events = herd_exp::timeline::read(e.exp.dir()).unwrap_or_default();
+                let goodput = crate::goodput::load(&e.exp, &events);
+                views.push(view(Some(&e.exp), Some(p), job, answered, Some(&goodput)));
             }
             Err(err) => {
-                let mut v = view(Some(&e.exp), None, None, answered);
+                let mut v = view(Some(&e.exp), None, None, answered, None);
                 v.detail = format!("cannot read the experiment: {err}");
                 views.push(v);
             }
@@ -221,7 +223,7 @@ pub fn run(args: StatusArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError
     }
     let other_views: Vec<View> = others
         .iter()
-        .map(|j| view(None, None, Some(j), answered))
+        .map(|j| view(None, None, Some(j), answered, None))
         .collect();
     if args.json {
         let doc = json!({

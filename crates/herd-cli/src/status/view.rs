@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use herd_exp::goodput::{percent, Accounting};
 use herd_exp::progress::Progress;
 use herd_exp::Experiment;
 use herd_slurm::scheduler::queue::{self, JobState, QueueRow};
@@ -161,6 +162,10 @@ pub struct View {
     pub hint: Option<String>,
     /// Array tasks by state, for an array job.
     pub tasks: BTreeMap<&'static str, usize>,
+    /// Training over the wall time so far, when the job has step readings.
+    pub goodput: Option<f64>,
+    /// The wall time from the first start, over every attempt (seconds).
+    pub wall_s: Option<u64>,
 }
 
 impl View {
@@ -186,6 +191,8 @@ impl View {
             "last_failure": self.last_failure,
             "hint": self.hint,
             "tasks": self.tasks,
+            "goodput": self.goodput,
+            "wall_s": self.wall_s,
         })
     }
 }
@@ -217,6 +224,46 @@ pub fn view(
     progress: Option<&Progress>,
     job: Option<&SchedJob>,
     scheduler_answered: bool,
+    goodput: Option<&Accounting>,
+) -> View {
+    let mut v = view_of(exp, progress, job, scheduler_answered, goodput);
+    if let Some(acc) = goodput.filter(|a| a.split && a.wall_ms() > 0) {
+        v.goodput = acc.goodput();
+        v.wall_s = Some(acc.wall_ms() / 1000);
+        if matches!(
+            v.state,
+            "running" | "finished" | "failed" | "cancelled" | "queued"
+        ) && !v.detail.is_empty()
+        {
+            v.detail.push_str(&format!(
+                "; goodput {}{}",
+                percent(acc.goodput().unwrap_or(0.0)),
+                if acc.running { " so far" } else { "" }
+            ));
+        }
+    }
+    v
+}
+
+/// How long a job ran: SLURM's time of its allocation, or with several attempts the whole
+/// job's (`3:52 over 3 attempts`), which SLURM does not count.
+fn ran_words(elapsed: Option<Duration>, goodput: Option<&Accounting>) -> Option<String> {
+    match goodput.filter(|a| a.attempts.len() > 1 && a.wall_ms() > 0) {
+        Some(a) => Some(format!(
+            "{} over {} attempts",
+            clock(Duration::from_millis(a.wall_ms())),
+            a.attempts.len()
+        )),
+        None => elapsed.filter(|d| !d.is_zero()).map(clock),
+    }
+}
+
+fn view_of(
+    exp: Option<&Experiment>,
+    progress: Option<&Progress>,
+    job: Option<&SchedJob>,
+    scheduler_answered: bool,
+    goodput: Option<&Accounting>,
 ) -> View {
     let mut v = View {
         name: exp.map(|e| e.name().to_owned()),
@@ -243,6 +290,8 @@ pub fn view(
         last_failure: progress.and_then(|p| p.last_failure.clone()),
         hint: progress.and_then(|p| p.last_hint.clone()),
         tasks: BTreeMap::new(),
+        goodput: None,
+        wall_s: None,
     };
     let failure = |v: &View| {
         let hint = match (&v.last_failure, &v.hint) {
@@ -314,9 +363,10 @@ pub fn view(
                 }
                 format!("{requeued}{d}")
             }
-            JobState::Finished => {
-                format!("exit 0 after {}", clock(lead.elapsed.unwrap_or_default()))
-            }
+            JobState::Finished => format!(
+                "exit 0 after {}",
+                ran_words(lead.elapsed, goodput).unwrap_or_else(|| clock(Duration::ZERO))
+            ),
             JobState::Failed | JobState::Cancelled => {
                 // SLURM's state when it says more than the word (TIMEOUT, NODE_FAIL, …).
                 let special = if matches!(lead.state.as_str(), "FAILED" | "CANCELLED") {
@@ -327,10 +377,10 @@ pub fn view(
                 // SLURM counts whole seconds: a job that failed within its first second
                 // ran 0 s, though its agents started (the timeline says so).
                 let started = progress.is_some_and(|p| p.started_ms.is_some());
-                let ran = match lead.elapsed {
-                    Some(d) if !d.is_zero() => format!(" after {}", clock(d)),
-                    _ if started => " within a second of its start".to_owned(),
-                    _ => " before it started".to_owned(),
+                let ran = match ran_words(lead.elapsed, goodput) {
+                    Some(words) => format!(" after {words}"),
+                    None if started => " within a second of its start".to_owned(),
+                    None => " before it started".to_owned(),
                 };
                 let by_herd = progress.is_some_and(|p| p.cancelled_ms.is_some());
                 let mut d = if state == JobState::Cancelled {
@@ -459,7 +509,7 @@ mod tests {
         assert_eq!(counts.get("running"), Some(&1));
         assert_eq!(counts.get("failed"), Some(&1));
         assert_eq!(jobs[0].exit_code(), None);
-        let v = view(None, None, Some(&jobs[0]), true);
+        let v = view(None, None, Some(&jobs[0]), true, None);
         assert!(
             v.detail
                 .starts_with("array: 1 failed, 6 queued, 1 running;"),
@@ -468,6 +518,79 @@ mod tests {
         );
         assert_eq!(jobs[1].exit_code(), Some(0));
         assert_eq!(pending_tasks("1,3,5-7%2"), 5);
+    }
+
+    /// Two attempts: 0 → 36 s (a time limit, requeued at 26.5 s), 36 → 56 s; training
+    /// 4 → 23 s and 40 → 50 s.
+    fn two_allocations(finished: bool) -> Accounting {
+        let ev = |s: u64, event: &str, fields: Value| {
+            let mut m = fields.as_object().cloned().unwrap_or_default();
+            m.insert("unix_ms".into(), json!(1_000_000 + s * 1000));
+            m.insert("event".into(), json!(event));
+            m
+        };
+        let mut events = vec![
+            ev(0, "started", json!({"job_id": "3"})),
+            ev(1, "attempt_started", json!({"attempt": 0})),
+            ev(26, "teardown", json!({"attempt": 0})),
+            ev(27, "requeue", json!({"attempt": 0, "cause": "time_limit"})),
+            ev(36, "started", json!({"job_id": "3"})),
+            ev(37, "attempt_started", json!({"attempt": 1})),
+        ];
+        if finished {
+            events.push(ev(56, "finished", json!({"attempt": 1, "ok": true})));
+        }
+        let steps = (0..2)
+            .map(|k| {
+                let t0 = [4, 40][k as usize];
+                let len = [20, 11][k as usize];
+                let s: Vec<(u64, u64)> = (0..len)
+                    .map(|i| (1_000_000 + (t0 + i) * 1000, 20 * u64::from(k) + i + 1))
+                    .collect();
+                (k, s)
+            })
+            .collect();
+        herd_exp::goodput::account(&events, &steps, 1_000_000 + 60_000)
+    }
+
+    #[test]
+    fn an_ended_job_counts_every_attempt_and_says_its_goodput() {
+        let jobs = SchedJob::group(rows(
+            "3|3|N/A|COMPLETED|None|0:20|1:00|a01|1|0|u|(null)|N/A|x|\n",
+        ));
+        let p = Progress {
+            job_id: Some("3".into()),
+            ..Progress::default()
+        };
+        let done = two_allocations(true);
+        let v = view(None, Some(&p), Some(&jobs[0]), true, Some(&done));
+        // SLURM says 0:20, the last allocation's; the job ran 56 s in two.
+        assert_eq!(
+            v.detail,
+            "exit 0 after 0:56 over 2 attempts; goodput 51.8 %"
+        );
+        assert_eq!(v.wall_s, Some(56));
+        assert!((v.goodput.expect("goodput") - 29.0 / 56.0).abs() < 1e-9);
+        let running = SchedJob::group(rows(
+            "3|3|N/A|RUNNING|None|0:24|1:00|a01|1|0|u|(null)|N/A|x|\n",
+        ));
+        let v = view(
+            None,
+            Some(&p),
+            Some(&running[0]),
+            true,
+            Some(&two_allocations(false)),
+        );
+        assert!(
+            v.detail.ends_with("; goodput 48.3 % so far"),
+            "{}",
+            v.detail
+        );
+        // Without step readings: no goodput said.
+        let none = herd_exp::goodput::account(&[], &BTreeMap::new(), 0);
+        let v = view(None, Some(&p), Some(&jobs[0]), true, Some(&none));
+        assert_eq!(v.detail, "exit 0 after 0:20");
+        assert_eq!(v.goodput, None);
     }
 
     #[test]
@@ -480,7 +603,7 @@ mod tests {
             replaced: vec![("a02".into(), "a03".into())],
             ..Progress::default()
         };
-        let v = view(None, Some(&p), Some(&jobs[0]), true);
+        let v = view(None, Some(&p), Some(&jobs[0]), true, None);
         assert!(
             v.detail.starts_with("a02 replaced by spare a03; "),
             "{}",
@@ -494,7 +617,7 @@ mod tests {
         let jobs = SchedJob::group(rows(
             "3|3|N/A|PENDING|BeginTime|0:00|1:00||1|0|u|(null)|N/A|x|\n",
         ));
-        let v = view(None, None, Some(&jobs[0]), true);
+        let v = view(None, None, Some(&jobs[0]), true, None);
         assert_eq!(v.state, "queued");
         assert_eq!(v.detail, "waiting for its begin time (BeginTime)");
     }
@@ -529,7 +652,7 @@ mod tests {
                 ("finished", json!({"ok": false, "cause": "worker_failure"})),
             ]),
         );
-        let v = view(None, Some(&failed), None, true);
+        let v = view(None, Some(&failed), None, true, None);
         assert_eq!(v.state, "failed");
         assert_eq!(v.exit_code, Some(1));
         assert!(v.detail.contains("exited with code 3"), "{}", v.detail);
@@ -538,7 +661,7 @@ mod tests {
             "{}",
             v.detail
         );
-        let v = view(None, Some(&failed), None, false);
+        let v = view(None, Some(&failed), None, false, None);
         assert!(
             v.detail.ends_with("(scheduler did not answer)"),
             "{}",
@@ -560,7 +683,7 @@ mod tests {
             e.push(("finished", json!({"ok": false, "cause": "worker_failure"})));
             Progress::from_events(Some("7".into()), 1, &events(&e))
         };
-        let v = view(None, Some(&hinted(&[])), None, true);
+        let v = view(None, Some(&hinted(&[])), None, true, None);
         assert!(
             v.detail.contains(
                 "killed by SIGABRT (aborted); likely cause: the worker aborted at exit — fix: destroy the process group ("
@@ -573,7 +696,7 @@ mod tests {
             "the worker aborted at exit — fix: destroy the process group"
         );
         let later = hinted(&[("failed", json!({"cause": "lost node 1 (a02)"}))]);
-        let v = view(None, Some(&later), None, true);
+        let v = view(None, Some(&later), None, true, None);
         assert!(!v.detail.contains("likely cause"), "{}", v.detail);
         assert_eq!(v.json()["hint"], Value::Null);
 
@@ -585,7 +708,7 @@ mod tests {
                 ("started", json!({"job_id": "8"})),
             ]),
         );
-        let v = view(None, Some(&lost), None, true);
+        let v = view(None, Some(&lost), None, true, None);
         assert_eq!((v.state, v.exit_code), ("unknown", None));
         assert_eq!(
             v.detail,
@@ -610,13 +733,13 @@ mod tests {
             ]
             .map(|v| v.as_object().cloned().expect("object")),
         );
-        let v = view(None, Some(&started), Some(&jobs[0]), true);
+        let v = view(None, Some(&started), Some(&jobs[0]), true, None);
         assert!(
             v.detail.starts_with("exit 1 within a second of its start"),
             "{}",
             v.detail
         );
-        let v = view(None, None, Some(&jobs[1]), true);
+        let v = view(None, None, Some(&jobs[1]), true, None);
         assert_eq!(v.detail, "cancelled before it started");
     }
 

@@ -99,7 +99,7 @@ pub fn watch(
             let progress = j.exp.as_ref().and_then(|e| Progress::read(e).ok());
             let job = rows.iter().find(|r| r.id == j.id);
             j.seen_in_queue |= job.is_some();
-            let v = view(j.exp.as_ref(), progress.as_ref(), job, answered);
+            let v = view(j.exp.as_ref(), progress.as_ref(), job, answered, None);
             // What a change is: not the clock ticking.
             let key = |v: &View| {
                 let running = v.state == "running";

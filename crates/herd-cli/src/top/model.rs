@@ -218,6 +218,9 @@ pub struct Frame {
     pub total_rate: Option<f64>,
     /// How the job ended, when the timeline says it did.
     pub ended: Option<String>,
+    /// Training over the wall time so far, when the job has step readings
+    /// (`goodput 77.5 %`, `… so far` while it runs).
+    pub goodput: Option<String>,
     /// A line about what is missing (no attempt yet, a file that does not read).
     pub note: Option<String>,
     /// The ranks, by rank.
@@ -379,7 +382,13 @@ pub struct Reader {
     thresholds: Thresholds,
     timeline: Timeline,
     ranks: BTreeMap<u32, RankFiles>,
+    /// The goodput shown and when it was counted (ms since the epoch): it reads every
+    /// attempt's steps, so it is counted again at most every [`GOODPUT_EVERY_MS`].
+    goodput: Option<(u64, Option<String>)>,
 }
+
+/// How often `herd top` counts the goodput again.
+pub const GOODPUT_EVERY_MS: u64 = 10_000;
 
 impl Reader {
     /// A reader of `exp`; `pinned`: always this attempt, else the newest (following new
@@ -392,6 +401,7 @@ impl Reader {
             thresholds,
             timeline: Timeline::default(),
             ranks: BTreeMap::new(),
+            goodput: None,
         }
     }
 
@@ -443,9 +453,30 @@ impl Reader {
         t.history = History::from_events(&t.events);
     }
 
+    /// The goodput line, counted again when [`GOODPUT_EVERY_MS`] passed.
+    fn goodput(&mut self, now_ms: u64) -> Option<String> {
+        if let Some((at, words)) = &self.goodput {
+            if now_ms.saturating_sub(*at) < GOODPUT_EVERY_MS {
+                return words.clone();
+            }
+        }
+        let steps = crate::goodput::read_all_steps(&self.exp);
+        let acc = herd_exp::goodput::account(&self.timeline.events, &steps, now_ms);
+        let words = acc.goodput().map(|g| {
+            format!(
+                "goodput {}{}",
+                herd_exp::goodput::percent(g),
+                if acc.running { " so far" } else { "" }
+            )
+        });
+        self.goodput = Some((now_ms, words.clone()));
+        words
+    }
+
     /// Reads what changed and makes the frame as of `now_ms` (ms since the epoch).
     pub fn frame(&mut self, now_ms: u64) -> Frame {
         self.refresh_timeline();
+        let goodput = self.goodput(now_ms);
         let logs_dir = self.exp.paths().logs();
         let mut note = None;
         let attempts = logs_dir.attempts().unwrap_or_default();
@@ -479,6 +510,7 @@ impl Reader {
             restarts: p.restarts,
             requeues: p.requeues,
             replaced: p.replaced.clone(),
+            goodput,
             rate_name: "samples_per_s",
             ended,
             note: t.error.clone().or(note),

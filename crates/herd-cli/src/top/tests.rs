@@ -535,3 +535,32 @@ fn an_unknown_experiment_lists_the_ones_there() {
         "{err}"
     );
 }
+
+#[test]
+fn the_header_says_the_goodput_so_far() {
+    let e = Exp::new();
+    // The timeline written by hand, at "now" in these tests.
+    let lines: String = [
+        (NOW - 30_000, "started", json!({"job_id": "4242"})),
+        (NOW - 29_000, "attempt_started", json!({"attempt": 0})),
+    ]
+    .iter()
+    .map(|(ms, event, fields)| {
+        let mut m = fields.as_object().cloned().expect("object");
+        m.insert("unix_ms".into(), json!(ms));
+        m.insert("event".into(), json!(event));
+        format!("{}\n", serde_json::Value::Object(m))
+    })
+    .collect();
+    std::fs::write(e.dir.join("timeline.jsonl"), lines).expect("timeline");
+    // Ten readings, one a second, the last a second ago: 9 s of steps in 30 s.
+    e.readings(0, 0, &[100.0; 10], NOW - 1000);
+    let mut reader = e.reader(None);
+    let frame = reader.frame(NOW);
+    assert_eq!(frame.goodput.as_deref(), Some("goodput 30.0 % so far"));
+    assert!(
+        view::header(&frame)[1].ends_with("  goodput 30.0 % so far"),
+        "{:?}",
+        view::header(&frame)
+    );
+}

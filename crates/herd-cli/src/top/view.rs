@@ -144,6 +144,9 @@ pub fn header(frame: &Frame) -> Vec<String> {
     if let Some(n) = frame.nodes {
         second.push_str(&format!("  nodes {n}"));
     }
+    if let Some(g) = &frame.goodput {
+        second.push_str(&format!("  {g}"));
+    }
     let rate = rate_words(frame.rate_name);
     let third = match (frame.median_rate, frame.total_rate) {
         (Some(m), Some(t)) => format!("{rate}: median {}  total {}", number(m), number(t)),
