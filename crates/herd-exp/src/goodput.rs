@@ -573,7 +573,7 @@ pub fn account(
         if let Some(t) = stop {
             claim(Part::Stop, t, gone);
         }
-        let queue_from = s.requeue.unwrap_or(gone).max(gone);
+        let queue_from = s.requeue.unwrap_or(gone);
         if next.is_some_and(|n| n.submission == s.submission && n.alloc_start.is_some()) {
             claim(Part::Queue, queue_from, to);
         }

@@ -9,6 +9,7 @@ mod checkpoints;
 mod ddp_baseline;
 mod frameworks;
 mod frameworks_stop;
+mod goodput;
 mod hangs;
 mod herd_env;
 mod hostlist_differential;

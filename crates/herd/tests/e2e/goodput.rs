@@ -1,0 +1,311 @@
+//! Goodput on the bed (issue #28): one 2-node job with a frozen follower node and then a
+//! time limit, whose time herd accounts for. It also stands for the frozen-follower case of
+//! staying alive (the frozen-leader case is in staying_alive.rs): the loss is reported
+//! within 15 s, the job is requeued without the node and ends with the checksum of an
+//! uninterrupted run.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use herd_testbed::{read_lossy, Bed};
+use serde_json::Value;
+
+use crate::staying_alive::{args, checksum, kill, project, reference_run, wait_final, wait_for};
+use crate::support::{events, job_id, names, submit, timeline};
+
+/// Every `step=N` rank 0 logged in an attempt's `rank-0.out`, in order.
+fn rank0_steps(exp: &Path, k: usize) -> Vec<u64> {
+    read_lossy(exp.join(format!("logs/attempt-{k}/rank-0.out")))
+        .lines()
+        .filter_map(|l| {
+            let mut words = l.split_whitespace();
+            (words.next()? == "rank=0").then_some(())?;
+            words.next()?.strip_prefix("step=")?.parse().ok()
+        })
+        .collect()
+}
+
+fn ms(e: &serde_json::Map<String, Value>) -> u64 {
+    e["unix_ms"].as_u64().expect("unix_ms")
+}
+
+fn herd(args: &[&str], dir: &Path) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_herd"))
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("herd runs")
+}
+
+/// A 2-node job (checkpoint every 10 steps, 1-minute limit): node 1 freezes at step 15 of
+/// attempt 0; herd reports the lost node, requeues without it, attempt 1 resumes from step
+/// 10 (the steps since then computed again) and runs into the time limit, checkpoints and
+/// is requeued; attempt 2 finishes. `herd report` then accounts for the wall time: its
+/// parts add up to it within 1 s, rework is the steps rank 0's own log shows twice, queue
+/// and start are the timeline's stamps, and the page and the plots show it.
+#[test]
+fn a_frozen_node_and_a_time_limit_cost_what_the_report_says() {
+    let bed = Bed::require();
+    let (project, exps) = project(&bed, "goodput");
+    let exp_root = exps.display().to_string();
+    let train = [
+        "python",
+        "train_ddp.py",
+        "--steps",
+        "200",
+        "--log-every",
+        "1",
+        "--ckpt-every",
+        "10",
+    ];
+    let mut slow: Vec<&str> = train.to_vec();
+    slow.extend(["--step-time", "0.3"]);
+    let job = job_id(&submit(
+        &bed,
+        &project,
+        &args(
+            &[
+                "-J",
+                "costly",
+                "--nodes",
+                "2",
+                "--gpus-per-node",
+                "2",
+                "--time",
+                "1",
+                "--warn-before",
+                "20",
+                "--stop-grace",
+                "15",
+                "--max-requeues",
+                "3",
+            ],
+            &exp_root,
+            &slow,
+        ),
+    ));
+    let exp = exps.join("costly");
+
+    // --- the freeze: every process of node 1's part ---------------------------------
+    wait_for(
+        &exp.join("logs/attempt-0/rank-2.out"),
+        "rank=2 step=15 ",
+        Duration::from_secs(240),
+    );
+    let started = events(&timeline(&exp), "started")[0]["nodes"].clone();
+    let host = started[1].as_str().expect("node 1").to_owned();
+    let frozen: Vec<String> = bed
+        .node_processes("")
+        .expect("the nodes' process tables")
+        .into_iter()
+        .filter(|l| {
+            l.starts_with(&format!("{host} "))
+                && (l.contains(" launch ") || l.contains("train_ddp.py"))
+        })
+        .collect();
+    assert!(
+        frozen.iter().any(|l| l.contains(" launch "))
+            && frozen.iter().filter(|l| l.contains("train_ddp.py")).count() >= 2,
+        "the agent and both workers of {host}: {frozen:?}"
+    );
+    for line in &frozen {
+        kill("STOP", line.split_whitespace().nth(1).expect("pid"));
+    }
+    let stopped = Instant::now();
+    let report_path = exp.join("logs/attempt-0/failure.json");
+    while !report_path.exists() {
+        assert!(
+            stopped.elapsed() < Duration::from_secs(40),
+            "no report 40 s after the freeze"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let took = stopped.elapsed();
+    eprintln!("frozen node reported {took:?} after the freeze");
+    assert!(
+        took <= Duration::from_secs(15),
+        "reported {took:?} after the freeze"
+    );
+    let report: Value =
+        serde_json::from_str(&read_lossy(&report_path)).expect("failure.json parses");
+    assert!(
+        report["cause"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with(&format!("lost node 1 ({host})")),
+        "{report:#}"
+    );
+    let reference = reference_run(&bed, &project, &exps, &train);
+    let info = wait_final(&bed, job, &exp, Duration::from_secs(600));
+    assert!(info.succeeded(), "{info:?}");
+
+    // --- the story: lost node → requeue without it, time limit → requeue, the end -----
+    let all = timeline(&exp);
+    let requeues = events(&all, "requeue");
+    let causes: Vec<&Value> = requeues.iter().map(|r| &r["cause"]).collect();
+    assert_eq!(causes, ["node_failure", "time_limit"], "{:?}", names(&all));
+    assert_eq!(requeues[0]["exclude"], Value::from(vec![host.clone()]));
+    let allocs = events(&all, "started");
+    assert_eq!(allocs.len(), 3, "{:?}", names(&all));
+    let out = read_lossy(exp.join(format!("logs/{job}.out")));
+    assert_eq!(checksum(&out), checksum(&reference));
+    let left = bed
+        .node_processes("train_ddp.py")
+        .expect("the nodes' process tables");
+    assert!(
+        left.is_empty(),
+        "nothing of the frozen attempt is left: {left:?}"
+    );
+
+    // --- the accounting, as `herd report --json` gives it -------------------------------
+    let json_out = herd(
+        &["report", "costly", "--exp-root", &exp_root, "--json"],
+        &project,
+    );
+    assert!(json_out.status.success(), "{json_out:?}");
+    let doc: Value = serde_json::from_slice(&json_out.stdout).expect("report JSON");
+    let g = &doc["runs"][0]["goodput"];
+    eprintln!("goodput: {g:#}");
+    let part = |name: &str| g["parts"][name].as_f64().unwrap_or(f64::NAN);
+    let sum: f64 = [
+        "training",
+        "rework",
+        "detection",
+        "stop",
+        "start",
+        "running",
+        "queue",
+        "other",
+    ]
+    .iter()
+    .map(|p| part(p))
+    .sum();
+    // The wall time by the timeline's own stamps: the first start to the end.
+    let finished = events(&all, "finished");
+    assert_eq!(finished.len(), 1);
+    let wall = (ms(finished[0]) - ms(allocs[0])) as f64 / 1000.0;
+    assert!(
+        (sum - wall).abs() <= 1.0 && (g["wall_s"].as_f64().unwrap_or(0.0) - wall).abs() <= 1.0,
+        "parts {sum} s, wall {} s, the timeline's {wall} s",
+        g["wall_s"]
+    );
+    // Rework: the steps rank 0's own logs show more than once.
+    let mut seen: BTreeMap<u64, usize> = BTreeMap::new();
+    for k in 0..3 {
+        let steps = rank0_steps(&exp, k);
+        assert!(!steps.is_empty(), "attempt {k} trained");
+        for s in steps {
+            *seen.entry(s).or_default() += 1;
+        }
+    }
+    let twice: usize = seen.values().map(|n| n - 1).sum();
+    assert!(
+        twice > 0,
+        "attempt 1 resumed from step 10 after step 15: {seen:?}"
+    );
+    assert_eq!(g["rework_steps"], twice as u64, "{g:#}");
+    assert!(part("rework") > 0.0 && part("detection") >= 5.0, "{g:#}");
+    // Queue: each requeue to the next start, by the timeline's stamps.
+    let queue: u64 = requeues
+        .iter()
+        .zip(&allocs[1..])
+        .map(|(r, s)| ms(s) - ms(r))
+        .sum();
+    assert!(
+        (part("queue") - queue as f64 / 1000.0).abs() < 0.002,
+        "queue {} s, the timeline's {queue} ms",
+        part("queue")
+    );
+    // Start: each allocation's start to rank 0's first step reading in its attempt.
+    for (k, alloc) in allocs.iter().enumerate() {
+        let series = herd_metrics::store::read_rank(&exp.join(format!("logs/attempt-{k}")), 0)
+            .expect("rank 0's readings");
+        let first = series
+            .time_ms
+            .iter()
+            .zip(&series.step)
+            .find(|(t, s)| **t > 0 && s.is_some())
+            .map(|(t, _)| *t)
+            .expect("a step reading");
+        let want = (first - ms(alloc)) as f64 / 1000.0;
+        let got = g["attempts"][k]["parts"]["start"]
+            .as_f64()
+            .unwrap_or(f64::NAN);
+        assert!(
+            (got - want).abs() < 0.002,
+            "attempt {k}: start {got} s, want {want} s"
+        );
+    }
+    let ended: Vec<&str> = (0..3)
+        .map(|k| g["attempts"][k]["ended"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(
+        ended,
+        ["requeue: node failure", "requeue: time limit", "finished"],
+        "{g:#}"
+    );
+
+    // --- the report's line, the page and the plots --------------------------------------
+    let plots = project.join("plots");
+    let page = project.join("report.html");
+    let text_out = herd(
+        &[
+            "report",
+            "costly",
+            "--exp-root",
+            &exp_root,
+            "--plots",
+            plots.to_str().expect("utf-8"),
+            "--html",
+            page.to_str().expect("utf-8"),
+        ],
+        &project,
+    );
+    assert!(text_out.status.success(), "{text_out:?}");
+    let text = String::from_utf8_lossy(&text_out.stdout);
+    let percent = g["goodput"].as_f64().expect("goodput") * 100.0;
+    assert!(
+        text.contains(&format!("costly: goodput {percent:.1} % of ")),
+        "{text}"
+    );
+    assert!(text.contains(&format!(" ({twice} steps)")), "{text}");
+    let html = std::fs::read_to_string(&page).expect("page");
+    assert!(html.contains("<h3>Goodput</h3>"), "{html}");
+    for span in ["training", "rework", "detection", "stop", "start", "queue"] {
+        assert!(
+            html.contains(&format!("class=\"span {span}\"")),
+            "a {span} span in the strip"
+        );
+    }
+    assert!(html.contains("<td>requeue: node failure</td>"));
+    // No line of any plot runs back in steps: each attempt's readings are a line of their
+    // own, so a resume from an older checkpoint draws no segment going backwards.
+    for what in ["loss", "throughput"] {
+        let svg = std::fs::read_to_string(plots.join(format!("costly.{what}.svg"))).expect("svg");
+        let doc = roxmltree::Document::parse(&svg).expect("SVG parses");
+        let mut lines = 0;
+        for line in doc.descendants().filter(|n| n.has_tag_name("polyline")) {
+            let xs: Vec<f64> = line
+                .attribute("points")
+                .unwrap_or_default()
+                .split_whitespace()
+                .filter_map(|p| p.split(',').next()?.parse().ok())
+                .collect();
+            lines += 1;
+            assert!(
+                xs.windows(2).all(|w| w[1] >= w[0]),
+                "{what}: a line goes back in steps: {xs:?}"
+            );
+        }
+        assert!(
+            lines >= 12,
+            "{what}: 4 ranks × 3 attempts at least, {lines} lines"
+        );
+    }
+    // herd status: the whole job's time, and its goodput.
+    let status = herd(&["status", "costly", "--exp-root", &exp_root], &project);
+    let said = String::from_utf8_lossy(&status.stdout);
+    assert!(said.contains("; goodput "), "{said}");
+}
