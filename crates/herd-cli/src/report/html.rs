@@ -25,36 +25,84 @@ th,td{border:1px solid #ccc;padding:0.25em 0.6em;text-align:left}\
 td.n{text-align:right}th{background:#f3f3f3}\
 pre{background:#f7f7f7;border:1px solid #ddd;padding:0.6em;overflow-x:auto}\
 .plot svg{max-width:100%;height:auto}.note{color:#666}\
+td.stamp{color:#666;font-size:0.85em}td[title]{cursor:help}\
 section{border-top:2px solid #ddd;margin-top:2em}";
 
 fn td(s: &str) -> String {
     format!("<td>{}</td>", escape(s))
 }
 
-fn attempts_table(exp: &ExpData, html: &mut String) {
+/// `ms` after `base` in the reader's words: `+0:00`, `+1:17`, `+1:02:03` (whole seconds,
+/// as `herd status` counts; `-0:05` before it).
+pub fn since(ms: u64, base: u64) -> String {
+    let d = |ms: u64| crate::status::clock(std::time::Duration::from_millis(ms));
+    if ms >= base {
+        format!("+{}", d(ms - base))
+    } else {
+        format!("-{}", d(base - ms))
+    }
+}
+
+/// A time cell: `stamp` (RFC 3339) as [`since`] `base` with the exact stamp on hover
+/// (`title`); a stamp that does not parse as it is; `—` when there is none.
+fn time_cell(stamp: Option<&str>, base: Option<u64>) -> String {
+    let Some(stamp) = stamp else {
+        return "<td class=\"n\">—</td>".to_owned();
+    };
+    match herd_exp::timeline::parse_rfc3339(stamp).zip(base) {
+        Some((ms, base)) => format!(
+            "<td class=\"n\" title=\"{}\">{}</td>",
+            escape(stamp),
+            since(ms, base)
+        ),
+        None => td(stamp),
+    }
+}
+
+/// The attempt table of `exp` (docs/report.md): when each attempt started and ended as
+/// time since the first attempt started (`+1:17`, the exact stamp on hover), how long it
+/// ran, and the exact start in its own column.
+pub fn attempts_table(exp: &ExpData, html: &mut String) {
     let rows = exp.attempt_rows();
     html.push_str("<h3>Attempts</h3>\n");
     if rows.is_empty() {
         html.push_str("<p class=\"note\">No attempt has started.</p>\n");
         return;
     }
+    let ms = |t: &Option<String>| t.as_deref().and_then(herd_exp::timeline::parse_rfc3339);
+    let base = rows
+        .iter()
+        .filter_map(|r| ms(&r.started))
+        .min()
+        .or_else(|| rows.iter().filter_map(|r| ms(&r.ended)).min());
     html.push_str(
-        "<table class=\"attempts\"><tr><th>attempt</th><th>began</th><th>started</th>\
-         <th>ended</th><th>how it ended</th><th>nodes</th></tr>\n",
+        "<p class=\"note\">Started and ended: time since the first attempt started \
+         (hover over one for its exact time).</p>\n\
+         <table class=\"attempts\"><tr><th>attempt</th><th>began</th><th>started</th>\
+         <th>ran</th><th>ended</th><th>how it ended</th><th>nodes</th>\
+         <th>started at (UTC)</th></tr>\n",
     );
     for r in rows {
+        let ran = match (ms(&r.started), ms(&r.ended)) {
+            (Some(a), Some(b)) if b >= a => {
+                crate::status::clock(std::time::Duration::from_millis(b - a))
+            }
+            _ => "—".to_owned(),
+        };
         html.push_str(&format!(
-            "<tr><td class=\"n\">{}</td>{}{}{}{}{}</tr>\n",
+            "<tr><td class=\"n\">{}</td>{}{}<td class=\"n\">{ran}</td>{}{}{}\
+             <td class=\"stamp\">{}</td></tr>\n",
             r.number,
             td(&r.began),
-            td(r.started.as_deref().unwrap_or("—")),
-            td(r.ended.as_deref().unwrap_or("—")),
+            time_cell(r.started.as_deref(), base),
+            time_cell(r.ended.as_deref(), base),
             td(&r.how),
             td(&if r.nodes.is_empty() {
                 "—".to_owned()
             } else {
                 r.nodes.join(", ")
             }),
+            escape(r.started.as_deref().unwrap_or("—")),
         ));
     }
     html.push_str("</table>\n");
@@ -189,6 +237,9 @@ pub fn page(
                 "<div class=\"plot\">\n{}\n</div>\n",
                 inline_svg(&plot::svg(p)?)
             ));
+            if let Some(n) = p.rework_note() {
+                html.push_str(&format!("<p class=\"note\">{}</p>\n", escape(&n)));
+            }
         }
         for n in notes.get(i).map_or(&[][..], Vec::as_slice) {
             html.push_str(&format!("<p class=\"note\">{}</p>\n", escape(n)));

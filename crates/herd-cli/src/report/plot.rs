@@ -1,12 +1,16 @@
 //! Plots of one experiment's loss and throughput, PNG and SVG (docs/report.md).
 //!
-//! One line per rank, each rank its own colour ([`rank_colour`]), every attempt on one
-//! axis: x is the global step (readings without one left out; seconds since the
-//! experiment's first reading when no reading has a step), and each attempt after the
-//! first is marked by a dashed vertical line labelled with what started it (`restart`,
-//! `requeue`, `resume`). Long series are cut to at most [`MAX_POINTS`] points a rank
-//! ([`downsample`]: the smallest and the largest reading of each bucket, so spikes stay).
-//! The font (DejaVu Sans) is in the binary: no font is looked up on the system.
+//! Each rank its own colour ([`rank_colour`]), every attempt on one axis: x is the global
+//! step (readings without one left out; seconds since the experiment's first reading when
+//! no reading has a step), and each attempt after the first is marked by a dashed vertical
+//! line labelled with what started it (`restart`, `requeue`, `resume`). A rank's line
+//! breaks at each attempt: no segment joins one attempt's last reading to the next one's
+//! first. Steps an attempt computes again after resuming from a checkpoint (at or below the
+//! highest step an earlier attempt reached) are drawn dashed and lighter
+//! ([`rework_colour`]) over a shaded band ([`lines`], [`Line`], [`Rework`]). Long series
+//! are cut to at most [`MAX_POINTS`] points a rank ([`downsample`]: the smallest and the
+//! largest reading of each bucket, so spikes stay). The font (DejaVu Sans) is in the
+//! binary: no font is looked up on the system.
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -38,6 +42,13 @@ pub const LINE_WIDTH: u32 = 2;
 pub const THIN_LINE_WIDTH: u32 = 1;
 /// Colour of the attempt markers and their labels.
 pub const MARKER_COLOUR: (u8, u8, u8) = (90, 90, 90);
+/// Colour of the band over a range of steps computed again, and its opacity.
+pub const REWORK_BAND: ((u8, u8, u8), f64) = ((255, 170, 60), 0.16);
+/// The dashes of a recomputed part of a line: dash and gap, pixels.
+pub const REWORK_DASH: (u32, u32) = (7, 4);
+/// How far a recomputed part of a line is mixed towards white (0: the rank's colour, 1:
+/// white).
+pub const REWORK_LIGHTEN: f64 = 0.55;
 
 /// The rank colours, in order: distinct for the first 16 ranks, then they repeat.
 pub const PALETTE: [(u8, u8, u8); 16] = [
@@ -64,6 +75,17 @@ pub fn rank_colour(rank: u32) -> (u8, u8, u8) {
     PALETTE[rank as usize % PALETTE.len()]
 }
 
+/// The colour of rank `rank`'s steps computed again: its [`rank_colour`] mixed
+/// [`REWORK_LIGHTEN`] of the way to white.
+pub fn rework_colour(rank: u32) -> (u8, u8, u8) {
+    let light = |c: u8| {
+        let c = f64::from(c);
+        (c + (255.0 - c) * REWORK_LIGHTEN).round() as u8
+    };
+    let (r, g, b) = rank_colour(rank);
+    (light(r), light(g), light(b))
+}
+
 /// What a plot shows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Metric {
@@ -86,13 +108,34 @@ impl Metric {
     }
 }
 
-/// One rank's line.
+/// One polyline drawn: part of one rank's readings in one attempt, never more than one
+/// attempt. Within an attempt, the readings at steps an earlier attempt already reached
+/// (computed again after a resume from a checkpoint) are a line of their own with `rework`
+/// set, and the line that follows begins at that line's last point, so the attempt still
+/// reads as one continuous line in two shades. A line also breaks where x would go back
+/// (a trainer whose step goes back within one attempt): x never decreases along a line.
 #[derive(Debug, Clone, PartialEq)]
-pub struct RankLine {
+pub struct Line {
     /// The rank.
     pub rank: u32,
-    /// Its points (x, y), every attempt in order, downsampled.
+    /// The attempt (K of `logs/attempt-K`).
+    pub attempt: u32,
+    /// Steps computed again: at or below the highest step any earlier attempt reached.
+    pub rework: bool,
+    /// Its points (x, y), in the order read, downsampled with the rank's other lines.
     pub points: Vec<(f64, f64)>,
+}
+
+/// The steps one attempt computed again (a shaded band in the plot): from its first
+/// recomputed reading to its last, over all ranks.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rework {
+    /// K.
+    pub attempt: u32,
+    /// The smallest step computed again.
+    pub from: f64,
+    /// The largest.
+    pub to: f64,
 }
 
 /// The start of an attempt after the first.
@@ -122,42 +165,108 @@ pub struct Plot {
     pub x_label: String,
     /// The y axis: the column's name.
     pub y_label: String,
-    /// One line per rank with readings, in rank order.
-    pub lines: Vec<RankLine>,
+    /// The polylines ([`Line`]): by rank, then in the order read.
+    pub lines: Vec<Line>,
     /// One per attempt after the first that has readings.
     pub markers: Vec<Marker>,
+    /// One per attempt that computed steps again, in order (none on a seconds axis).
+    pub rework: Vec<Rework>,
 }
 
 /// At most `max` of `points`, in order: when there are more, they are cut into `max / 2`
 /// buckets of consecutive points and each bucket keeps its smallest and largest y (once
 /// when they are the same point), so a spike stays in the plot.
 pub fn downsample(points: &[(f64, f64)], max: usize) -> Vec<(f64, f64)> {
+    keep(points.len(), max, |i| points[i].1)
+        .into_iter()
+        .map(|i| points[i])
+        .collect()
+}
+
+/// The indices [`downsample`] keeps of `n` points whose y is `y(i)`, in order.
+fn keep(n: usize, max: usize, y: impl Fn(usize) -> f64) -> Vec<usize> {
     let max = max.max(2);
-    if points.len() <= max {
-        return points.to_vec();
+    if n <= max {
+        return (0..n).collect();
     }
     let buckets = max / 2;
-    let n = points.len();
     let mut out = Vec::with_capacity(buckets * 2);
     for b in 0..buckets {
-        let chunk = &points[b * n / buckets..(b + 1) * n / buckets];
-        let (mut lo, mut hi) = (0, 0);
-        for (i, p) in chunk.iter().enumerate() {
-            if p.1 < chunk[lo].1 {
+        let (start, end) = (b * n / buckets, (b + 1) * n / buckets);
+        let (mut lo, mut hi) = (start, start);
+        for i in start..end {
+            if y(i) < y(lo) {
                 lo = i;
             }
-            if p.1 > chunk[hi].1 {
+            if y(i) > y(hi) {
                 hi = i;
             }
         }
-        if lo == hi {
-            out.push(chunk[lo]);
-        } else {
-            out.push(chunk[lo.min(hi)]);
-            out.push(chunk[lo.max(hi)]);
+        out.push(lo.min(hi));
+        if lo != hi {
+            out.push(lo.max(hi));
         }
     }
     out
+}
+
+/// One reading on its way to a [`Line`].
+#[derive(Debug, Clone, Copy)]
+struct Point {
+    x: f64,
+    y: f64,
+    attempt: u32,
+    rework: bool,
+}
+
+/// One rank's points, every attempt in order, as [`Line`]s: downsampled to at most
+/// [`MAX_POINTS`] points drawn in all (a point where a recomputed part meets the rest is
+/// drawn in both lines, and counted twice), cut at each attempt, where the rework flag
+/// changes (joined there) and where x goes back.
+fn split(rank: u32, points: &[Point]) -> Vec<Line> {
+    // Every change of the flag within an attempt may cost one point drawn twice.
+    let joins = points
+        .windows(2)
+        .filter(|w| w[0].attempt == w[1].attempt && w[0].rework != w[1].rework)
+        .count();
+    let kept = keep(points.len(), MAX_POINTS.saturating_sub(joins), |i| {
+        points[i].y
+    });
+    let mut lines: Vec<Line> = Vec::new();
+    for p in kept.into_iter().map(|i| points[i]) {
+        match lines.last_mut() {
+            Some(l) if l.attempt == p.attempt && l.points.last().is_some_and(|q| q.0 <= p.x) => {
+                if l.rework == p.rework {
+                    l.points.push((p.x, p.y));
+                } else {
+                    let q = *l.points.last().unwrap_or(&(p.x, p.y));
+                    lines.push(Line {
+                        rank,
+                        attempt: p.attempt,
+                        rework: p.rework,
+                        points: vec![q, (p.x, p.y)],
+                    });
+                }
+            }
+            _ => lines.push(Line {
+                rank,
+                attempt: p.attempt,
+                rework: p.rework,
+                points: vec![(p.x, p.y)],
+            }),
+        }
+    }
+    lines
+}
+
+/// The polylines the plot of `metric` draws for `exp` (what [`build`] puts in
+/// [`Plot::lines`]; none when no rank has a reading of it): one per rank per attempt, and
+/// within an attempt the readings at steps an earlier attempt already reached — computed
+/// again after resuming from a checkpoint — in a line of their own marked
+/// [`Line::rework`], which the fresh line of the attempt continues from its last point. No
+/// line spans two attempts and x never decreases along a line.
+pub fn lines(exp: &ExpData, metric: Metric) -> Vec<Line> {
+    build(exp, metric).map(|p| p.lines).unwrap_or_default()
 }
 
 /// The plot of `metric` for `exp`; `None` when no rank has a reading of it.
@@ -194,9 +303,12 @@ pub fn build(exp: &ExpData, metric: Metric) -> Option<Plot> {
         .filter(|&t| t > 0)
         .min()
         .unwrap_or(0);
-    let mut per_rank: std::collections::BTreeMap<u32, Vec<(f64, f64)>> = Default::default();
+    let mut per_rank: std::collections::BTreeMap<u32, Vec<Point>> = Default::default();
     let mut markers = Vec::new();
+    let mut rework: Vec<Rework> = Vec::new();
     let mut first_with_data = true;
+    // The highest step any earlier attempt reached (any reading with a step).
+    let mut reached: Option<u64> = None;
     for attempt in &exp.attempts {
         let mut start: Option<f64> = None;
         for (rank, s) in &attempt.ranks {
@@ -208,16 +320,39 @@ pub fn build(exp: &ExpData, metric: Metric) -> Option<Plot> {
                 if !y.is_finite() {
                     continue;
                 }
-                let x = if by_step {
+                let (x, again) = if by_step {
                     let Some(step) = s.step[i] else { continue };
-                    step as f64
+                    (step as f64, reached.is_some_and(|r| step <= r))
                 } else {
-                    s.time_ms[i].saturating_sub(t0) as f64 / 1000.0
+                    (s.time_ms[i].saturating_sub(t0) as f64 / 1000.0, false)
                 };
                 start = Some(start.map_or(x, |s0| s0.min(x)));
-                line.push((x, y));
+                if again {
+                    match rework.last_mut() {
+                        Some(r) if r.attempt == attempt.number => {
+                            (r.from, r.to) = (r.from.min(x), r.to.max(x));
+                        }
+                        _ => rework.push(Rework {
+                            attempt: attempt.number,
+                            from: x,
+                            to: x,
+                        }),
+                    }
+                }
+                line.push(Point {
+                    x,
+                    y,
+                    attempt: attempt.number,
+                    rework: again,
+                });
             }
         }
+        let top = attempt
+            .ranks
+            .iter()
+            .flat_map(|(_, s)| s.step.iter().flatten().copied())
+            .max();
+        reached = reached.max(top);
         if let Some(x) = start {
             if !first_with_data {
                 let label = exp
@@ -234,13 +369,9 @@ pub fn build(exp: &ExpData, metric: Metric) -> Option<Plot> {
             first_with_data = false;
         }
     }
-    let lines: Vec<RankLine> = per_rank
+    let lines: Vec<Line> = per_rank
         .into_iter()
-        .filter(|(_, p)| !p.is_empty())
-        .map(|(rank, points)| RankLine {
-            rank,
-            points: downsample(&points, MAX_POINTS),
-        })
+        .flat_map(|(rank, points)| split(rank, &points))
         .collect();
     Some(Plot {
         name: exp.name.clone(),
@@ -255,6 +386,7 @@ pub fn build(exp: &ExpData, metric: Metric) -> Option<Plot> {
         y_label: y_label.to_owned(),
         lines,
         markers,
+        rework,
     })
 }
 
@@ -267,6 +399,38 @@ impl Plot {
     /// Points drawn over all lines.
     pub fn point_count(&self) -> usize {
         self.lines.iter().map(|l| l.points.len()).sum()
+    }
+
+    /// The ranks with a line, in order.
+    pub fn ranks(&self) -> Vec<u32> {
+        let mut ranks: Vec<u32> = self.lines.iter().map(|l| l.rank).collect();
+        ranks.dedup();
+        ranks
+    }
+
+    /// What the lighter dashes mean, when the plot has any: `Lighter dashes on a shaded
+    /// band: steps computed again after a resume from a checkpoint (attempt 1: steps
+    /// 221–235).`
+    pub fn rework_note(&self) -> Option<String> {
+        if self.rework.is_empty() {
+            return None;
+        }
+        let ranges: Vec<String> = self
+            .rework
+            .iter()
+            .map(|r| {
+                if r.from == r.to {
+                    format!("attempt {}: step {}", r.attempt, r.from)
+                } else {
+                    format!("attempt {}: steps {}–{}", r.attempt, r.from, r.to)
+                }
+            })
+            .collect();
+        Some(format!(
+            "Lighter dashes on a shaded band: steps computed again after a resume from a \
+             checkpoint ({}).",
+            ranges.join("; ")
+        ))
     }
 
     /// The axes' ranges: (x0, x1, y0, y1), never empty.
@@ -361,18 +525,58 @@ fn draw<DB: DrawingBackend>(
         .light_line_style(RGBColor(244, 244, 244))
         .draw()
         .map_err(e)?;
-    let width = if plot.lines.len() <= LEGEND_MAX {
+    let (band, opacity) = REWORK_BAND;
+    for r in &plot.rework {
+        chart
+            .draw_series(std::iter::once(Rectangle::new(
+                [(r.from, y0), (r.to, y1)],
+                rgb(band).mix(opacity).filled(),
+            )))
+            .map_err(e)?;
+    }
+    let ranks = plot.ranks();
+    let width = if ranks.len() <= LEGEND_MAX {
         LINE_WIDTH
     } else {
         THIN_LINE_WIDTH
     };
-    for line in &plot.lines {
+    // The recomputed parts last and dashed: where they repeat the first computation's
+    // values exactly (a deterministic resume), both stay in sight.
+    let drawn = plot
+        .lines
+        .iter()
+        .filter(|l| !l.rework)
+        .chain(plot.lines.iter().filter(|l| l.rework));
+    for line in drawn {
+        let colour = if line.rework {
+            rework_colour(line.rank)
+        } else {
+            rank_colour(line.rank)
+        };
         let style = ShapeStyle {
-            color: rgb(rank_colour(line.rank)).to_rgba(),
+            color: rgb(colour).to_rgba(),
             filled: false,
             stroke_width: width,
         };
-        if segments {
+        if line.points.len() == 1 {
+            // A line of one reading is a dot.
+            chart
+                .draw_series(std::iter::once(Circle::new(
+                    line.points[0],
+                    width + 1,
+                    style.filled(),
+                )))
+                .map_err(e)?;
+        } else if line.rework {
+            chart
+                .draw_series(DashedLineSeries::new(
+                    line.points.iter().copied(),
+                    REWORK_DASH.0,
+                    REWORK_DASH.1,
+                    style,
+                ))
+                .map_err(e)?;
+        } else if segments {
             chart
                 .draw_series(
                     line.points
@@ -413,30 +617,53 @@ fn draw<DB: DrawingBackend>(
     }
     let font = ("sans-serif", 14).into_font();
     let mut y = 50;
-    for line in plot.lines.iter().take(LEGEND_MAX) {
+    for &rank in ranks.iter().take(LEGEND_MAX) {
         legend
             .draw(&Rectangle::new(
                 [(8, y + 5), (30, y + 9)],
-                rgb(rank_colour(line.rank)).filled(),
+                rgb(rank_colour(rank)).filled(),
             ))
             .map_err(e)?;
         legend
+            .draw(&Text::new(format!("rank {rank}"), (36, y), font.clone()))
+            .map_err(e)?;
+        y += 22;
+    }
+    if ranks.len() > LEGEND_MAX {
+        legend
             .draw(&Text::new(
-                format!("rank {}", line.rank),
-                (36, y),
+                format!("+{} more", ranks.len() - LEGEND_MAX),
+                (8, y),
                 font.clone(),
             ))
             .map_err(e)?;
         y += 22;
     }
-    if plot.lines.len() > LEGEND_MAX {
+    if !plot.rework.is_empty() {
+        // What the lighter dashes on the band are.
+        y += 12;
         legend
-            .draw(&Text::new(
-                format!("+{} more", plot.lines.len() - LEGEND_MAX),
-                (8, y),
-                font,
+            .draw(&Rectangle::new(
+                [(8, y - 2), (30, y + 16)],
+                rgb(band).mix(opacity).filled(),
             ))
             .map_err(e)?;
+        let swatch = rgb(rework_colour(ranks.first().copied().unwrap_or(0)));
+        legend
+            .draw(&Rectangle::new([(8, y + 5), (15, y + 9)], swatch.filled()))
+            .map_err(e)?;
+        legend
+            .draw(&Rectangle::new([(19, y + 5), (26, y + 9)], swatch.filled()))
+            .map_err(e)?;
+        for (i, text) in ["computed again", "after a resume"].iter().enumerate() {
+            legend
+                .draw(&Text::new(
+                    *text,
+                    (36, y + 17 * i as i32),
+                    ("sans-serif", 13).into_font(),
+                ))
+                .map_err(e)?;
+        }
     }
     root.present().map_err(e)?;
     Ok(())
