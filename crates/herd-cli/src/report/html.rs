@@ -60,7 +60,7 @@ fn time_cell(stamp: Option<&str>, base: Option<u64>) -> String {
 }
 
 /// The attempt table of `exp` (docs/report.md): when each attempt started and ended as
-/// time since the first attempt started (`+1:17`, the exact stamp on hover), how long it
+/// time since the job first started (`+1:17`, the exact stamp on hover), how long it
 /// ran, and the exact start in its own column.
 pub fn attempts_table(exp: &ExpData, html: &mut String) {
     let rows = exp.attempt_rows();
@@ -70,13 +70,17 @@ pub fn attempts_table(exp: &ExpData, html: &mut String) {
         return;
     }
     let ms = |t: &Option<String>| t.as_deref().and_then(herd_exp::timeline::parse_rfc3339);
-    let base = rows
-        .iter()
-        .filter_map(|r| ms(&r.started))
-        .min()
+    // The job's first start (its agents' `started`), as the goodput strip counts; else
+    // the first attempt's.
+    let base = exp
+        .goodput
+        .attempts
+        .first()
+        .map(|a| a.from_ms)
+        .or_else(|| rows.iter().filter_map(|r| ms(&r.started)).min())
         .or_else(|| rows.iter().filter_map(|r| ms(&r.ended)).min());
     html.push_str(
-        "<p class=\"note\">Started and ended: time since the first attempt started \
+        "<p class=\"note\">Started and ended: time since the job first started \
          (hover over one for its exact time).</p>\n\
          <table class=\"attempts\"><tr><th>attempt</th><th>began</th><th>started</th>\
          <th>ran</th><th>ended</th><th>how it ended</th><th>nodes</th>\

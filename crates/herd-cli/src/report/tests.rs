@@ -62,8 +62,29 @@ struct Exp {
 type Reading<'a> = (u64, Option<u64>, Vec<(&'a str, f64)>);
 
 impl Exp {
+    /// Appends event `name`; one with a `time` is dated then (`unix_ms` agreeing).
     fn event(&self, name: &str, fields: serde_json::Value) {
-        herd_exp::timeline::append(self.exp.dir(), name, fields).expect("event");
+        let dated = fields
+            .get("time")
+            .and_then(serde_json::Value::as_str)
+            .and_then(herd_exp::timeline::parse_rfc3339);
+        let Some(ms) = dated else {
+            herd_exp::timeline::append(self.exp.dir(), name, fields).expect("event");
+            return;
+        };
+        let mut m = fields.as_object().cloned().unwrap_or_default();
+        m.insert("unix_ms".into(), json!(ms));
+        m.insert("event".into(), json!(name));
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.exp.paths().timeline())
+            .expect("timeline");
+        std::io::Write::write_all(
+            &mut file,
+            format!("{}\n", serde_json::Value::Object(m)).as_bytes(),
+        )
+        .expect("event");
     }
 
     /// Rank `rank`'s readings in attempt `k`.
@@ -887,8 +908,9 @@ fn times_read_as_time_since_the_start() {
 }
 
 #[test]
-fn the_attempt_table_gives_times_since_the_first_start_and_exact_stamps_on_hover() {
+fn the_attempt_table_gives_times_since_the_jobs_first_start_and_exact_stamps_on_hover() {
     let root = Root::new();
+    // The job first started at 10:00:01 (`started`), its first attempt at 10:00:04.
     let e = requeued(&root, "requeued");
     let mut html = String::new();
     html::attempts_table(&e.data(), &mut html);
@@ -901,12 +923,12 @@ fn the_attempt_table_gives_times_since_the_first_start_and_exact_stamps_on_hover
     };
     let zero = row(0);
     assert!(
-        zero.contains("<td class=\"n\" title=\"2026-12-02T10:00:04.000Z\">+0:00</td>"),
+        zero.contains("<td class=\"n\" title=\"2026-12-02T10:00:04.000Z\">+0:03</td>"),
         "{zero}"
     );
     assert!(zero.contains("<td class=\"n\">1:17</td>"), "ran: {zero}");
     assert!(
-        zero.contains("<td class=\"n\" title=\"2026-12-02T10:01:21.000Z\">+1:17</td>"),
+        zero.contains("<td class=\"n\" title=\"2026-12-02T10:01:21.000Z\">+1:20</td>"),
         "{zero}"
     );
     assert!(
@@ -916,12 +938,12 @@ fn the_attempt_table_gives_times_since_the_first_start_and_exact_stamps_on_hover
     let one = row(1);
     assert!(one.contains("<td>requeue (time_limit)</td>"), "{one}");
     assert!(
-        one.contains("<td class=\"n\" title=\"2026-12-02T10:01:30.000Z\">+1:26</td>"),
+        one.contains("<td class=\"n\" title=\"2026-12-02T10:01:30.000Z\">+1:29</td>"),
         "{one}"
     );
     assert!(one.contains("<td class=\"n\">1:02:03</td>"), "ran: {one}");
     assert!(
-        one.contains("<td class=\"n\" title=\"2026-12-02T11:03:33.000Z\">+1:03:29</td>"),
+        one.contains("<td class=\"n\" title=\"2026-12-02T11:03:33.000Z\">+1:03:32</td>"),
         "{one}"
     );
     assert!(one.contains("<td>finished</td>"), "{one}");
