@@ -42,7 +42,7 @@ fn herd(args: &[&str], dir: &Path) -> std::process::Output {
 /// A 2-node job (checkpoint every 10 steps, 1-minute limit): node 1 freezes at step 15 of
 /// attempt 0; herd reports the lost node, requeues without it, attempt 1 resumes from step
 /// 10 (the steps since then computed again) and runs into the time limit, checkpoints and
-/// is requeued; attempt 2 finishes. `herd report` then accounts for the wall time: its
+/// is requeued; attempt 2 finishes (or, on a slow bed, meets the limit too). `herd report` then accounts for the wall time: its
 /// parts add up to it within 1 s, rework is the steps rank 0's own log shows twice, queue
 /// and start are the timeline's stamps, and the page and the plots show it.
 #[test]
@@ -54,7 +54,7 @@ fn a_frozen_node_and_a_time_limit_cost_what_the_report_says() {
         "python",
         "train_ddp.py",
         "--steps",
-        "200",
+        "160",
         "--log-every",
         "1",
         "--ckpt-every",
@@ -144,11 +144,20 @@ fn a_frozen_node_and_a_time_limit_cost_what_the_report_says() {
     // --- the story: lost node → requeue without it, time limit → requeue, the end -----
     let all = timeline(&exp);
     let requeues = events(&all, "requeue");
+    // Attempt 1 cannot do the 150 steps left in the 40 s before the warning (0.3 s a step
+    // at least); a slow bed may need a second time limit.
     let causes: Vec<&Value> = requeues.iter().map(|r| &r["cause"]).collect();
-    assert_eq!(causes, ["node_failure", "time_limit"], "{:?}", names(&all));
+    assert!(
+        causes.len() >= 2
+            && causes[0] == "node_failure"
+            && causes[1..].iter().all(|c| *c == "time_limit"),
+        "{:?}",
+        names(&all)
+    );
     assert_eq!(requeues[0]["exclude"], Value::from(vec![host.clone()]));
     let allocs = events(&all, "started");
-    assert_eq!(allocs.len(), 3, "{:?}", names(&all));
+    let attempts = allocs.len();
+    assert_eq!(attempts, requeues.len() + 1, "{:?}", names(&all));
     let out = read_lossy(exp.join(format!("logs/{job}.out")));
     assert_eq!(checksum(&out), checksum(&reference));
     let left = bed
@@ -193,7 +202,7 @@ fn a_frozen_node_and_a_time_limit_cost_what_the_report_says() {
     );
     // Rework: the steps rank 0's own logs show more than once.
     let mut seen: BTreeMap<u64, usize> = BTreeMap::new();
-    for k in 0..3 {
+    for k in 0..attempts {
         let steps = rank0_steps(&exp, k);
         assert!(!steps.is_empty(), "attempt {k} trained");
         for s in steps {
@@ -238,14 +247,13 @@ fn a_frozen_node_and_a_time_limit_cost_what_the_report_says() {
             "attempt {k}: start {got} s, want {want} s"
         );
     }
-    let ended: Vec<&str> = (0..3)
+    let ended: Vec<&str> = (0..attempts)
         .map(|k| g["attempts"][k]["ended"].as_str().unwrap_or(""))
         .collect();
-    assert_eq!(
-        ended,
-        ["requeue: node failure", "requeue: time limit", "finished"],
-        "{g:#}"
-    );
+    let mut want = vec!["requeue: node failure"];
+    want.resize(attempts - 1, "requeue: time limit");
+    want.push("finished");
+    assert_eq!(ended, want, "{g:#}");
 
     // --- the report's line, the page and the plots --------------------------------------
     let plots = project.join("plots");
