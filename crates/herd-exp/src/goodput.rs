@@ -327,6 +327,228 @@ struct Seen {
     submission: usize,
 }
 
+/// One submission's span of wall time, as the timeline says it.
+#[derive(Debug, Default)]
+struct Submission {
+    /// Its job id.
+    job: Option<String>,
+    /// Its agents' first `started`.
+    from: Option<u64>,
+    /// Its end: its last attempt's workers gone, its `finished` or `cancelled`.
+    to: Option<u64>,
+}
+
+/// The timeline read for the accounting: each attempt, each submission.
+#[derive(Debug, Default)]
+struct Walk {
+    seen: BTreeMap<u32, Seen>,
+    subs: Vec<Submission>,
+    /// The last submission got its `finished` or `cancelled`.
+    closed: bool,
+    /// The newest event's time.
+    last: u64,
+}
+
+impl Walk {
+    fn read(events: &[Map<String, Value>]) -> Walk {
+        let mut w = Walk::default();
+        let mut alloc_start: Option<u64> = None;
+        let mut current: Option<u32> = None;
+        for e in events {
+            let Some(t) = ms(e) else { continue };
+            let event = e.get("event").and_then(Value::as_str).unwrap_or("");
+            match event {
+                "queued" => {
+                    w.queued(job_of(e));
+                    continue;
+                }
+                "started" => {
+                    w.started(job_of(e), t);
+                    alloc_start = Some(t);
+                    continue;
+                }
+                // Written by `herd status` whenever it learns the end: no moment of the job.
+                "ended" => continue,
+                _ => {}
+            }
+            if w.subs.is_empty() {
+                w.subs.push(Submission::default());
+            }
+            let k = attempt_of(e).or(current);
+            if event == "attempt_started" {
+                let Some(k) = k else { continue };
+                current = Some(k);
+                let s = w.seen.entry(k).or_default();
+                s.started = t;
+                s.alloc_start = alloc_start.take();
+                s.submission = w.subs.len() - 1;
+            } else if event == "restart" {
+                // Written with the new attempt's number: the one before it ended so.
+                let before = k.and_then(|k| k.checked_sub(1));
+                if let Some(p) = before.and_then(|p| w.seen.get_mut(&p)) {
+                    p.ended = Some(then_words(p.ended.take(), "restart"));
+                }
+            } else if let Some(s) = k.and_then(|k| w.seen.get_mut(&k)) {
+                s.on(event, e, t);
+            }
+            w.closed |= matches!(event, "finished" | "cancelled");
+            if w.closed || event == "teardown" {
+                let sub = w.subs.last_mut().expect("one submission");
+                sub.to = Some(sub.to.map_or(t, |to| to.max(t)));
+            }
+            w.last = w.last.max(t);
+        }
+        w
+    }
+
+    /// `queued` of job `job`: a new submission, unless the agents' `started` of the same
+    /// job came first (`herd submit` writes it once sbatch answered).
+    fn queued(&mut self, job: Option<String>) {
+        if !self
+            .subs
+            .last()
+            .is_some_and(|s| s.job.is_some() && s.job == job)
+        {
+            self.subs.push(Submission {
+                job,
+                ..Submission::default()
+            });
+            self.closed = false;
+        }
+    }
+
+    /// `started` of job `job` at `t`: an allocation of the current submission, or of a new
+    /// one when the job id changed.
+    fn started(&mut self, job: Option<String>, t: u64) {
+        let new = self
+            .subs
+            .last()
+            .is_none_or(|s| s.job.is_some() && job.is_some() && s.job != job);
+        if new {
+            self.subs.push(Submission::default());
+            self.closed = false;
+        }
+        let s = self.subs.last_mut().expect("one submission");
+        s.from.get_or_insert(t);
+        if s.job.is_none() {
+            s.job = job;
+        }
+    }
+}
+
+impl Seen {
+    /// Event `event` (`e`, at `t`) of this attempt.
+    fn on(&mut self, event: &str, e: &Map<String, Value>, t: u64) {
+        let text = |key: &str| e.get(key).and_then(Value::as_str);
+        match event {
+            "warning" => {
+                self.stop.get_or_insert(t);
+            }
+            "hang" => {
+                self.stop.get_or_insert(t);
+                let silent = e
+                    .get("silent_s")
+                    .and_then(Value::as_f64)
+                    .map(|x| t.saturating_sub((x * 1000.0) as u64));
+                self.detect.get_or_insert((t, silent));
+            }
+            "failed" => {
+                self.stop.get_or_insert(t);
+                if text("kind") == Some("node_failure") {
+                    self.detect.get_or_insert((t, None));
+                }
+                if self.ended.is_none() {
+                    self.ended = text("cause").map(|c| format!("failed: {c}"));
+                }
+            }
+            "signal" if text("action") == Some("terminate") => {
+                self.stop.get_or_insert(t);
+            }
+            "teardown" => self.gone = Some(t),
+            "finished" => {
+                self.gone.get_or_insert(t);
+                let ok = e.get("ok").and_then(Value::as_bool).unwrap_or(false);
+                self.ended = Some(match (ok, text("cause"), &self.ended) {
+                    (true, _, _) => "finished".to_owned(),
+                    (false, _, Some(f)) if f.starts_with("failed") => f.clone(),
+                    (false, Some(c), _) => format!("failed: {}", cause_words(c)),
+                    (false, None, _) => "failed".to_owned(),
+                });
+            }
+            "requeue" => {
+                self.requeue = Some(t);
+                self.ended = Some(match text("cause") {
+                    Some(c) => format!("requeue: {}", cause_words(c)),
+                    None => "requeue".to_owned(),
+                });
+            }
+            "replace" => self.ended = Some(then_words(self.ended.take(), "replace")),
+            _ => {}
+        }
+    }
+}
+
+/// The spans that claim an attempt's time, `from..to`, neighbours of one part merged.
+struct Claims {
+    from: u64,
+    to: u64,
+    spans: Vec<Span>,
+}
+
+impl Claims {
+    fn claim(&mut self, part: Part, a: u64, b: u64) {
+        let (a, b) = (a.max(self.from), b.min(self.to));
+        if a >= b {
+            return;
+        }
+        match self.spans.last_mut() {
+            Some(last) if last.part == part && last.to_ms == a => last.to_ms = b,
+            _ => self.spans.push(Span {
+                part,
+                from_ms: a,
+                to_ms: b,
+            }),
+        }
+    }
+
+    /// Training and rework between the readings, `best` the highest step of the attempts
+    /// before.
+    fn steps(&mut self, readings: &[(u64, u64)], best: Option<u64>) {
+        for w in readings.windows(2) {
+            let ((t0, s0), (t1, s1)) = (w[0], w[1]);
+            match best {
+                Some(m) if s1 <= m => self.claim(Part::Rework, t0, t1),
+                Some(m) if s0 < m && s1 > s0 => {
+                    let share = (m - s0) as f64 / (s1 - s0) as f64;
+                    let cut = t0 + ((t1 - t0) as f64 * share) as u64;
+                    self.claim(Part::Rework, t0, cut);
+                    self.claim(Part::Training, cut, t1);
+                }
+                _ => self.claim(Part::Training, t0, t1),
+            }
+        }
+    }
+}
+
+/// The steps an attempt computed again: from its first reading's step less one stride of
+/// its readings to the highest step `best` of the attempts before.
+fn rework_steps(readings: &[(u64, u64)], best: Option<u64>) -> u64 {
+    let (Some(m), Some(&(_, first))) = (best, readings.first()) else {
+        return 0;
+    };
+    if first > m {
+        return 0;
+    }
+    let top = readings.iter().map(|r| r.1).max().unwrap_or(first);
+    let stride = readings
+        .windows(2)
+        .filter_map(|w| w[1].1.checked_sub(w[0].1).filter(|d| *d > 0))
+        .min()
+        .unwrap_or(1);
+    let low = i128::from(first) - i128::from(stride);
+    u64::try_from((i128::from(top.min(m)) - low).max(0)).unwrap_or(0)
+}
+
 /// The time of an experiment from its timeline's `events` (in order) and, per attempt,
 /// one rank's step readings; `now_ms` ends a job that still runs.
 pub fn account(
@@ -334,154 +556,30 @@ pub fn account(
     steps: &BTreeMap<u32, Steps>,
     now_ms: u64,
 ) -> Accounting {
-    let mut seen: BTreeMap<u32, Seen> = BTreeMap::new();
-    // Submissions: (job id, first start, end).
-    let mut subs: Vec<(Option<String>, Option<u64>, Option<u64>)> = Vec::new();
-    let mut alloc_start: Option<u64> = None;
-    let mut current: Option<u32> = None;
-    let mut last_time = 0;
-    let mut closed = false;
-    for e in events {
-        let Some(t) = ms(e) else { continue };
-        let event = e.get("event").and_then(Value::as_str).unwrap_or("");
-        let job = job_of(e);
-        match event {
-            "queued" => {
-                // `herd submit` writes it once sbatch answered: after the agents'
-                // `started` when the job started at once.
-                if !subs.last().is_some_and(|s| s.0.is_some() && s.0 == job) {
-                    subs.push((job, None, None));
-                    closed = false;
-                }
-                continue;
-            }
-            "started" => {
-                if subs
-                    .last()
-                    .is_none_or(|s| s.0.is_some() && job.is_some() && s.0 != job)
-                {
-                    subs.push((job.clone(), None, None));
-                    closed = false;
-                }
-                let s = subs.last_mut().expect("one submission");
-                s.1.get_or_insert(t);
-                if s.0.is_none() {
-                    s.0 = job;
-                }
-                alloc_start = Some(t);
-                continue;
-            }
-            "ended" => continue,
-            _ => {}
-        }
-        if subs.is_empty() {
-            subs.push((None, Some(t), None));
-        }
-        let sub = subs.len() - 1;
-        let k = attempt_of(e).or(current);
-        if event == "attempt_started" {
-            let Some(k) = k else { continue };
-            current = Some(k);
-            let s = seen.entry(k).or_default();
-            s.started = t;
-            s.alloc_start = alloc_start.take();
-            s.submission = sub;
-        } else if event == "restart" {
-            // Written with the new attempt's number: the one before it ended so.
-            if let Some(p) = k
-                .and_then(|k| k.checked_sub(1))
-                .and_then(|p| seen.get_mut(&p))
-            {
-                p.ended = Some(restart_words(p.ended.take(), "restart"));
-            }
-        } else if let Some(s) = k.and_then(|k| seen.get_mut(&k)) {
-            match event {
-                "warning" => {
-                    s.stop.get_or_insert(t);
-                }
-                "hang" => {
-                    s.stop.get_or_insert(t);
-                    let silent = e
-                        .get("silent_s")
-                        .and_then(Value::as_f64)
-                        .map(|x| t.saturating_sub((x * 1000.0) as u64));
-                    s.detect.get_or_insert((t, silent));
-                }
-                "failed" => {
-                    s.stop.get_or_insert(t);
-                    if e.get("kind").and_then(Value::as_str) == Some("node_failure") {
-                        s.detect.get_or_insert((t, None));
-                    }
-                    if s.ended.is_none() {
-                        s.ended = e
-                            .get("cause")
-                            .and_then(Value::as_str)
-                            .map(|c| format!("failed: {c}"));
-                    }
-                }
-                "signal" if e.get("action").and_then(Value::as_str) == Some("terminate") => {
-                    s.stop.get_or_insert(t);
-                }
-                "teardown" => s.gone = Some(t),
-                "finished" => {
-                    s.gone.get_or_insert(t);
-                    let ok = e.get("ok").and_then(Value::as_bool).unwrap_or(false);
-                    s.ended = Some(if ok {
-                        "finished".to_owned()
-                    } else {
-                        match (e.get("cause").and_then(Value::as_str), &s.ended) {
-                            (_, Some(f)) if f.starts_with("failed") => f.clone(),
-                            (Some(c), _) => format!("failed: {}", cause_words(c)),
-                            _ => "failed".to_owned(),
-                        }
-                    });
-                }
-                "requeue" => {
-                    s.requeue = Some(t);
-                    s.ended = Some(match e.get("cause").and_then(Value::as_str) {
-                        Some(c) => format!("requeue: {}", cause_words(c)),
-                        None => "requeue".to_owned(),
-                    });
-                }
-                "replace" => {
-                    s.ended = Some(restart_words(s.ended.take(), "replace"));
-                }
-                _ => {}
-            }
-        }
-        if matches!(event, "finished" | "cancelled") {
-            closed = true;
-        }
-        if let Some(s) = subs.last_mut() {
-            if closed || event == "teardown" {
-                s.2 = Some(s.2.map_or(t, |e: u64| e.max(t)));
-            }
-        }
-        last_time = last_time.max(t);
-    }
-    let running = !closed && !subs.is_empty() && !ended_by_scheduler(events);
-    if let Some(s) = subs.last_mut() {
+    let mut w = Walk::read(events);
+    let running = !w.closed && !w.subs.is_empty() && !ended_by_scheduler(events);
+    let last = w.last;
+    if let Some(s) = w.subs.last_mut() {
         if running {
-            s.2 = Some(now_ms.max(s.2.unwrap_or(0)));
-        } else if s.2.is_none() {
-            s.2 = Some(last_time);
+            s.to = Some(now_ms.max(s.to.unwrap_or(0)));
+        } else if s.to.is_none() {
+            s.to = Some(last);
         }
     }
-    let segments: Vec<(u64, u64)> = subs
+    let segments: Vec<(u64, u64)> = w
+        .subs
         .iter()
-        .map(|(_, from, to)| {
-            let to = to.unwrap_or(now_ms);
-            let from = from.unwrap_or(to);
+        .map(|s| {
+            let to = s.to.unwrap_or(now_ms);
+            let from = s.from.unwrap_or(to);
             (from, to.max(from))
         })
         .collect();
     let split = steps.values().any(|s| !s.is_empty());
-
-    // Each attempt's row and the spans that claim its time.
+    let seen = &w.seen;
     let numbers: Vec<u32> = seen.keys().copied().collect();
-    let mut best_before: Option<u64> = None;
-    let mut attempts = Vec::new();
     let sub_end = |sub: usize| segments.get(sub).map_or(now_ms, |seg| seg.1);
+    // An attempt begins with its allocation, or where the one before it ended.
     let froms: Vec<u64> = numbers
         .iter()
         .enumerate()
@@ -497,6 +595,8 @@ pub fn account(
             from.min(sub_end(s.submission))
         })
         .collect();
+    let mut best_before: Option<u64> = None;
+    let mut attempts = Vec::new();
     for (i, &k) in numbers.iter().enumerate() {
         let s = &seen[&k];
         let from = froms[i];
@@ -507,87 +607,47 @@ pub fn account(
         }
         .max(from);
         let gone = s.gone.unwrap_or(to).clamp(from, to);
-        let readings: &[(u64, u64)] = steps.get(&k).map_or(&[], Vec::as_slice);
-        let mut claims: Vec<Span> = Vec::new();
-        let mut claim = |part, a: u64, b: u64| {
-            let (a, b) = (a.max(from), b.min(to));
-            if a >= b {
-                return;
-            }
-            // Neighbours of one part are one claim: an attempt's readings make a few.
-            match claims.last_mut() {
-                Some(last) if last.part == part && last.to_ms == a => last.to_ms = b,
-                _ => claims.push(Span {
-                    part,
-                    from_ms: a,
-                    to_ms: b,
-                }),
-            }
-        };
         let stop = s.stop.map(|t| t.clamp(from, gone));
-        let work_end = stop.unwrap_or(gone);
-        let mut rework_steps = 0;
-        if let Some(&(first_t, first_step)) = readings.first() {
-            claim(Part::Start, from, first_t);
-            let best = best_before;
-            for w in readings.windows(2) {
-                let ((t0, s0), (t1, s1)) = (w[0], w[1]);
-                match best {
-                    Some(m) if s1 <= m => claim(Part::Rework, t0, t1),
-                    Some(m) if s0 < m && s1 > s0 => {
-                        let share = (m - s0) as f64 / (s1 - s0) as f64;
-                        let cut = t0 + ((t1 - t0) as f64 * share) as u64;
-                        claim(Part::Rework, t0, cut);
-                        claim(Part::Training, cut, t1);
-                    }
-                    _ => claim(Part::Training, t0, t1),
+        let readings: &[(u64, u64)] = steps.get(&k).map_or(&[], Vec::as_slice);
+        let mut c = Claims {
+            from,
+            to,
+            spans: Vec::new(),
+        };
+        match (readings.first(), readings.last()) {
+            (Some(&(first_t, _)), Some(&(last_t, _))) => {
+                c.claim(Part::Start, from, first_t);
+                c.steps(readings, best_before);
+                if let Some((decided, silent_since)) = s.detect {
+                    let fault = silent_since.unwrap_or(last_t).max(last_t.min(decided));
+                    c.claim(Part::Detection, fault, decided);
                 }
             }
-            let last_t = readings.last().map_or(first_t, |r| r.0);
-            if let Some((decided, silent_since)) = s.detect {
-                let fault = silent_since.unwrap_or(last_t).max(last_t.min(decided));
-                claim(Part::Detection, fault, decided);
+            _ => {
+                let part = if split { Part::Start } else { Part::Running };
+                c.claim(part, from, stop.unwrap_or(gone));
             }
-            if let Some(m) = best {
-                let top = readings.iter().map(|r| r.1).max().unwrap_or(0);
-                if first_step <= m {
-                    let stride = readings
-                        .windows(2)
-                        .filter_map(|w| w[1].1.checked_sub(w[0].1).filter(|d| *d > 0))
-                        .min()
-                        .unwrap_or(1);
-                    let low = i128::from(first_step) - i128::from(stride);
-                    let high = i128::from(top.min(m));
-                    rework_steps = u64::try_from((high - low).max(0)).unwrap_or(0);
-                }
-            }
-            let top = readings.iter().map(|r| r.1).max();
-            best_before = best_before.max(top);
-        } else {
-            claim(
-                if split { Part::Start } else { Part::Running },
-                from,
-                work_end,
-            );
         }
         if let Some(t) = stop {
-            claim(Part::Stop, t, gone);
+            c.claim(Part::Stop, t, gone);
         }
-        let queue_from = s.requeue.unwrap_or(gone);
         if next.is_some_and(|n| n.submission == s.submission && n.alloc_start.is_some()) {
-            claim(Part::Queue, queue_from, to);
+            c.claim(Part::Queue, s.requeue.unwrap_or(gone), to);
         }
-        let spans = paint(from, to, &claims);
+        let rework_steps = rework_steps(readings, best_before);
+        best_before = best_before.max(readings.iter().map(|r| r.1).max());
+        let spans = paint(from, to, &c.spans);
         let mut parts = Parts::default();
         for sp in &spans {
             parts.add(sp.part, sp.to_ms - sp.from_ms);
         }
         let ended = s.ended.clone().unwrap_or_else(|| {
-            if running && next.is_none() {
-                "running".to_owned()
+            let words = if running && next.is_none() {
+                "running"
             } else {
-                "—".to_owned()
-            }
+                "—"
+            };
+            words.to_owned()
         });
         attempts.push(AttemptTime {
             attempt: k,
@@ -599,8 +659,8 @@ pub fn account(
             ended,
         });
     }
-    // The parts of the whole: each attempt's, and `other` for wall time outside every
-    // attempt (a start that never reached an attempt).
+    // The whole: each attempt's parts, and `other` for wall time outside every attempt (an
+    // allocation whose agents never started an attempt).
     let mut parts = Parts::default();
     for a in &attempts {
         for p in Part::ALL {
@@ -608,8 +668,7 @@ pub fn account(
         }
     }
     let wall: u64 = segments.iter().map(|(a, b)| b - a).sum();
-    let covered = parts.total();
-    parts.add(Part::Other, wall.saturating_sub(covered));
+    parts.add(Part::Other, wall.saturating_sub(parts.total()));
     Accounting {
         segments,
         parts,
@@ -620,8 +679,9 @@ pub fn account(
     }
 }
 
-/// `restart` after how it failed: `restart: failed: …` reads badly; keep the cause.
-fn restart_words(before: Option<String>, then: &str) -> String {
+/// How an attempt ended when the next one took over (`restart`, `replace`), with the
+/// failure's cause: `restart: CAUSE`, not `restart: failed: CAUSE`.
+fn then_words(before: Option<String>, then: &str) -> String {
     match before {
         Some(b) => match b.strip_prefix("failed: ") {
             Some(cause) => format!("{then}: {cause}"),
