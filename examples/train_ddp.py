@@ -13,6 +13,12 @@ attempts), else from the newest complete checkpoint there. SIGUSR1 (the schedule
 up") makes every rank agree on a step, checkpoint it and exit 0. At the end every rank prints
 `checksum=` of the parameters: equal on all ranks, and equal between an uninterrupted run and
 one resumed from a checkpoint, because each step's data depends only on (seed, step, rank).
+
+For benchmarks and fault tests, two opt-in options (off by default, the output unchanged):
+--log-time adds `time=` (Unix seconds, to the millisecond) to the key=value step lines; and
+--hang-file PATH makes the last rank, at the first step where PATH exists, remove it and stop
+making progress for good (a hung rank: it sleeps, its peers block in the next collective),
+so a restarted job does not hang again.
 """
 
 from __future__ import annotations
@@ -56,6 +62,16 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="sleep this many seconds per step (stretches a run for time-limit tests)",
     )
     p.add_argument("--backend", choices=["auto", "gloo", "nccl"], default="auto")
+    p.add_argument(
+        "--log-time",
+        action="store_true",
+        help="add time=<Unix seconds> to the key=value step lines (for benchmarks)",
+    )
+    p.add_argument(
+        "--hang-file",
+        default=None,
+        help="fault test: the last rank removes this file when it appears and hangs for good",
+    )
     args = p.parse_args(argv)
     if args.steps < 0 or args.batch_size < 1 or args.log_every < 1 or args.ckpt_every < 1:
         p.error("--steps must be >= 0; --batch-size, --log-every and --ckpt-every >= 1")
@@ -191,6 +207,18 @@ def save_checkpoint(folder: Path, step: int, model: nn.Module, opt: torch.optim.
     return final
 
 
+def hang(rt: Runtime, hang_file: str, step: int) -> None:
+    """The --hang-file fault: take the file (so a restart does not hang again) and stop
+    making progress for good, as a rank stuck in a driver call or a deadlock would."""
+    try:
+        os.remove(hang_file)
+    except FileNotFoundError:
+        pass
+    rt.log(f"hanging step={step} time={time.time():.3f}")
+    while True:
+        time.sleep(3600)
+
+
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     stop_requested = False
@@ -247,6 +275,8 @@ def main(argv: list[str]) -> int:
             rt.log(f"stopping on SIGUSR1 step={step}")
             rt.close()
             return 0
+        if args.hang_file and rt.rank == rt.world_size - 1 and os.path.exists(args.hang_file):
+            hang(rt, args.hang_file, step)
         x, y = batch(args.seed, step, rt.rank, args.batch_size)
         x, y = x.to(rt.device), y.to(rt.device)
         opt.zero_grad(set_to_none=True)
@@ -262,7 +292,8 @@ def main(argv: list[str]) -> int:
             rate = window_samples / max(now - window_start, 1e-9)
             # The convention first: a reader that sees it reads nothing else.
             rt.metrics(step=step, loss=round(loss.item(), 6), samples_per_s=round(rate, 1))
-            rt.log(f"step={step} loss={loss.item():.6f} samples_per_s={rate:.1f}")
+            stamp = f" time={time.time():.3f}" if args.log_time else ""
+            rt.log(f"step={step} loss={loss.item():.6f} samples_per_s={rate:.1f}{stamp}")
             window_start, window_samples = now, 0
         if step % args.ckpt_every == 0 and step < args.steps:
             checkpoint(step)
