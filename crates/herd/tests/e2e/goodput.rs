@@ -96,15 +96,20 @@ fn a_frozen_node_and_a_time_limit_cost_what_the_report_says() {
     );
     let started = events(&timeline(&exp), "started")[0]["nodes"].clone();
     let host = started[1].as_str().expect("node 1").to_owned();
+    // This job's agent (its log folder is in its command line) and workers (their
+    // arguments), nothing of another job that may have run on the node.
+    let agent = exp.join("logs").display().to_string();
     let frozen: Vec<String> = bed
         .node_processes("")
         .expect("the nodes' process tables")
         .into_iter()
         .filter(|l| {
             l.starts_with(&format!("{host} "))
-                && (l.contains(" launch ") || l.contains("train_ddp.py"))
+                && ((l.contains(" launch ") && l.contains(&agent))
+                    || l.contains("train_ddp.py --steps 160 "))
         })
         .collect();
+    eprintln!("freezing {host}: {frozen:#?}");
     assert!(
         frozen.iter().any(|l| l.contains(" launch "))
             && frozen.iter().filter(|l| l.contains("train_ddp.py")).count() >= 2,
