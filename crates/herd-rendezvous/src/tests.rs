@@ -200,7 +200,10 @@ async fn frames_round_trip() {
 #[test]
 fn knocks_come_often_at_first_and_no_more_often_than_rounds_later() {
     assert_eq!(knock_gap(Duration::ZERO), MIN_KNOCK_GAP);
-    assert_eq!(knock_gap(Duration::from_millis(100)), Duration::from_millis(5));
+    assert_eq!(
+        knock_gap(Duration::from_millis(100)),
+        Duration::from_millis(5)
+    );
     assert_eq!(knock_gap(Duration::from_secs(1)), Duration::from_millis(50));
     assert_eq!(knock_gap(Duration::from_secs(2)), ROUND_PERIOD);
     assert_eq!(knock_gap(Duration::from_secs(3600)), ROUND_PERIOD);
