@@ -196,3 +196,71 @@ async fn frames_round_trip() {
     let end: Option<NodeInfo> = read_frame(&mut b).await.expect("eof");
     assert_eq!(end, None);
 }
+
+#[test]
+fn knocks_come_often_at_first_and_no_more_often_than_rounds_later() {
+    assert_eq!(knock_gap(Duration::ZERO), MIN_KNOCK_GAP);
+    assert_eq!(
+        knock_gap(Duration::from_millis(100)),
+        Duration::from_millis(5)
+    );
+    assert_eq!(knock_gap(Duration::from_secs(1)), Duration::from_millis(50));
+    assert_eq!(knock_gap(Duration::from_secs(2)), ROUND_PERIOD);
+    assert_eq!(knock_gap(Duration::from_secs(3600)), ROUND_PERIOD);
+}
+
+#[tokio::test]
+async fn a_follower_that_starts_before_its_leader_finds_it() {
+    let k = key(&unique("late"), "k");
+    let follower = tokio::spawn({
+        let k = k.clone();
+        async move { connect(&k, LOOPBACK, &node(1), 32, Duration::from_secs(10)).await }
+    });
+    // The follower's first round is refused everywhere; it knocks until the leader listens.
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    let leader = Leader::bind(k, LOOPBACK, 32).await.expect("bind");
+    let (_, info) = leader.accept().await.expect("accept");
+    assert_eq!(info.node_rank, 1);
+    let link = follower.await.expect("join").expect("follower");
+    assert_eq!(link.peer.port(), leader.port);
+}
+
+#[tokio::test]
+async fn a_program_on_the_expected_port_sends_the_follower_to_the_leader_elsewhere() {
+    let (mine, first, squatter) = id_with_first_candidate_held("moved").await;
+    // Nothing listens on the first candidate while the follower's first round runs...
+    drop(squatter);
+    let k = key(&mine, "k");
+    let follower = tokio::spawn({
+        let k = k.clone();
+        async move { connect(&k, LOOPBACK, &node(1), 32, Duration::from_secs(10)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    // ...then another job's leader takes it, and this job's leader binds the next one.
+    let other = Leader::bind(key(&mine, "other-secret"), LOOPBACK, 1)
+        .await
+        .expect("the first candidate is free again");
+    assert_eq!(other.port, first);
+    let other = Leader {
+        key: JobKey {
+            id: "someone-else".into(),
+            secret: b"x".to_vec(),
+        },
+        ..other
+    };
+    let squatter_task = tokio::spawn(async move {
+        loop {
+            let _ = other.accept().await;
+        }
+    });
+    let leader = Leader::bind(k, LOOPBACK, 32).await.expect("bind");
+    assert_ne!(leader.port, first);
+    let (_, info) = tokio::time::timeout(Duration::from_secs(10), leader.accept())
+        .await
+        .expect("the follower comes")
+        .expect("accept");
+    assert_eq!(info.node_rank, 1);
+    let link = follower.await.expect("join").expect("follower");
+    assert_eq!(link.peer.port(), leader.port);
+    squatter_task.abort();
+}

@@ -61,6 +61,9 @@ fn ended_by_slurm(facts: &JobFacts, near: Duration) -> Option<Cause> {
         .or_else(|| ending.then_some(Cause::Cancelled))
 }
 
+/// The job's time left as SLURM said it, and when it was asked; `None` without an answer.
+pub(super) type TimeLeft = tokio::task::JoinHandle<Option<(tokio::time::Instant, Duration)>>;
+
 /// One running rank as the hang watchdog sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Silence {
@@ -106,15 +109,29 @@ pub(super) fn verdict(all: &[Silence]) -> Option<Silence> {
 }
 
 impl Lead {
-    /// When herd's warning is due, from the job's time left now.
-    pub(super) async fn arm_warning(&mut self) {
+    /// Ask SLURM for the job's time left, in the background, for herd's warning before
+    /// the time limit ([`Lead::arm_warning`]): the query is no part of the path to the
+    /// workers' start. `None` when there is no warning to arm (no job, `--warn-before 0`).
+    pub(super) fn ask_time_left(&mut self) -> Option<TimeLeft> {
         self.warn_at = None;
         let warn = self.cfg.keep.warn_before.duration();
-        let Some(id) = self.job_id.as_deref().filter(|_| !warn.is_zero()) else {
-            return;
-        };
-        if let Some(left) = job_facts(id).await.and_then(|f| f.time_left) {
-            self.warn_at = Some(tokio::time::Instant::now() + left.saturating_sub(warn));
+        let id = self.job_id.clone().filter(|_| !warn.is_zero())?;
+        Some(tokio::spawn(async move {
+            let asked = tokio::time::Instant::now();
+            job_facts(&id)
+                .await
+                .and_then(|f| f.time_left)
+                .map(|left| (asked, left))
+        }))
+    }
+
+    /// When herd's warning is due, from the time left the query `asked` found (counted
+    /// from when it was asked).
+    pub(super) async fn arm_warning(&mut self, asked: Option<TimeLeft>) {
+        let Some(asked) = asked else { return };
+        let warn = self.cfg.keep.warn_before.duration();
+        if let Ok(Some((at, left))) = asked.await {
+            self.warn_at = Some(at + left.saturating_sub(warn));
         }
     }
 

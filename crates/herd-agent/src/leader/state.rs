@@ -224,7 +224,9 @@ impl Lead {
         self.resume = resume;
         self.stopping = None;
         self.progress.clear();
-        self.arm_warning().await;
+        // The time left is asked now and used once the workers run: the query (a process and
+        // slurmctld's answer) never holds up their start.
+        let time_left = self.ask_time_left();
         self.first_output = false;
         self.done_nodes.clear();
         // Nodes that run no workers in this attempt (spares, replaced ones) are done already.
@@ -255,6 +257,7 @@ impl Lead {
         {
             Ok(a) => {
                 self.attempt = Some(a);
+                self.arm_warning(time_left).await;
                 Ok(None)
             }
             Err(report) => Ok(Some(End::Failed {
