@@ -302,8 +302,9 @@ pub enum Command {
     Cancel(cancel::CancelArgs),
     /// Live view of a running job: per-rank state, step, throughput, loss, stragglers.
     Top(top::TopArgs),
-    /// The scaling table of runs of one job at different sizes; `--plots DIR`: loss and
-    /// throughput per rank (PNG, SVG); `--html FILE`: one self-contained page.
+    /// The scaling table of runs of one job at different sizes and each one's goodput
+    /// (where its time went); `--plots DIR`: loss and throughput per rank (PNG, SVG);
+    /// `--html FILE`: one self-contained page.
     Report(report::ReportArgs),
     /// Nodes blamed in your record of bad nodes (lost, frozen, failing), with SLURM's state
     /// of each now; `herd submit` leaves them out for `--avoid-bad-nodes` (default 24h).

@@ -1,7 +1,8 @@
 //! `herd report NAME…`: the scaling table of runs of one job at different sizes, from the
-//! metrics the agents stored; with `--plots DIR` each experiment's loss and throughput per
-//! rank as PNG and SVG; with `--html FILE` one self-contained page with the attempts, the
-//! failure report, the plots and the table (docs/report.md).
+//! metrics the agents stored, and each experiment's goodput ([`crate::goodput`]); with
+//! `--plots DIR` each experiment's loss and throughput per rank as PNG and SVG; with
+//! `--html FILE` one self-contained page with the attempts, the goodput, the failure
+//! report, the plots and the table (docs/report.md).
 //!
 //! [`data`] reads an experiment, [`table`] makes the table, [`plot`] draws, [`html`] writes
 //! the page.
@@ -35,14 +36,14 @@ pub struct ReportArgs {
     /// Also project the time of this many epochs from each run's time per epoch.
     #[arg(long, value_name = "N")]
     pub epochs: Option<u32>,
-    /// Print JSON instead of a markdown table.
+    /// Print JSON instead of a markdown table (each run with its goodput).
     #[arg(long)]
     pub json: bool,
     /// Write each experiment's plots into DIR (created when missing): NAME.loss.png,
     /// NAME.loss.svg, NAME.throughput.png, NAME.throughput.svg.
     #[arg(long, value_name = "DIR")]
     pub plots: Option<PathBuf>,
-    /// Write one self-contained HTML page: attempts, failure report, plots, table.
+    /// Write one self-contained HTML page: attempts, goodput, failure report, plots, table.
     #[arg(long, value_name = "FILE")]
     pub html: Option<PathBuf>,
 }
