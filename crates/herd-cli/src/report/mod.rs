@@ -91,9 +91,12 @@ pub fn run(args: ReportArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError
     } else {
         write!(out, "{}", markdown(&rows, args.epochs))?;
         writeln!(out)?;
-        for e in &exps {
-            writeln!(out, "{}: {}", e.name, e.goodput.summary())?;
-            writeln!(out, "  {}", e.goodput.split_line())?;
+        // In the table's order.
+        for r in &rows {
+            if let Some(e) = exps.iter().find(|e| e.name == r.name) {
+                writeln!(out, "{}: {}", e.name, e.goodput.summary())?;
+                writeln!(out, "  {}", e.goodput.split_line())?;
+            }
         }
     }
     if args.plots.is_none() && args.html.is_none() {

@@ -128,7 +128,8 @@ fn the_scaling_table_of_swav_mini_at_one_two_and_three_nodes() {
     }
     assert_eq!(runs[0]["efficiency"], 1.0);
 
-    // The markdown table: a header, a rule and the three rows, in the same order.
+    // The markdown table: a header, a rule and the three rows, in the same order; then
+    // each run's goodput.
     let out = Command::new(env!("CARGO_BIN_EXE_herd"))
         .args(["report", "--exp-root", &root])
         .args(names)
@@ -136,8 +137,21 @@ fn the_scaling_table_of_swav_mini_at_one_two_and_three_nodes() {
         .output()
         .expect("herd report");
     let text = String::from_utf8_lossy(&out.stdout);
-    let rows: Vec<&str> = text.lines().collect();
+    let (table, goodput) = text
+        .split_once("\n\n")
+        .expect("the table, then the goodput");
+    let rows: Vec<&str> = table.lines().collect();
     assert_eq!(rows.len(), 5, "{text}");
+    // Each run's goodput, two lines, in the table's order.
+    let said: Vec<&str> = goodput.lines().collect();
+    assert_eq!(said.len(), 6, "{text}");
+    for (i, name) in ["swav-1n", "swav-2n", "swav-3n"].iter().enumerate() {
+        assert!(
+            said[2 * i].starts_with(&format!("{name}: goodput ")),
+            "{text}"
+        );
+        assert!(said[2 * i + 1].starts_with("  training "), "{text}");
+    }
     assert!(rows[0].starts_with("| run | nodes | GPUs | samples/s | per GPU | efficiency |"));
     assert!(
         rows[2].starts_with("| swav-1n | 1 | 1 | ") && rows[2].contains(" | 100% | "),
