@@ -7,7 +7,7 @@
 use super::data::{ExpData, Failure};
 use super::plot::{self, Plot, PlotError};
 use super::table::{hms, num, Row};
-pub use super::text::escape;
+pub use super::text::{escape, since};
 
 /// An SVG document as an element inside HTML: without its namespace attribute (HTML puts
 /// `<svg>` in SVG's namespace by itself), so the page names no address at all.
@@ -30,17 +30,6 @@ section{border-top:2px solid #ddd;margin-top:2em}";
 
 fn td(s: &str) -> String {
     format!("<td>{}</td>", escape(s))
-}
-
-/// `ms` after `base` in the reader's words: `+0:00`, `+1:17`, `+1:02:03` (whole seconds,
-/// as `herd status` counts; `-0:05` before it).
-pub fn since(ms: u64, base: u64) -> String {
-    let d = |ms: u64| crate::status::clock(std::time::Duration::from_millis(ms));
-    if ms >= base {
-        format!("+{}", d(ms - base))
-    } else {
-        format!("-{}", d(base - ms))
-    }
 }
 
 /// A time cell: `stamp` (RFC 3339) as [`since`] `base` with the exact stamp on hover

@@ -4,7 +4,7 @@
 
 use herd_exp::goodput::{duration, Accounting, Part};
 
-use super::text::escape;
+use super::text::{escape, since};
 
 /// The colour of `part` in the strip and its legend.
 pub fn colour(part: Part) -> &'static str {
@@ -17,16 +17,6 @@ pub fn colour(part: Part) -> &'static str {
         Part::Running => "#17becf",
         Part::Queue => "#9e9e9e",
         Part::Other => "#dddddd",
-    }
-}
-
-/// `+1:17` after `t0` (ms).
-fn offset(t0: u64, t: u64) -> String {
-    let s = t.saturating_sub(t0) / 1000;
-    if s >= 3600 {
-        format!("+{}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
-    } else {
-        format!("+{}:{:02}", s / 60, s % 60)
     }
 }
 
@@ -75,8 +65,8 @@ pub fn section(acc: &Accounting, html: &mut String) {
                 width = pct(s.to_ms) - pct(s.from_ms),
                 c = colour(s.part),
                 d = duration(s.to_ms - s.from_ms),
-                from = offset(t0, s.from_ms),
-                to = offset(t0, s.to_ms),
+                from = since(s.from_ms, t0),
+                to = since(s.to_ms, t0),
             ));
         }
         html.push_str(&format!(
@@ -85,7 +75,7 @@ pub fn section(acc: &Accounting, html: &mut String) {
              <td>{}</td></tr>\n",
             a.attempt,
             herd_exp::timeline::rfc3339(a.from_ms),
-            offset(t0, a.from_ms),
+            since(a.from_ms, t0),
             escape(&a.ended),
         ));
     }
