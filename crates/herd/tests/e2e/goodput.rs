@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 use herd_testbed::{read_lossy, Bed};
 use serde_json::Value;
 
-use crate::staying_alive::{args, checksum, kill, project, reference_run, wait_final, wait_for};
+use crate::staying_alive::{
+    args, checksum, freeze, project, reference_run, wait_final, wait_for, wait_for_file,
+};
 use crate::support::{events, job_id, names, submit, timeline};
 
 /// Every `step=N` rank 0 logged in an attempt's `rank-0.out`, in order.
@@ -96,37 +98,10 @@ fn a_frozen_node_and_a_time_limit_cost_what_the_report_says() {
     );
     let started = events(&timeline(&exp), "started")[0]["nodes"].clone();
     let host = started[1].as_str().expect("node 1").to_owned();
-    // This job's agent (its log folder is in its command line) and workers (their
-    // arguments), nothing of another job that may have run on the node.
-    let agent = exp.join("logs").display().to_string();
-    let frozen: Vec<String> = bed
-        .node_processes("")
-        .expect("the nodes' process tables")
-        .into_iter()
-        .filter(|l| {
-            l.starts_with(&format!("{host} "))
-                && ((l.contains(" launch ") && l.contains(&agent))
-                    || l.contains("train_ddp.py --steps 160 "))
-        })
-        .collect();
-    eprintln!("freezing {host}: {frozen:#?}");
-    assert!(
-        frozen.iter().any(|l| l.contains(" launch "))
-            && frozen.iter().filter(|l| l.contains("train_ddp.py")).count() >= 2,
-        "the agent and both workers of {host}: {frozen:?}"
-    );
-    for line in &frozen {
-        kill("STOP", line.split_whitespace().nth(1).expect("pid"));
-    }
+    freeze(&bed, &host, &exp, "train_ddp.py --steps 160 ");
     let stopped = Instant::now();
     let report_path = exp.join("logs/attempt-0/failure.json");
-    while !report_path.exists() {
-        assert!(
-            stopped.elapsed() < Duration::from_secs(40),
-            "no report 40 s after the freeze"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_for_file(&report_path, stopped, Duration::from_secs(40));
     let took = stopped.elapsed();
     eprintln!("frozen node reported {took:?} after the freeze");
     assert!(

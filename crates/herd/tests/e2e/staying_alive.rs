@@ -575,6 +575,44 @@ fn a_stopped_rank_is_reported_with_every_stack_and_the_workers_restart() {
     );
 }
 
+/// Every process of experiment `exp`'s job on `host` stopped with SIGSTOP: its agent (and
+/// on node 0 the batch step's srun; the experiment's log folder is in their command lines)
+/// and its workers (`worker`: their arguments), nothing of another job; returns them.
+pub(crate) fn freeze(bed: &Bed, host: &str, exp: &Path, worker: &str) -> Vec<String> {
+    let agent = exp.join("logs").display().to_string();
+    let frozen: Vec<String> = bed
+        .node_processes("")
+        .expect("the nodes' process tables")
+        .into_iter()
+        .filter(|l| {
+            l.starts_with(&format!("{host} "))
+                && ((l.contains(" launch ") && l.contains(&agent)) || l.contains(worker))
+        })
+        .collect();
+    eprintln!("freezing {host}: {frozen:#?}");
+    assert!(
+        frozen.iter().any(|l| l.contains(" launch "))
+            && frozen.iter().filter(|l| l.contains(worker)).count() >= 2,
+        "the agent and both workers of {host}: {frozen:?}"
+    );
+    for line in &frozen {
+        kill("STOP", line.split_whitespace().nth(1).expect("pid"));
+    }
+    frozen
+}
+
+/// Waits until `path` exists, at most `limit` after `since`.
+pub(crate) fn wait_for_file(path: &Path, since: Instant, limit: Duration) {
+    while !path.exists() {
+        assert!(
+            since.elapsed() < limit,
+            "no {} {limit:?} after the freeze",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// Every process of node `node`'s part of a 2-node job stopped (SIGSTOP of its agent and
 /// its workers, and on node 0 the batch step's srun too): the attempt ends within 15 s with
 /// a report naming the node, and with a requeue budget the job is requeued without that
@@ -622,32 +660,10 @@ fn frozen_node(node: usize) {
     );
     let started = events(&timeline(&exp), "started")[0]["nodes"].clone();
     let host = started[node].as_str().expect("the node").to_owned();
-    let frozen: Vec<String> = bed
-        .node_processes("")
-        .expect("the nodes' process tables")
-        .into_iter()
-        .filter(|l| {
-            l.starts_with(&format!("{host} "))
-                && (l.contains(" launch ") || l.contains("train_ddp.py"))
-        })
-        .collect();
-    assert!(
-        frozen.iter().any(|l| l.contains(" launch "))
-            && frozen.iter().filter(|l| l.contains("train_ddp.py")).count() >= 2,
-        "the agent and both workers of {host}: {frozen:?}"
-    );
-    for line in &frozen {
-        kill("STOP", line.split_whitespace().nth(1).expect("pid"));
-    }
+    freeze(&bed, &host, &exp, "train_ddp.py --steps 60 ");
     let stopped = Instant::now();
     let report_path = exp.join("logs/attempt-0/failure.json");
-    while !report_path.exists() {
-        assert!(
-            stopped.elapsed() < Duration::from_secs(40),
-            "no report 40 s after the freeze"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_for_file(&report_path, stopped, Duration::from_secs(40));
     let took = stopped.elapsed();
     eprintln!("frozen node reported {took:?} after the freeze");
     assert!(
