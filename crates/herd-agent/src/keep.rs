@@ -120,8 +120,9 @@ pub(crate) async fn requeue(
     ));
     let id2 = id.clone();
     let exclude2 = exclude.clone();
+    let lost_nodes = !lost.is_empty();
     match tokio::task::spawn_blocking(move || {
-        lifecycle::requeue(&id2, &exclude2, Duration::from_secs(5))
+        lifecycle::requeue(&id2, &exclude2, lifecycle::requeue_delay(lost_nodes))
     })
     .await
     {
@@ -135,7 +136,7 @@ pub(crate) async fn requeue(
                 say(format!(
                     "job {id} was requeued by someone else a moment before herd's requeue ({e}); making it eligible now"
                 ));
-                return make_eligible(&id, exclude).await;
+                return make_eligible(&id, exclude, !lost.is_empty()).await;
             }
             say(format!("cannot requeue job {id}: {e}"));
             record(
@@ -243,15 +244,15 @@ pub(crate) async fn adopt_requeue(
         used + 1,
         cause.words(),
     ));
-    make_eligible(id, exclude).await
+    make_eligible(id, exclude, !lost.is_empty()).await
 }
 
-/// [`lifecycle::make_eligible`] off the event loop, 5 s from now; a failure is said (the
-/// job still runs again, only later).
-async fn make_eligible(id: &str, exclude: Vec<String>) -> bool {
+/// [`lifecycle::make_eligible`] off the event loop, [`lifecycle::requeue_delay`] from now
+/// (longer after `lost_nodes`); a failure is said (the job still runs again, only later).
+async fn make_eligible(id: &str, exclude: Vec<String>, lost_nodes: bool) -> bool {
     let id2 = id.to_owned();
     if let Ok(Err(e)) = tokio::task::spawn_blocking(move || {
-        lifecycle::make_eligible(&id2, &exclude, Duration::from_secs(5))
+        lifecycle::make_eligible(&id2, &exclude, lifecycle::requeue_delay(lost_nodes))
     })
     .await
     {

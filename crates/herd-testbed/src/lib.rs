@@ -19,6 +19,9 @@ use std::time::{Duration, Instant};
 use herd_slurm::scheduler::command;
 use herd_slurm::scheduler::fields::fields;
 
+mod freeze;
+pub use freeze::Frozen;
+
 /// Errors talking to the bed. Each carries the command and what it printed.
 #[derive(Debug, thiserror::Error)]
 pub enum BedError {

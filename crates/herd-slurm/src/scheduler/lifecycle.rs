@@ -244,6 +244,34 @@ pub fn make_eligible(id: &str, exclude: &[String], start_in: Duration) -> Result
     scontrol_surviving(&["update", &job, &start]).map(drop)
 }
 
+/// How long from a requeue the job is made eligible: 5 s, enough for a job whose processes
+/// end at SLURM's SIGTERM to leave its nodes; after a lost node, whose processes (frozen,
+/// or stuck in the kernel) end only at the SIGKILL that follows KillWait later, 5 s more
+/// than the cluster's KillWait (`scontrol show config`; 30 s, SLURM's default, when it
+/// does not answer). A begin time that passes while the job still completes would let
+/// slurmctld hold it back for its credential lifetime instead (about two minutes).
+pub fn requeue_delay(lost_nodes: bool) -> Duration {
+    const LEFT: Duration = Duration::from_secs(5);
+    if !lost_nodes {
+        return LEFT;
+    }
+    let kill_wait = crate::scheduler::command::show_config()
+        .ok()
+        .and_then(|text| kill_wait(&text))
+        .unwrap_or(Duration::from_secs(30));
+    LEFT + kill_wait
+}
+
+/// `KillWait` from `scontrol show config` (`KillWait                = 5 sec`).
+fn kill_wait(config: &str) -> Option<Duration> {
+    config.lines().find_map(|line| {
+        let (key, value) = line.split_once('=')?;
+        (key.trim() == "KillWait").then_some(())?;
+        let secs = value.split_whitespace().next()?.parse().ok()?;
+        Some(Duration::from_secs(secs))
+    })
+}
+
 /// End process `pid` (a replaced node's agent, frozen or failing) on node `host` of job
 /// `id`, by SIGKILL from a step of the job on that node (`srun --overlap`): no other node
 /// can signal it, and its srun task must end for the job's step to end. Its workers die
@@ -292,6 +320,14 @@ fn scontrol_surviving(args: &[&str]) -> Result<String, SlurmError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kill_wait_is_read_from_the_config() {
+        let config = "Configuration data as of 2026-12-03T04:20:00\nJobCredentialPrivateKey = (null)\nKillOnBadExit           = 0\nKillWait                = 5 sec\nLaunchType              = launch/slurm\n";
+        assert_eq!(kill_wait(config), Some(Duration::from_secs(5)));
+        assert_eq!(kill_wait("KillOnBadExit = 0\n"), None);
+        assert_eq!(kill_wait("KillWait = soon\n"), None);
+    }
 
     const RUNNING: &str = "JobId=7 JobName=train UserId=root(0) JobState=RUNNING Reason=None Restarts=0 RunTime=00:00:40 TimeLimit=00:02:00 TimeMin=N/A SubmitTime=2026-12-01T11:42:28 PreemptEligibleTime=2026-12-01T11:42:28 PreemptTime=None SuspendTime=None ExcNodeList=(null)";
 

@@ -98,7 +98,9 @@ fn a_frozen_node_and_a_time_limit_cost_what_the_report_says() {
     );
     let started = events(&timeline(&exp), "started")[0]["nodes"].clone();
     let host = started[1].as_str().expect("node 1").to_owned();
-    freeze(&bed, &host, &exp, "train_ddp.py --steps 160 ");
+    // Frozen, not stopped: this job has a time limit, and the SIGCONT SLURM sends up to a
+    // minute before it (herd's warning) would wake a stopped node before herd noticed.
+    let _frozen = freeze(&bed, &host, &exp, "train_ddp.py --steps 160 ");
     let stopped = Instant::now();
     let report_path = exp.join("logs/attempt-0/failure.json");
     wait_for_file(&report_path, stopped, Duration::from_secs(40));

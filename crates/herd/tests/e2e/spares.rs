@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use herd_testbed::{read_lossy, Bed};
 use serde_json::Value;
 
-use crate::staying_alive::{args, checksum, kill, project, reference_run, wait_final, wait_for};
+use crate::staying_alive::{args, checksum, project, reference_run, stop, wait_final, wait_for};
 use crate::support::{events, job_id, names, submit, timeline};
 
 /// 2 nodes × 2 workers of train_ddp with one spare: node 1's agent and workers freeze
@@ -72,23 +72,7 @@ fn a_frozen_node_is_replaced_by_a_spare_in_the_same_job() {
             .expect("a spare")
             .to_owned(),
     );
-    let frozen: Vec<String> = bed
-        .node_processes("")
-        .expect("the nodes' process tables")
-        .into_iter()
-        .filter(|l| {
-            l.starts_with(&format!("{frozen_host} "))
-                && (l.contains(" launch ") || l.contains("train_ddp.py"))
-        })
-        .collect();
-    assert!(
-        frozen.iter().any(|l| l.contains(" launch "))
-            && frozen.iter().filter(|l| l.contains("train_ddp.py")).count() >= 2,
-        "the agent and both workers of {frozen_host}: {frozen:?}"
-    );
-    for line in &frozen {
-        kill("STOP", line.split_whitespace().nth(1).expect("pid"));
-    }
+    stop(&bed, &frozen_host, &exp, "train_ddp.py --steps 60 ");
     let stopped = Instant::now();
     // Training again: a step logged by the next attempt's worker on the spare.
     wait_for(

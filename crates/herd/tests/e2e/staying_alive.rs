@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use herd_testbed::{rank_lines, read_lossy, Bed, JobId, JobInfo};
+use herd_testbed::{rank_lines, read_lossy, Bed, Frozen, JobId, JobInfo};
 use serde_json::Value;
 
 use crate::support::{events, job_id, local_herd_run, names, project_with, submit, timeline};
@@ -575,12 +575,12 @@ fn a_stopped_rank_is_reported_with_every_stack_and_the_workers_restart() {
     );
 }
 
-/// Every process of experiment `exp`'s job on `host` stopped with SIGSTOP: its agent (and
-/// on node 0 the batch step's srun; the experiment's log folder is in their command lines)
-/// and its workers (`worker`: their arguments), nothing of another job; returns them.
-pub(crate) fn freeze(bed: &Bed, host: &str, exp: &Path, worker: &str) -> Vec<String> {
+/// Every process of experiment `exp`'s job on `host`: its agent (and on node 0 the batch
+/// step's srun; the experiment's log folder is in their command lines) and its workers
+/// (`worker`: their arguments), nothing of another job; as `node pid cmdline` lines.
+fn node_part(bed: &Bed, host: &str, exp: &Path, worker: &str) -> Vec<(u32, String)> {
     let agent = exp.join("logs").display().to_string();
-    let frozen: Vec<String> = bed
+    let part: Vec<String> = bed
         .node_processes("")
         .expect("the nodes' process tables")
         .into_iter()
@@ -589,16 +589,38 @@ pub(crate) fn freeze(bed: &Bed, host: &str, exp: &Path, worker: &str) -> Vec<Str
                 && ((l.contains(" launch ") && l.contains(&agent)) || l.contains(worker))
         })
         .collect();
-    eprintln!("freezing {host}: {frozen:#?}");
+    eprintln!("{host}'s part of the job: {part:#?}");
     assert!(
-        frozen.iter().any(|l| l.contains(" launch "))
-            && frozen.iter().filter(|l| l.contains(worker)).count() >= 2,
-        "the agent and both workers of {host}: {frozen:?}"
+        part.iter().any(|l| l.contains(" launch "))
+            && part.iter().filter(|l| l.contains(worker)).count() >= 2,
+        "the agent and both workers of {host}: {part:?}"
     );
-    for line in &frozen {
-        kill("STOP", line.split_whitespace().nth(1).expect("pid"));
+    part.into_iter()
+        .map(|l| {
+            let pid = l.split_whitespace().nth(1).expect("pid");
+            (pid.parse().expect("pid"), l)
+        })
+        .collect()
+}
+
+/// [`node_part`] stopped with SIGSTOP: a node that hangs until SLURM, before it signals the
+/// job's processes (at a requeue, at the time-limit warning herd asks for), sends them
+/// SIGCONT and so wakes it. For jobs without a time limit, whose woken node must then do
+/// no harm.
+pub(crate) fn stop(bed: &Bed, host: &str, exp: &Path, worker: &str) {
+    for (pid, _) in node_part(bed, host, exp, worker) {
+        kill("STOP", &pid.to_string());
     }
-    frozen
+}
+
+/// [`node_part`] frozen by the cgroup freezer ([`Frozen`]): no signal wakes it, SIGKILL
+/// ends it, as on a hung machine. Keep the guard until the job has ended.
+pub(crate) fn freeze(bed: &Bed, host: &str, exp: &Path, worker: &str) -> Frozen {
+    let pids: Vec<u32> = node_part(bed, host, exp, worker)
+        .into_iter()
+        .map(|(pid, _)| pid)
+        .collect();
+    Frozen::new(&pids).expect("the cgroup freezer")
 }
 
 /// Waits until `path` exists, at most `limit` after `since`.
@@ -660,7 +682,7 @@ fn frozen_node(node: usize) {
     );
     let started = events(&timeline(&exp), "started")[0]["nodes"].clone();
     let host = started[node].as_str().expect("the node").to_owned();
-    freeze(&bed, &host, &exp, "train_ddp.py --steps 60 ");
+    stop(&bed, &host, &exp, "train_ddp.py --steps 60 ");
     let stopped = Instant::now();
     let report_path = exp.join("logs/attempt-0/failure.json");
     wait_for_file(&report_path, stopped, Duration::from_secs(40));
