@@ -381,6 +381,104 @@ fn numbered(dir: &Path, number: impl Fn(&str) -> Option<&str>) -> io::Result<Vec
     Ok(found)
 }
 
+/// The sweep's own file in a sweep folder: its runs, their values and its submissions.
+const SWEEP_MANIFEST: &str = "sweep.json";
+/// The file name pattern of an array task's batch output in the sweep's `logs/`: `%A_%a`
+/// (SLURM puts the array's job id and the task's index).
+const ARRAY_TASK_PATTERN: &str = "%A_%a";
+
+/// A sweep folder's paths: `<exp_root>/<name>/` holding the sweep's manifest, the array's
+/// batch script, the array's own SLURM output and one experiment folder per run
+/// ([`SweepDir::run`]). The folder need not exist.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct SweepDir {
+    dir: PathBuf,
+}
+
+impl SweepDir {
+    /// The sweep folder `dir`.
+    pub fn new(dir: impl Into<PathBuf>) -> SweepDir {
+        SweepDir { dir: dir.into() }
+    }
+
+    /// The folder itself.
+    pub fn path(&self) -> &Path {
+        &self.dir
+    }
+
+    /// `sweep.json`: the sweep's keys, runs and submissions.
+    pub fn manifest(&self) -> PathBuf {
+        self.dir.join(SWEEP_MANIFEST)
+    }
+
+    /// `job.sbatch`: the array's batch script.
+    pub fn job_script(&self) -> PathBuf {
+        self.dir.join(JOB_SCRIPT)
+    }
+
+    /// `.lock`: taken while `sweep.json` is updated.
+    pub fn lock(&self) -> PathBuf {
+        self.dir.join(LOCK)
+    }
+
+    /// `logs/`: the array script's own SLURM output, one pair of files per task.
+    pub fn logs(&self) -> PathBuf {
+        self.dir.join(LOGS)
+    }
+
+    /// The file name pattern `sbatch --output`/`--error` gets for the array's tasks:
+    /// `%A_%a.out`, `%A_%a.err`.
+    pub fn array_log_pattern(stream: Stream) -> String {
+        batch_log_name(ARRAY_TASK_PATTERN, stream)
+    }
+
+    /// Run `name`'s experiment folder, `<name>/` inside the sweep folder.
+    pub fn run(&self, name: &str) -> ExperimentDir {
+        ExperimentDir::new(self.dir.join(name))
+    }
+
+    /// Whether `dir` looks like a sweep folder: it holds a `sweep.json`.
+    pub fn is_sweep(dir: &Path) -> bool {
+        SweepDir::new(dir).manifest().is_file()
+    }
+}
+
+/// Every path inside a sweep folder and what it holds, in the order docs/sweeps.md lists
+/// them: `RUN` stands for a run's name, `ARRAYID` and `TASK` for the array's job id and a
+/// task's index; folders end with `/`.
+pub fn sweep_entries() -> Vec<(String, &'static str)> {
+    vec![
+        (
+            SWEEP_MANIFEST.to_owned(),
+            "the sweep: its keys, each run's index, name and values, `max_parallel`, when it was made, herd's version, and every submission with its array job id and tasks",
+        ),
+        (
+            JOB_SCRIPT.to_owned(),
+            "the array's batch script: the runs' `#SBATCH` lines, `--array`, and a `case` from the task's index to its run",
+        ),
+        (
+            format!("{LOGS}/"),
+            "the array script's own SLURM output",
+        ),
+        (
+            format!(
+                "{LOGS}/{}, {LOGS}/{}",
+                batch_log_name("ARRAYID_TASK", Stream::Out),
+                batch_log_name("ARRAYID_TASK", Stream::Err)
+            ),
+            "task TASK's output before it hands over to its run (`%A_%a`): empty unless the task could not start its run",
+        ),
+        (
+            LOCK.to_owned(),
+            "taken while `sweep.json` is updated (made by the first update)",
+        ),
+        (
+            "RUN/".to_owned(),
+            "one run: a whole experiment folder (its own `code/`, `job.sbatch`, `manifest.json`, `timeline.jsonl`, `checkpoints/`, `logs/`); its batch output goes to `RUN/logs/ARRAYID_TASK.out`, `.err`",
+        ),
+    ]
+}
+
 /// Every path inside an experiment folder and what it holds, in the order docs/design.md §4
 /// lists them: `K` stands for an attempt's number, `R` for a rank, `JOBID` for SLURM's job
 /// id; folders end with `/`.
