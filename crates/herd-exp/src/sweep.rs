@@ -19,8 +19,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::layout::{self, SweepDir};
 use crate::{
-    io_error, manifest, refuse_existing, rename_noreplace, validate_name, write_new_file,
-    Error, Experiment, ExtraFile, Invocation, NewExperiment, SnapshotOptions, SnapshotReport,
+    io_error, manifest, refuse_existing, rename_noreplace, validate_name, write_new_file, Error,
+    Experiment, ExtraFile, Invocation, NewExperiment, SnapshotOptions, SnapshotReport,
 };
 
 /// The format of `sweep.json` this herd writes.
@@ -322,7 +322,10 @@ impl Sweep {
             .map_err(|e| io_error("cannot lock", &lock_path, e.into()))?;
         let path = self.paths.manifest();
         let mut m = read(&path)?;
-        let number = m.submissions.last().map_or(1, |s| s.number.saturating_add(1));
+        let number = m
+            .submissions
+            .last()
+            .map_or(1, |s| s.number.saturating_add(1));
         m.submissions.push(SweepSubmission {
             number,
             job_id: job_id.to_owned(),

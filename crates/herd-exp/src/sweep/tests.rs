@@ -104,7 +104,11 @@ fn a_sweep_folder_holds_its_manifest_script_logs_and_one_experiment_per_run() {
     assert_eq!(m.keys, ["lr", "seed"]);
     assert_eq!(m.max_parallel, Some(2));
     assert_eq!(m.herd_version, "9.9.9");
-    assert!(crate::timeline::parse_rfc3339(&m.created).is_some(), "{}", m.created);
+    assert!(
+        crate::timeline::parse_rfc3339(&m.created).is_some(),
+        "{}",
+        m.created
+    );
     assert!(m.submissions.is_empty());
     let json: serde_json::Value =
         serde_json::from_slice(&fs::read(dir.join("sweep.json")).expect("read")).expect("json");
@@ -258,10 +262,7 @@ fn listings_tell_sweeps_from_experiments() {
     .create()
     .expect("experiment");
     let sweeps = list(root.path()).expect("sweeps");
-    assert_eq!(
-        sweeps.iter().map(Sweep::name).collect::<Vec<_>>(),
-        ["grid"]
-    );
+    assert_eq!(sweeps.iter().map(Sweep::name).collect::<Vec<_>>(), ["grid"]);
     // The experiments' listing passes over the sweep folder (it has no manifest.json).
     let exps = crate::progress::list(root.path()).expect("experiments");
     assert_eq!(exps, [single.experiment]);
