@@ -677,6 +677,42 @@ mod tests {
         );
     }
 
+    /// docs/sweeps.md's sweep folder table lists exactly the paths [`sweep_entries`] names,
+    /// in order. `HERD_UPDATE_DOCS=1` rewrites it.
+    #[test]
+    fn the_sweeps_doc_lists_every_path_of_a_sweep_folder() {
+        const START: &str = "<!-- sweep table: begin -->\n";
+        const END: &str = "<!-- sweep table: end -->";
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/sweeps.md");
+        let doc = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        let (before, rest) = doc
+            .split_once(START)
+            .unwrap_or_else(|| panic!("{path} has no {START:?}"));
+        let (shown, after) = rest
+            .split_once(END)
+            .unwrap_or_else(|| panic!("{path} has no {END:?}"));
+        let mut want = String::from("| path | what |\n|---|---|\n");
+        for (path, what) in sweep_entries() {
+            let paths: Vec<String> = path.split(", ").map(|p| format!("`{p}`")).collect();
+            want.push_str(&format!("| {} | {what} |\n", paths.join(", ")));
+        }
+        if shown != want && std::env::var_os("HERD_UPDATE_DOCS").is_some() {
+            let updated = format!("{before}{START}{want}{END}{after}");
+            std::fs::write(path, updated).unwrap_or_else(|e| panic!("{path}: {e}"));
+            return;
+        }
+        assert!(shown == want, "{path}: the sweep folder table differs from crates/herd-exp/src/layout.rs; rewrite it with `HERD_UPDATE_DOCS=1 cargo nextest run -p herd-exp sweeps_doc`, or paste:\n{want}");
+        let sweep = SweepDir::new("/e/grid");
+        assert_eq!(sweep.manifest(), Path::new("/e/grid/sweep.json"));
+        assert_eq!(sweep.job_script(), Path::new("/e/grid/job.sbatch"));
+        assert_eq!(sweep.logs(), Path::new("/e/grid/logs"));
+        assert_eq!(
+            sweep.run("a=1").job_script(),
+            Path::new("/e/grid/a=1/job.sbatch")
+        );
+        assert_eq!(SweepDir::array_log_pattern(Stream::Out), "%A_%a.out");
+    }
+
     /// Each documented path is what the functions give: the table cannot name a file the
     /// agents do not write.
     #[test]
