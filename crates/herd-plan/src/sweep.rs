@@ -82,7 +82,7 @@ fn file_order(text: &str, table: &toml::Table, run: Option<usize>) -> Vec<String
         Some(i) => doc
             .get("runs")
             .and_then(|v| v.get_ref().as_array())
-            .and_then(|a| a.iter().nth(i))
+            .and_then(|a| a.get(i))
             .and_then(|v| v.get_ref().as_table()),
     };
     let Some(found) = found else {

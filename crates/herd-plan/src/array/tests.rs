@@ -131,15 +131,28 @@ fn runs_that_ask_for_other_resources_are_refused() {
             && msg.contains("`#SBATCH --gres=gpu:2` against `#SBATCH --gres=gpu:4`"),
         "{msg}"
     );
-    for (p, why) in [(Some(0), "at least 1")] {
-        let err = render_array_script(&ArrayParams {
-            sweep_dir: sweep,
-            runs: &runs[..1],
-            max_parallel: p,
-        })
-        .expect_err("refused");
-        assert!(err.to_string().contains(why), "{err}");
-    }
+    let err = render_array_script(&ArrayParams {
+        sweep_dir: sweep,
+        runs: &runs[..1],
+        max_parallel: Some(0),
+    })
+    .expect_err("refused");
+    assert!(err.to_string().contains("at least 1"), "{err}");
+    let mut own_array = runs[..1].to_vec();
+    own_array[0].1 = own_array[0]
+        .1
+        .replace("#SBATCH --open-mode=append", "#SBATCH --array=1-9");
+    let err = render_array_script(&ArrayParams {
+        sweep_dir: sweep,
+        runs: &own_array,
+        max_parallel: None,
+    })
+    .expect_err("an --array of its own");
+    assert!(
+        err.to_string()
+            .contains("a sweep is an array job of its own"),
+        "{err}"
+    );
     let relative = render_array_script(&ArrayParams {
         sweep_dir: Path::new("exp/grid"),
         runs: &runs[..1],
