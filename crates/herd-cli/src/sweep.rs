@@ -279,17 +279,22 @@ pub fn run(submit: &SubmitArgs, out: &mut dyn Write) -> Result<ExitStatus, CliEr
     .create()?;
     let sweep = &created.sweep;
     if let Some(first) = created.snapshots.first() {
+        let copied: u64 = created.snapshots.iter().map(|s| s.copied).sum();
+        let linked: u64 = created.snapshots.iter().map(|s| s.linked).sum();
         eprintln!(
-            "herd: code snapshot for {} runs in {}: {} file{}, {:.1} MB, {} copied, shared by every run",
+            "herd: code snapshots of {} runs in {}: {} file{} ({:.1} MB) each, {copied} copied, {linked} linked (unchanged files are shared)",
             created.snapshots.len(),
             sweep.dir().display(),
             first.files,
             if first.files == 1 { "" } else { "s" },
             first.bytes as f64 / 1e6,
-            first.copied,
         );
-        for warning in &first.warnings {
-            eprintln!("herd: warning: snapshot: {warning}");
+        // Every run's walk finds the same: each warning once.
+        let mut said = std::collections::BTreeSet::new();
+        for warning in created.snapshots.iter().flat_map(|s| &s.warnings) {
+            if said.insert(warning) {
+                eprintln!("herd: warning: snapshot: {warning}");
+            }
         }
     }
     let id = match herd_slurm::scheduler::command::sbatch(&sweep.paths().job_script(), sweep.dir())
