@@ -18,6 +18,11 @@ fn queued_tasks(job: JobId) -> Vec<(String, String)> {
         .args(["-h", "-r", "-j", &job.to_string(), "-o", "%F %K"])
         .output()
         .expect("squeue runs");
+    assert!(
+        out.status.success(),
+        "squeue: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter_map(|l| {
