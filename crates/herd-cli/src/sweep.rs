@@ -144,9 +144,11 @@ fn prepare(args: &SweepArgs, plan_args: &herd_plan::PlanArgs) -> Result<Prepared
             (None, None) => {}
         }
         let mut plan = plan_with(job.as_ref(), &flags)?;
-        // One array job: one name, the nodes left out once for all.
+        // One array job: one name, the nodes left out once for all; the run's experiment
+        // root is the sweep's folder.
         plan.job_name = name.clone();
         plan.avoided_nodes = template.avoided_nodes.clone();
+        plan.exp_root = sweep_dir.clone();
         let exp_dir = sweep_dir.join(&run.name);
         let (script, found) = render_and_check(&plan, &exp_dir, dependency.as_deref(), &site)?;
         for f in found {

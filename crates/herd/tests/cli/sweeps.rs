@@ -210,6 +210,7 @@ fn a_sweep_is_one_array_job_and_each_run_records_its_task() {
                 .expect("json");
         let task = format!("4242_{i}");
         assert_eq!(m["attempts"][0]["job_id"], task.as_str(), "{run}");
+        assert_eq!(m["plan"]["exp_root"], sweep.display().to_string().as_str());
         assert_eq!(
             m["plan"]["command"],
             serde_json::json!(["sh", "train.sh", format!("--lr={lr}"), "--seed", seed])
