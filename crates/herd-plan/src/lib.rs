@@ -61,7 +61,7 @@
 //! - [`ranks`]: [`rank_table`] for `--dry-run`.
 //! - [`sweep`](mod@sweep): a sweep's spec ([`SweepSpec`]: `--sweep` flags and a sweep file),
 //!   its runs and their names, the command's `{KEY}` placeholders, the grid table;
-//!   [`array`]: [`render_array_script`], the array job that runs them.
+//!   [`array`](mod@array): [`render_array_script`], the array job that runs them.
 //! - [`quote`](mod@quote): the POSIX single-quoting every user value goes through.
 //! - [`torchrun`]: what starts torchrun in torchrun mode (the command's python, or `torchrun`).
 //!
