@@ -18,12 +18,21 @@ fn names(dir: &std::path::Path) -> Vec<String> {
 }
 
 fn sweep_here(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
+    sweep_here_with(dir, args, &[])
+}
+
+/// [`sweep_here`] with `env` set.
+fn sweep_here_with(
+    dir: &std::path::Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> std::process::Output {
     let exps = dir.join("exps");
     let argv: Vec<&str> = ["submit", "--exp-root", exps.to_str().expect("utf-8")]
         .into_iter()
         .chain(args.iter().copied())
         .collect();
-    herd_here(dir, &argv, &[])
+    herd_here(dir, &argv, env)
 }
 
 /// Every refusal of a sweep exits 2 with a message naming what to change, writes nothing
@@ -126,7 +135,8 @@ fn sweep_dry_run_prints_the_grid_and_the_array_script() {
 
 /// A sweep queued by a (fake) sbatch: one array job from the sweep folder, `sweep.json`
 /// with the submission, every run an experiment whose job id is `ARRAYID_INDEX`, with its
-/// `queued` event and its own values in its script; stdout the array's id.
+/// `queued` event and its own values in its script; stdout the array's id. Submitted from
+/// inside another array's task, whose identity sbatch does not pass on.
 #[test]
 fn a_sweep_is_one_array_job_and_each_run_records_its_task() {
     let dir = submit_project(&[("train.sh", 10)]);
@@ -169,7 +179,8 @@ fn a_sweep_is_one_array_job_and_each_run_records_its_task() {
     let script = sweep.join("job.sbatch");
     assert_eq!(
         std::fs::read_to_string(&called).expect("sbatch ran"),
-        format!("{} --parsable {}\n", sweep.display(), script.display())
+        format!("{} --parsable {}\n", sweep.display(), script.display()),
+        "from the sweep folder, and no SLURM_ARRAY_* of the submitter's own"
     );
     assert_eq!(
         names(&sweep),
