@@ -33,6 +33,9 @@
 //! script). Every path inside it is named in one module, [`layout`]; docs/design.md §4
 //! lists them.
 //!
+//! A sweep's folder ([`sweep`]) holds one such experiment folder per run, beside the
+//! sweep's `sweep.json` and array script (docs/sweeps.md).
+//!
 //! # Guarantees
 //!
 //! - **Atomic, never overwritten.** [`NewExperiment::create`] builds everything in a hidden
