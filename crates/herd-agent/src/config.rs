@@ -62,6 +62,17 @@ impl Config {
         &self.node_names[self.node_rank as usize]
     }
 
+    /// The job's id as the timeline's events give it: a number for a job of its own (as
+    /// ever), `"ARRAYID_TASK"` for a task of a job array: as `herd submit` recorded it, so
+    /// the views match the agents' events to the submission.
+    pub(crate) fn job_id_field(&self) -> serde_json::Value {
+        match (&self.launch.job_ref, self.launch.job_id) {
+            (Some(r), Some(id)) if *r == id.to_string() => serde_json::json!(id),
+            (Some(r), _) => serde_json::json!(r),
+            (None, id) => serde_json::json!(id),
+        }
+    }
+
     /// The leader's record of `event` in the experiment's timeline, when there is an
     /// experiment; a timeline that cannot be written is said once and never stops the job.
     pub(crate) fn record(&self, event: &str, fields: serde_json::Value) {
@@ -83,5 +94,54 @@ impl Config {
                 ));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(job_id: Option<u64>, job_ref: Option<&str>) -> Config {
+        Config {
+            node_rank: 0,
+            node_names: vec!["n0".into()],
+            leader_ip: std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
+            nproc: 1,
+            argv: Vec::new(),
+            key: herd_rendezvous::JobKey {
+                id: String::new(),
+                secret: Vec::new(),
+            },
+            log_dir: herd_exp::layout::LogsDir::new("/tmp/x"),
+            label: false,
+            metrics: herd_metrics::Format::Auto,
+            kill_grace: Duration::from_secs(1),
+            rendezvous_timeout: Duration::from_secs(1),
+            heartbeat_timeout: Duration::from_secs(1),
+            spare_nodes: 0,
+            port_candidates: 1,
+            keep: KeepAlive::default(),
+            exp_dir: None,
+            launch: LaunchInfo {
+                job_id,
+                job_ref: job_ref.map(str::to_owned),
+                ..LaunchInfo::default()
+            },
+        }
+    }
+
+    /// The id the agents write into the timeline is the one `herd submit` recorded: a job
+    /// of its own as a number (as ever), an array task as `"ARRAYID_TASK"`.
+    #[test]
+    fn the_timeline_names_the_job_as_submit_recorded_it() {
+        assert_eq!(
+            config(Some(41), Some("41")).job_id_field(),
+            serde_json::json!(41)
+        );
+        assert_eq!(
+            config(Some(1237), Some("1234_3")).job_id_field(),
+            serde_json::json!("1234_3")
+        );
+        assert_eq!(config(None, None).job_id_field(), serde_json::Value::Null);
     }
 }

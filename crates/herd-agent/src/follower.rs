@@ -510,7 +510,7 @@ async fn lost_leader(cfg: &Config, attempt: Option<&Attempt>, why: &str) -> Outc
         return Outcome::Failed(None);
     };
     let number = a.number;
-    let job = cfg.launch.job_id.map(|j| j.to_string());
+    let job = cfg.launch.job_ref.clone();
     // This node may have been the frozen one, woken by the leader's requeue.
     if let Some(state) = no_longer_running(job.as_deref(), Duration::from_secs(2)).await {
         say(format!(

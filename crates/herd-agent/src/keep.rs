@@ -289,7 +289,7 @@ pub(crate) fn record_run(
         resume_from: resume.clone(),
         other: Default::default(),
     };
-    let job = cfg.launch.job_id.map(|j| j.to_string());
+    let job = cfg.launch.job_ref.clone();
     let written =
         herd_exp::Experiment::open_dir(dir).and_then(|e| e.record_run(job.as_deref(), run));
     if let Err(e) = written {

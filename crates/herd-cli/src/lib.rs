@@ -21,6 +21,7 @@ pub mod settle;
 pub mod site;
 pub mod status;
 pub mod submit;
+pub mod sweep;
 pub mod top;
 
 #[cfg(test)]
@@ -104,6 +105,10 @@ pub enum CliError {
     /// The job file, profile and flags do not make a plan.
     #[error("{0}")]
     Plan(#[from] herd_plan::ResolveError),
+    /// `--sweep`, the sweep file or the command's placeholders do not make a sweep: one
+    /// line per problem.
+    #[error("{}", .0.join("\nherd: error: "))]
+    Sweep(Vec<String>),
     /// The plan cannot be written into a batch script.
     #[error("{0}")]
     Script(#[from] herd_plan::RenderError),
@@ -167,6 +172,12 @@ pub enum CliError {
     Output(#[from] std::io::Error),
 }
 
+impl From<herd_plan::SweepError> for CliError {
+    fn from(e: herd_plan::SweepError) -> CliError {
+        CliError::Sweep(e.problems)
+    }
+}
+
 impl CliError {
     /// `CliError::System` for `action` failing with `source`.
     pub(crate) fn system(action: impl Into<String>) -> impl FnOnce(std::io::Error) -> CliError {
@@ -186,6 +197,7 @@ impl CliError {
             | CliError::EnvFile { .. }
             | CliError::JobFile(_)
             | CliError::Plan(_)
+            | CliError::Sweep(_)
             | CliError::Script(_) => ExitStatus::Usage,
             // Bytes that are not text are bad input; a failing read is a failure.
             CliError::Stdin { source, .. } => match source.kind() {
@@ -197,6 +209,8 @@ impl CliError {
                 Exp::Name(_)
                 | Exp::NotFound { .. }
                 | Exp::NotAnExperiment { .. }
+                | Exp::NotASweep { .. }
+                | Exp::BadSweep { .. }
                 | Exp::BadExclude { .. }
                 | Exp::ExpRootIsProject { .. } => ExitStatus::Usage,
                 // Taken meanwhile: as when submit's check finds the folder (exit 1).
@@ -336,6 +350,7 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
         Command::Run(args) => launch::run(args),
         Command::Exec(args) => exec::run(args),
         Command::Check(args) => submit::run_check(args, out),
+        Command::Submit(args) if args.sweep_args().is_sweep() => sweep::run(&args, out),
         Command::Submit(args) => submit::run_submit(args, out),
         Command::Logs(args) => logs::run(args, out),
         Command::Status(args) => status::run(args, out),

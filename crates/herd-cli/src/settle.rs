@@ -45,7 +45,8 @@ pub fn run(args: SettleArgs) -> Result<ExitStatus, CliError> {
     let code = status
         .code()
         .unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
-    let job = std::env::var("SLURM_JOB_ID").unwrap_or_default();
+    // As the agents name the job in the timeline: an array task as `ARRAYID_TASK`.
+    let job = herd_slurm::allocation::job_ref(&herd_slurm::Vars::from_env()).unwrap_or_default();
     let requeues: u64 = std::env::var("SLURM_RESTART_COUNT")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -110,5 +111,12 @@ mod tests {
         assert_eq!(settled(dir.path(), "41", 0), Some("was requeued"));
         write(&[started]);
         assert_eq!(settled(dir.path(), "41", 0), None);
+        // An array task's agents name it as `herd submit` recorded it.
+        write(&[
+            r#"{"event":"started","job_id":"40_2","requeue":0}"#,
+            r#"{"event":"finished","ok":true}"#,
+        ]);
+        assert_eq!(settled(dir.path(), "40_2", 0), Some("finished"));
+        assert_eq!(settled(dir.path(), "40", 0), None);
     }
 }

@@ -18,7 +18,7 @@ use crate::site::{cluster_profiles, hostname, is_job_id};
 use crate::{CliError, ExitStatus};
 
 /// The working folder: the project `herd submit` snapshots.
-fn working_folder() -> Result<PathBuf, CliError> {
+pub(crate) fn working_folder() -> Result<PathBuf, CliError> {
     std::env::current_dir().map_err(CliError::system("cannot find the working folder"))
 }
 
@@ -33,14 +33,19 @@ pub fn plan(args: &PlanArgs) -> Result<Plan, CliError> {
         Some(path) => Some(JobFile::load(path)?),
         None => None,
     };
+    plan_with(job.as_ref(), &args.flags)
+}
+
+/// [`plan`] from a job file already read.
+pub(crate) fn plan_with(job: Option<&JobFile>, flags: &JobKeys) -> Result<Plan, CliError> {
     let profiles = cluster_profiles()?;
-    for p in args.flags.params.iter().flatten() {
+    for p in flags.params.iter().flatten() {
         parse_param(p).map_err(|source| CliError::Param {
             arg: p.clone(),
             source,
         })?;
     }
-    let mut plan = resolve(job.as_ref(), &args.flags, &profiles, &hostname())?;
+    let mut plan = resolve(job, flags, &profiles, &hostname())?;
     if plan.exp_root.is_relative() {
         let cwd = working_folder()?;
         plan.exp_root = cwd.join(&plan.exp_root);
@@ -181,14 +186,87 @@ pub struct Checked {
     pub findings: Vec<Finding>,
 }
 
+/// What the checks learn from this machine and the cluster once, whatever they check: the
+/// herd binary, the project, the partitions, `PATH`.
+pub(crate) struct Site {
+    /// This herd binary, as the batch script runs it.
+    pub(crate) herd: PathBuf,
+    /// The project (the working folder).
+    pub(crate) project: PathBuf,
+    /// The partitions, when `scontrol` answers.
+    partitions: Option<Vec<Partition>>,
+    /// `PATH`'s folders.
+    path: Vec<PathBuf>,
+}
+
+impl Site {
+    /// Looks everything up (one `scontrol` and one `sinfo` call).
+    pub(crate) fn query() -> Result<Site, CliError> {
+        Ok(Site {
+            herd: herd_binary()?,
+            project: working_folder()?,
+            partitions: partitions(),
+            path: std::env::var_os("PATH")
+                .map(|p| std::env::split_paths(&p).collect())
+                .unwrap_or_default(),
+        })
+    }
+}
+
+/// Render `plan`'s batch script for the experiment folder `exp_dir` and check both.
+pub(crate) fn render_and_check(
+    plan: &Plan,
+    exp_dir: &Path,
+    dependency: Option<&str>,
+    site: &Site,
+) -> Result<(String, Vec<Finding>), CliError> {
+    let script = render_script(
+        plan,
+        &ScriptParams {
+            exp_dir,
+            herd: &site.herd,
+            dependency,
+        },
+    )?;
+    let exists = |p: &Path| p.is_file();
+    let executable = |p: &Path| {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    let findings = check(
+        plan,
+        &CheckContext {
+            memory: MemoryPolicy::default(),
+            partitions: site.partitions.as_deref(),
+            programs: Some(ProgramLookup {
+                snapshot: &site.project,
+                path: &site.path,
+                exists: &exists,
+                executable: &executable,
+            }),
+            script: Some(&script),
+        },
+    );
+    Ok((script, findings))
+}
+
+/// A finding of `herd submit` itself (not of the plan's checks): an error.
+pub(crate) fn submit_error(message: String) -> Finding {
+    Finding {
+        severity: Severity::Error,
+        code: "submit",
+        keys: Vec::new(),
+        message,
+    }
+}
+
 /// Resolve, render and check: the work `herd check` shows and `herd submit` starts with.
 pub fn prepare(args: &PlanArgs, resume: bool) -> Result<Checked, CliError> {
     let mut plan = plan(args)?;
     crate::nodes::avoid_bad_nodes(&mut plan);
     let exp_dir =
         herd_exp::experiment_dir(&plan.exp_root, &plan.job_name).map_err(herd_exp::Error::from)?;
-    let herd = herd_binary()?;
-    let project = working_folder()?;
+    let site = Site::query()?;
     let mut extra = Vec::new();
     let dependency = match dependency(&plan.after) {
         Ok(d) => d,
@@ -197,37 +275,7 @@ pub fn prepare(args: &PlanArgs, resume: bool) -> Result<Checked, CliError> {
             None
         }
     };
-    let script = render_script(
-        &plan,
-        &ScriptParams {
-            exp_dir: &exp_dir,
-            herd: &herd,
-            dependency: dependency.as_deref(),
-        },
-    )?;
-    let parts = partitions();
-    let path: Vec<PathBuf> = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).collect())
-        .unwrap_or_default();
-    let exists = |p: &Path| p.is_file();
-    let executable = |p: &Path| {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-    };
-    let mut findings = check(
-        &plan,
-        &CheckContext {
-            memory: MemoryPolicy::default(),
-            partitions: parts.as_deref(),
-            programs: Some(ProgramLookup {
-                snapshot: &project,
-                path: &path,
-                exists: &exists,
-                executable: &executable,
-            }),
-            script: Some(&script),
-        },
-    );
+    let (script, mut findings) = render_and_check(&plan, &exp_dir, dependency.as_deref(), &site)?;
     if !resume && exp_dir.exists() {
         extra.push(format!(
             "experiment folder {} exists and is never overwritten: choose another `job_name` (--job-name), or add an attempt with `herd submit --resume {}`",
@@ -235,14 +283,7 @@ pub fn prepare(args: &PlanArgs, resume: bool) -> Result<Checked, CliError> {
             plan.job_name
         ));
     }
-    for message in extra {
-        findings.push(Finding {
-            severity: Severity::Error,
-            code: "submit",
-            keys: Vec::new(),
-            message,
-        });
-    }
+    findings.extend(extra.into_iter().map(submit_error));
     Ok(Checked {
         plan,
         exp_dir,
@@ -254,7 +295,7 @@ pub fn prepare(args: &PlanArgs, resume: bool) -> Result<Checked, CliError> {
 
 /// Print every finding on stderr; [`CliError::CheckFailed`] if any is an error, else
 /// `check passed` on `out`.
-fn report(findings: &[Finding], out: &mut dyn Write) -> Result<(), CliError> {
+pub(crate) fn report(findings: &[Finding], out: &mut dyn Write) -> Result<(), CliError> {
     let errors = findings
         .iter()
         .filter(|f| f.severity == Severity::Error)
@@ -288,11 +329,38 @@ pub fn run_check(args: CheckArgs, out: &mut dyn Write) -> Result<ExitStatus, Cli
     Ok(ExitStatus::Success)
 }
 
+/// The sweep flags of `herd submit` (docs/sweeps.md).
+#[derive(Debug, Clone, Default, Args)]
+pub struct SweepArgs {
+    /// Run the job once for each value of KEY, as one SLURM array job, each run an
+    /// experiment of its own inside the sweep's folder; `{KEY}` in the command takes the
+    /// run's value. Repeatable: the runs are every combination, the first key varying
+    /// slowest (docs/sweeps.md).
+    #[arg(long, value_name = "KEY=V1,V2,…", conflicts_with_all = ["resume", "then"])]
+    pub(crate) sweep: Vec<String>,
+    /// A sweep file (TOML): a `[grid]` table of `KEY = [values]` and/or `[[runs]]`, each one
+    /// run's values; its keys come before those of --sweep.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["resume", "then"])]
+    pub(crate) sweep_file: Option<PathBuf>,
+    /// A sweep's runs at most P at once (`--array=…%P`).
+    #[arg(long, value_name = "P")]
+    pub(crate) max_parallel: Option<u32>,
+}
+
+impl SweepArgs {
+    /// Whether a sweep is asked for.
+    pub(crate) fn is_sweep(&self) -> bool {
+        !self.sweep.is_empty() || self.sweep_file.is_some()
+    }
+}
+
 /// `herd submit` arguments.
 #[derive(Debug, Args)]
 pub struct SubmitArgs {
     #[command(flatten)]
     plan: PlanArgs,
+    #[command(flatten)]
+    sweep: SweepArgs,
     /// Print the batch script and the per-rank table; write and submit nothing.
     #[arg(long)]
     dry_run: bool,
@@ -308,6 +376,28 @@ pub struct SubmitArgs {
     /// and exit with its exit code. Ctrl-C stops watching, never the job.
     #[arg(long, conflicts_with = "dry_run")]
     wait: bool,
+}
+
+impl SubmitArgs {
+    /// The sweep flags.
+    pub(crate) fn sweep_args(&self) -> &SweepArgs {
+        &self.sweep
+    }
+
+    /// The job file and the keys as flags.
+    pub(crate) fn plan_args(&self) -> &PlanArgs {
+        &self.plan
+    }
+
+    /// `--dry-run`.
+    pub(crate) fn dry_run(&self) -> bool {
+        self.dry_run
+    }
+
+    /// `--wait`.
+    pub(crate) fn wait(&self) -> bool {
+        self.wait
+    }
 }
 
 /// Create the experiment folder for a checked plan and sbatch its script; returns the id
@@ -379,7 +469,7 @@ fn create_and_submit(checked: &Checked) -> Result<(String, herd_exp::Experiment)
 
 /// The `queued` event of submission `submission` in the experiment's timeline; the job is
 /// queued either way, so a timeline that cannot be written is only said.
-fn record_queued(exp: &herd_exp::Experiment, submission: u32, job_id: &str) {
+pub(crate) fn record_queued(exp: &herd_exp::Experiment, submission: u32, job_id: &str) {
     let fields = serde_json::json!({"submission": submission, "job_id": job_id});
     if let Err(e) = herd_exp::timeline::append(exp.dir(), "queued", fields) {
         eprintln!(
@@ -422,6 +512,11 @@ fn resume(args: &SubmitArgs, name: &str, out: &mut dyn Write) -> Result<ExitStat
 
 /// Run `herd submit`.
 pub fn run_submit(args: SubmitArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
+    if let Some(p) = args.sweep.max_parallel {
+        return Err(CliError::Usage(format!(
+            "--max-parallel {p} limits a sweep's runs at once: give --sweep KEY=V1,V2 or --sweep-file FILE, or drop --max-parallel"
+        )));
+    }
     if let Some(name) = &args.resume {
         return resume(&args, name, out);
     }

@@ -381,6 +381,104 @@ fn numbered(dir: &Path, number: impl Fn(&str) -> Option<&str>) -> io::Result<Vec
     Ok(found)
 }
 
+/// The sweep's own file in a sweep folder: its runs, their values and its submissions.
+const SWEEP_MANIFEST: &str = "sweep.json";
+/// The file name pattern of an array task's batch output in the sweep's `logs/`: `%A_%a`
+/// (SLURM puts the array's job id and the task's index).
+const ARRAY_TASK_PATTERN: &str = "%A_%a";
+
+/// A sweep folder's paths: `<exp_root>/<name>/` holding the sweep's manifest, the array's
+/// batch script, the array's own SLURM output and one experiment folder per run
+/// ([`SweepDir::run`]). The folder need not exist.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct SweepDir {
+    dir: PathBuf,
+}
+
+impl SweepDir {
+    /// The sweep folder `dir`.
+    pub fn new(dir: impl Into<PathBuf>) -> SweepDir {
+        SweepDir { dir: dir.into() }
+    }
+
+    /// The folder itself.
+    pub fn path(&self) -> &Path {
+        &self.dir
+    }
+
+    /// `sweep.json`: the sweep's keys, runs and submissions.
+    pub fn manifest(&self) -> PathBuf {
+        self.dir.join(SWEEP_MANIFEST)
+    }
+
+    /// `job.sbatch`: the array's batch script.
+    pub fn job_script(&self) -> PathBuf {
+        self.dir.join(JOB_SCRIPT)
+    }
+
+    /// `.lock`: taken while `sweep.json` is updated.
+    pub fn lock(&self) -> PathBuf {
+        self.dir.join(LOCK)
+    }
+
+    /// `logs/`: the array script's own SLURM output, one pair of files per task.
+    pub fn logs(&self) -> PathBuf {
+        self.dir.join(LOGS)
+    }
+
+    /// The file name pattern `sbatch --output`/`--error` gets for the array's tasks:
+    /// `%A_%a.out`, `%A_%a.err`.
+    pub fn array_log_pattern(stream: Stream) -> String {
+        batch_log_name(ARRAY_TASK_PATTERN, stream)
+    }
+
+    /// Run `name`'s experiment folder, `<name>/` inside the sweep folder.
+    pub fn run(&self, name: &str) -> ExperimentDir {
+        ExperimentDir::new(self.dir.join(name))
+    }
+
+    /// Whether `dir` looks like a sweep folder: it holds a `sweep.json`.
+    pub fn is_sweep(dir: &Path) -> bool {
+        SweepDir::new(dir).manifest().is_file()
+    }
+}
+
+/// Every path inside a sweep folder and what it holds, in the order docs/sweeps.md lists
+/// them: `RUN` stands for a run's name, `ARRAYID` and `TASK` for the array's job id and a
+/// task's index; folders end with `/`.
+pub fn sweep_entries() -> Vec<(String, &'static str)> {
+    vec![
+        (
+            SWEEP_MANIFEST.to_owned(),
+            "the sweep: its keys, each run's index, name and values, `max_parallel`, when it was made, herd's version, and every submission with its array job id and tasks",
+        ),
+        (
+            JOB_SCRIPT.to_owned(),
+            "the array's batch script: the runs' `#SBATCH` lines, `--array`, and a `case` from the task's index to its run",
+        ),
+        (
+            format!("{LOGS}/"),
+            "the array script's own SLURM output",
+        ),
+        (
+            format!(
+                "{LOGS}/{}, {LOGS}/{}",
+                batch_log_name("ARRAYID_TASK", Stream::Out),
+                batch_log_name("ARRAYID_TASK", Stream::Err)
+            ),
+            "task TASK's output before it hands over to its run (`%A_%a`): empty unless the task could not start its run",
+        ),
+        (
+            LOCK.to_owned(),
+            "taken while `sweep.json` is updated (made by the first update)",
+        ),
+        (
+            "RUN/".to_owned(),
+            "one run: a whole experiment folder (its own `code/`, `job.sbatch`, `manifest.json`, `timeline.jsonl`, `checkpoints/`, `logs/`); its batch output goes to `RUN/logs/ARRAYID_TASK.out`, `.err`",
+        ),
+    ]
+}
+
 /// Every path inside an experiment folder and what it holds, in the order docs/design.md §4
 /// lists them: `K` stands for an attempt's number, `R` for a rank, `JOBID` for SLURM's job
 /// id; folders end with `/`.
@@ -577,6 +675,42 @@ mod tests {
             "{path}: the folder table differs from crates/herd-exp/src/layout.rs; rewrite it \
              with `HERD_UPDATE_DOCS=1 cargo nextest run -p herd-exp design_doc`, or paste:\n{want}"
         );
+    }
+
+    /// docs/sweeps.md's sweep folder table lists exactly the paths [`sweep_entries`] names,
+    /// in order. `HERD_UPDATE_DOCS=1` rewrites it.
+    #[test]
+    fn the_sweeps_doc_lists_every_path_of_a_sweep_folder() {
+        const START: &str = "<!-- sweep table: begin -->\n";
+        const END: &str = "<!-- sweep table: end -->";
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/sweeps.md");
+        let doc = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        let (before, rest) = doc
+            .split_once(START)
+            .unwrap_or_else(|| panic!("{path} has no {START:?}"));
+        let (shown, after) = rest
+            .split_once(END)
+            .unwrap_or_else(|| panic!("{path} has no {END:?}"));
+        let mut want = String::from("| path | what |\n|---|---|\n");
+        for (path, what) in sweep_entries() {
+            let paths: Vec<String> = path.split(", ").map(|p| format!("`{p}`")).collect();
+            want.push_str(&format!("| {} | {what} |\n", paths.join(", ")));
+        }
+        if shown != want && std::env::var_os("HERD_UPDATE_DOCS").is_some() {
+            let updated = format!("{before}{START}{want}{END}{after}");
+            std::fs::write(path, updated).unwrap_or_else(|e| panic!("{path}: {e}"));
+            return;
+        }
+        assert!(shown == want, "{path}: the sweep folder table differs from crates/herd-exp/src/layout.rs; rewrite it with `HERD_UPDATE_DOCS=1 cargo nextest run -p herd-exp sweeps_doc`, or paste:\n{want}");
+        let sweep = SweepDir::new("/e/grid");
+        assert_eq!(sweep.manifest(), Path::new("/e/grid/sweep.json"));
+        assert_eq!(sweep.job_script(), Path::new("/e/grid/job.sbatch"));
+        assert_eq!(sweep.logs(), Path::new("/e/grid/logs"));
+        assert_eq!(
+            sweep.run("a=1").job_script(),
+            Path::new("/e/grid/a=1/job.sbatch")
+        );
+        assert_eq!(SweepDir::array_log_pattern(Stream::Out), "%A_%a.out");
     }
 
     /// Each documented path is what the functions give: the table cannot name a file the

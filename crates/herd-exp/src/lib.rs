@@ -33,6 +33,9 @@
 //! script). Every path inside it is named in one module, [`layout`]; docs/design.md §4
 //! lists them.
 //!
+//! A sweep's folder ([`sweep`]) holds one such experiment folder per run, beside the
+//! sweep's `sweep.json` and array script (docs/sweeps.md).
+//!
 //! # Guarantees
 //!
 //! - **Atomic, never overwritten.** [`NewExperiment::create`] builds everything in a hidden
@@ -74,6 +77,7 @@ mod name;
 pub mod nodes;
 pub mod progress;
 mod snapshot;
+pub mod sweep;
 mod text;
 pub mod timeline;
 
@@ -120,6 +124,20 @@ pub enum Error {
     NotAnExperiment {
         /// The folder.
         path: PathBuf,
+    },
+    /// A folder without a `sweep.json`: not one `herd submit --sweep` made.
+    #[error("{} is not a sweep folder: it has no {} (only `herd submit --sweep` makes sweep folders)", path.display(), layout::SweepDir::new(path).manifest().file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default())]
+    NotASweep {
+        /// The folder.
+        path: PathBuf,
+    },
+    /// A sweep asked for with no runs, or runs that cannot be told apart.
+    #[error("sweep {name}: {why}")]
+    BadSweep {
+        /// The sweep's name.
+        name: String,
+        /// What is wrong.
+        why: String,
     },
     /// A file system operation failed.
     #[error("{action} {}: {source}", path.display())]
@@ -369,6 +387,13 @@ impl NewExperiment {
     /// snapshot and again, atomically, when the folder is put in place). Any error leaves
     /// nothing behind.
     pub fn create(&self) -> Result<Created, Error> {
+        self.create_in(None)
+    }
+
+    /// [`NewExperiment::create`], where `exp_root` may be a sweep's folder being made
+    /// inside the experiment root `outer_root` (canonical): the walk of the project leaves
+    /// out `outer_root` (when it is inside the project) instead of `exp_root`.
+    pub(crate) fn create_in(&self, outer_root: Option<&Path>) -> Result<Created, Error> {
         validate_name(&self.name)?;
         for file in &self.files {
             file.check()?;
@@ -392,7 +417,7 @@ impl NewExperiment {
         let target = exp_root.join(&self.name);
         refuse_existing(&target)?;
 
-        let prepared = snapshot::prepare(&root, &exp_root, &self.snapshot)?;
+        let prepared = snapshot::prepare(&root, &exp_root, outer_root, &self.snapshot)?;
         let git = manifest::git_state(&root)?;
 
         // Dropping `tmp` (an error, a panic) removes the folder and all in it.
@@ -460,7 +485,7 @@ impl NewExperiment {
     }
 }
 
-fn refuse_existing(path: &Path) -> Result<(), Error> {
+pub(crate) fn refuse_existing(path: &Path) -> Result<(), Error> {
     match fs::symlink_metadata(path) {
         Ok(_) => Err(Error::AlreadyExists {
             path: path.to_owned(),
@@ -471,7 +496,7 @@ fn refuse_existing(path: &Path) -> Result<(), Error> {
 }
 
 /// Creates `path` (which must not exist) with the file's contents and mode.
-fn write_new_file(path: &Path, file: &ExtraFile) -> Result<(), Error> {
+pub(crate) fn write_new_file(path: &Path, file: &ExtraFile) -> Result<(), Error> {
     use std::io::Write as _;
     use std::os::unix::fs::OpenOptionsExt as _;
     let mut f = fs::OpenOptions::new()
@@ -485,7 +510,7 @@ fn write_new_file(path: &Path, file: &ExtraFile) -> Result<(), Error> {
 }
 
 /// Renames `from` to `to` unless `to` exists (`io::ErrorKind::AlreadyExists` then).
-fn rename_noreplace(from: &Path, to: &Path) -> io::Result<()> {
+pub(crate) fn rename_noreplace(from: &Path, to: &Path) -> io::Result<()> {
     use rustix::fs::{renameat_with, RenameFlags, CWD};
     use rustix::io::Errno;
     match renameat_with(CWD, from, CWD, to, RenameFlags::NOREPLACE) {
@@ -702,7 +727,7 @@ impl Experiment {
     }
 }
 
-fn check_job_id(job_id: &str) -> Result<(), Error> {
+pub(crate) fn check_job_id(job_id: &str) -> Result<(), Error> {
     let reason = if job_id.is_empty() {
         Some("it is empty")
     } else if job_id.len() > MAX_JOB_ID_BYTES {

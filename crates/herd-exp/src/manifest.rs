@@ -175,7 +175,7 @@ pub(crate) fn write_new(path: &Path, manifest: &Manifest) -> Result<(), Error> {
 /// Replaces the manifest at `path`: a temporary file in the same folder, written, synced,
 /// given the old file's mode and renamed over it, so a reader sees the old manifest or the
 /// new one, never a part.
-pub(crate) fn replace(path: &Path, manifest: &Manifest) -> Result<(), Error> {
+pub(crate) fn replace<T: serde::Serialize>(path: &Path, manifest: &T) -> Result<(), Error> {
     use std::os::unix::fs::PermissionsExt;
     let bytes = to_bytes(path, manifest)?;
     let mode = fs::metadata(path)
@@ -201,7 +201,7 @@ pub(crate) fn replace(path: &Path, manifest: &Manifest) -> Result<(), Error> {
     Ok(())
 }
 
-fn to_bytes(path: &Path, manifest: &Manifest) -> Result<Vec<u8>, Error> {
+pub(crate) fn to_bytes<T: serde::Serialize>(path: &Path, manifest: &T) -> Result<Vec<u8>, Error> {
     let mut bytes = serde_json::to_vec_pretty(manifest).map_err(|source| Error::ManifestParse {
         path: path.to_owned(),
         source,

@@ -222,6 +222,30 @@ mod tests {
         m
     }
 
+    /// A sweep's run: `herd submit` and the agents both name its array task `ARRAYID_TASK`.
+    #[test]
+    fn an_array_tasks_events_are_its_own() {
+        let events = vec![
+            ev("queued", 1, json!({"submission": 1, "job_id": "77_2"})),
+            ev("started", 2, json!({"job_id": "77_2"})),
+            ev("finished", 5, json!({"ok": true})),
+            ev(
+                "ended",
+                6,
+                json!({"job_id": "77_2", "state": "COMPLETED", "exit_code": 0}),
+            ),
+            ev(
+                "ended",
+                7,
+                json!({"job_id": "77", "state": "FAILED", "exit_code": 1}),
+            ),
+        ];
+        let p = Progress::from_events(Some("77_2".into()), 1, &events);
+        assert_eq!((p.queued_ms, p.started_ms), (Some(1), Some(2)));
+        assert_eq!(p.finished, Some((true, None)));
+        assert_eq!(p.ended.map(|e| e.state), Some("COMPLETED".to_owned()));
+    }
+
     #[test]
     fn the_current_job_is_read_from_its_own_events() {
         let events = vec![

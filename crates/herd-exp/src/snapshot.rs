@@ -257,10 +257,12 @@ pub(crate) struct Prepared {
 }
 
 /// Checks the options and finds the previous snapshot; writes nothing. `root` and
-/// `exp_root` are canonical.
+/// `exp_root` are canonical, and so is `outer_root`: the experiment root that holds
+/// `exp_root` when that is a sweep's folder being made, left out of the walk in its place.
 pub(crate) fn prepare(
     root: &Path,
     exp_root: &Path,
+    outer_root: Option<&Path>,
     opts: &SnapshotOptions,
 ) -> Result<Prepared, Error> {
     let overrides = overrides(root, &opts.exclude)?;
@@ -273,7 +275,8 @@ pub(crate) fn prepare(
     };
     // An experiment root inside the project is left out of the walk (it holds this
     // experiment's temporary folder too).
-    let exclude_dir = (exp_root != root && exp_root.starts_with(root)).then(|| exp_root.into());
+    let walled = outer_root.unwrap_or(exp_root);
+    let exclude_dir = (walled != root && walled.starts_with(root)).then(|| walled.into());
     let mut warnings = Vec::new();
     let prev = if opts.reuse_previous {
         find_previous(exp_root, root, &mut warnings)

@@ -59,6 +59,9 @@
 //!   ([`Plan::avoided_nodes`]), checked against the cluster's nodes.
 //! - [`render`]: [`render_script`] → the batch script.
 //! - [`ranks`]: [`rank_table`] for `--dry-run`.
+//! - [`sweep`](mod@sweep): a sweep's spec ([`SweepSpec`]: `--sweep` flags and a sweep file),
+//!   its runs and their names, the command's `{KEY}` placeholders, the grid table;
+//!   [`array`](mod@array): [`render_array_script`], the array job that runs them.
 //! - [`quote`](mod@quote): the POSIX single-quoting every user value goes through.
 //! - [`torchrun`]: what starts torchrun in torchrun mode (the command's python, or `torchrun`).
 //!
@@ -66,6 +69,7 @@
 //! field of [`JobKeys`] and a [`Key`]; docs/submit.md's table lists them with their flags,
 //! examples and meanings, and a test keeps that table in step with the definition.
 
+pub mod array;
 pub mod avoid;
 pub mod check;
 #[cfg(test)]
@@ -81,9 +85,11 @@ pub mod quote;
 pub mod ranks;
 pub mod render;
 pub mod resolve;
+pub mod sweep;
 pub mod torchrun;
 pub mod values;
 
+pub use array::{render_array_script, ArrayParams};
 pub use check::{
     check, check_script, has_errors, CheckContext, Finding, MemoryPolicy, ProgramLookup, Severity,
 };
@@ -98,4 +104,5 @@ pub use quote::{quote, quote_if_needed, quote_words, NulError};
 pub use ranks::{format_rank_table, rank_table, RankRow};
 pub use render::{render_script, RenderError, ScriptParams};
 pub use resolve::{parse_param, resolve};
+pub use sweep::{SweepError, SweepFile, SweepRunSpec, SweepSpec};
 pub use values::{Signal, TextOrNumber, ValueError};

@@ -356,3 +356,51 @@ fn node_gpus_read_once_inside_and_outside_an_allocation() {
     assert_eq!((g.count(), g.visible), (None, None));
     assert!(Gpus::from_vars(&Vars::parse("SLURM_GPUS_ON_NODE=two\n")).is_err());
 }
+
+/// An array task is named `ARRAYID_TASK`, as `herd submit` records it (its own
+/// `SLURM_JOB_ID` may be the array's, which SLURM's commands take for every task); a job of
+/// its own by its id; none outside a job.
+#[test]
+fn an_array_task_is_named_by_its_array_and_index() {
+    let array = with(
+        BATCH,
+        &[
+            ("SLURM_JOB_ID", Some("1234")),
+            ("SLURM_ARRAY_JOB_ID", Some("1234")),
+            ("SLURM_ARRAY_TASK_ID", Some("3")),
+        ],
+    );
+    assert_eq!(
+        herd_slurm::allocation::job_ref(&array).as_deref(),
+        Some("1234_3")
+    );
+    let a = alloc(&array);
+    let info = LaunchInfo::for_task(&a, &array, String::new(), None);
+    assert_eq!(info.job_ref.as_deref(), Some("1234_3"));
+    assert_eq!(
+        info.job_id,
+        Some(1234),
+        "srun --jobid still gets the number"
+    );
+
+    let single = with(BATCH, &[("SLURM_ARRAY_TASK_ID", None)]);
+    let a = alloc(&single);
+    let info = LaunchInfo::for_task(&a, &single, String::new(), None);
+    assert_eq!(info.job_ref, Some(a.job_id.to_string()));
+    assert_eq!(
+        herd_slurm::allocation::job_ref(&Vars::parse("PATH=/bin\n")),
+        None
+    );
+    // A task id without the array's id (or one that is no number) names no array.
+    let odd = with(
+        BATCH,
+        &[
+            ("SLURM_ARRAY_JOB_ID", Some("x")),
+            ("SLURM_ARRAY_TASK_ID", Some("1")),
+        ],
+    );
+    assert_eq!(
+        herd_slurm::allocation::job_ref(&odd),
+        Some(alloc(&odd).job_id.to_string())
+    );
+}

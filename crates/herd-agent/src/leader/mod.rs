@@ -37,7 +37,7 @@ pub(crate) async fn lead(
 ) -> Result<Outcome, AgentError> {
     cfg.record(
         "started",
-        json!({"job_id": cfg.launch.job_id, "host": cfg.host(), "nodes": cfg.node_names,
+        json!({"job_id": cfg.job_id_field(), "host": cfg.host(), "nodes": cfg.node_names,
                "requeue": cfg.launch.requeues}),
     );
     let (followers, layout, master_addr) = match rendezvous::gather(&cfg, &tx).await {

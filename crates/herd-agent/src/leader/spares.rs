@@ -191,8 +191,9 @@ impl Lead {
             self.number,
             count(self.spares.len() as u64, "spare")
         ));
-        if let (Some(pid), Some(id)) = (pid, self.job_id.clone()) {
-            end_agent_on(id, bad_host, pid);
+        // srun --jobid takes the job's own number (SLURM 22.05 reads no `ARRAYID_TASK` there).
+        if let (Some(pid), Some(id)) = (pid, self.cfg.launch.job_id) {
+            end_agent_on(id.to_string(), bad_host, pid);
         }
         true
     }

@@ -137,7 +137,7 @@ impl Lead {
         let first = cfg.log_dir.next_attempt();
         Lead {
             host: cfg.host().to_owned(),
-            job_id: cfg.launch.job_id.map(|j| j.to_string()),
+            job_id: cfg.launch.job_ref.clone(),
             requeue_count: cfg.launch.requeues,
             cfg,
             tx,

@@ -172,6 +172,26 @@ pub struct HetGroup {
     pub tasks_per_node: Option<Vec<u32>>,
 }
 
+/// The id herd names this process's job by, from `vars`: `ARRAYID_TASK` (`1234_5`, from
+/// `SLURM_ARRAY_JOB_ID` and `SLURM_ARRAY_TASK_ID`) for a task of a job array, else
+/// `SLURM_JOB_ID`; `None` outside a job. `herd submit` records an array task by this id,
+/// and SLURM's commands take it for exactly that task, where the task's own `SLURM_JOB_ID`
+/// names the whole array when it equals the array's id (`scontrol requeue 1234` requeues
+/// every task of array 1234, finished ones too).
+pub fn job_ref(vars: &Vars) -> Option<String> {
+    let whole = |var: &str| {
+        vars.get(var)
+            .map(str::trim)
+            .filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
+    };
+    match (whole("SLURM_ARRAY_JOB_ID"), whole("SLURM_ARRAY_TASK_ID")) {
+        (Some(array), Some(task)) => Some(format!("{array}_{task}")),
+        _ => whole("SLURM_JOB_ID")
+            .or_else(|| whole("SLURM_JOBID"))
+            .map(str::to_owned),
+    }
+}
+
 /// The allocation as this process sees it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Allocation {

@@ -80,6 +80,16 @@ impl SlurmError {
     }
 }
 
+/// The array task variables of the process that submits, which never reach the new job.
+const SUBMITTER_ARRAY_VARS: [&str; 6] = [
+    "SLURM_ARRAY_JOB_ID",
+    "SLURM_ARRAY_TASK_ID",
+    "SLURM_ARRAY_TASK_COUNT",
+    "SLURM_ARRAY_TASK_MIN",
+    "SLURM_ARRAY_TASK_MAX",
+    "SLURM_ARRAY_TASK_STEP",
+];
+
 /// Runs `program args…` (in `cwd` when given) and returns its stdout; a non-zero exit is
 /// [`SlurmError::Failed`] with its stderr, no answer within `timeout` is
 /// [`SlurmError::Timeout`] (the process is killed). With `HERD_LOG=debug` the command line
@@ -109,6 +119,14 @@ fn run_traced(
         .stderr(Stdio::piped());
     if let Some(dir) = cwd {
         cmd.current_dir(dir);
+    }
+    if program == "sbatch" {
+        // sbatch passes the environment on, and SLURM sets these again only for the tasks
+        // of an array: a job submitted from inside an array task would carry that task's
+        // identity, and its agents would take it for theirs (allocation::job_ref).
+        for var in SUBMITTER_ARRAY_VARS {
+            cmd.env_remove(var);
+        }
     }
     let mut child = match cmd.spawn() {
         Ok(child) => child,

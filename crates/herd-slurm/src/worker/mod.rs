@@ -119,8 +119,14 @@ pub struct LaunchInfo {
     pub node_cpus: Option<u32>,
     /// `OMP_NUM_THREADS` already set by the user: kept as it is.
     pub user_omp_threads: Option<String>,
-    /// SLURM job id (`HERD_JOB_ID`).
+    /// SLURM job id (`HERD_JOB_ID`): the job's own, for `srun --jobid` (an array task's
+    /// own number too).
     pub job_id: Option<u64>,
+    /// The job's id as herd names it ([`crate::allocation::job_ref`]): `ARRAYID_TASK` for a
+    /// task of a job array, else the job id. The agents write it into the timeline and the
+    /// manifest (as `herd submit` recorded it) and give it to SLURM's requeue, show, update
+    /// and cancel, which then act on this task alone.
+    pub job_ref: Option<String>,
     /// `HERD_CHECKPOINT_DIR`, where the job writes its checkpoints, when set.
     pub checkpoint_dir: Option<std::path::PathBuf>,
     /// `HERD_RESUME_FROM`: the newest complete checkpoint there when the attempt started
@@ -148,6 +154,7 @@ impl LaunchInfo {
             restart_count: restarts,
             attempt: restarts,
             requeues: restarts,
+            job_ref: crate::allocation::job_ref(vars).or_else(|| Some(alloc.job_id.to_string())),
             ..LaunchInfo::for_node(
                 &alloc.gpus,
                 alloc.cpus_on_node,
@@ -191,6 +198,7 @@ impl LaunchInfo {
             gpu_bind: GpuBind::default(),
             node_cpus,
             user_omp_threads: vars.get("OMP_NUM_THREADS").map(str::to_owned),
+            job_ref: job_id.map(|j| j.to_string()),
             job_id,
             checkpoint_dir: vars
                 .get(vars::HERD_CHECKPOINT_DIR)

@@ -8,6 +8,7 @@ mod hangs;
 mod nodes;
 mod slurm;
 mod submit;
+mod sweeps;
 mod views;
 
 use std::process::Command;

@@ -24,6 +24,7 @@ mod staying_alive;
 mod submit;
 mod support;
 mod swav_mini;
+mod sweeps;
 mod teardown;
 mod top;
 mod train_ddp_contract;
