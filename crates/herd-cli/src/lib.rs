@@ -21,6 +21,7 @@ pub mod settle;
 pub mod site;
 pub mod status;
 pub mod submit;
+pub mod sweep;
 pub mod top;
 
 #[cfg(test)]

@@ -686,7 +686,9 @@ fn draw<DB: DrawingBackend>(
                 rgb(band).mix(opacity).filled(),
             ))
             .map_err(e)?;
-        let swatch = rgb(rework_colour(ranks.first().copied().unwrap_or(0)));
+        // In the colour of a line that was computed again (an overlay's lines are runs').
+        let again = plot.lines.iter().find(|l| l.rework).map(|l| l.rank);
+        let swatch = rgb(rework_colour(again.or(ranks.first().copied()).unwrap_or(0)));
         legend
             .draw(&Rectangle::new([(8, y + 5), (15, y + 9)], swatch.filled()))
             .map_err(e)?;
