@@ -143,6 +143,27 @@ pub struct AttemptRow {
     pub nodes: Vec<String>,
 }
 
+/// `from`'s readings after `to`'s; a column one of them lacks is NaN in its readings.
+fn append(to: &mut Series, from: &Series) {
+    let before = to.len();
+    to.time_ms.extend_from_slice(&from.time_ms);
+    to.step.extend_from_slice(&from.step);
+    for (name, values) in &from.columns {
+        match to.columns.iter_mut().find(|(n, _)| n == name) {
+            Some((_, v)) => v.extend_from_slice(values),
+            None => {
+                let mut v = vec![f64::NAN; before];
+                v.extend_from_slice(values);
+                to.columns.push((name.clone(), v));
+            }
+        }
+    }
+    let total = to.len();
+    for (_, v) in &mut to.columns {
+        v.resize(total, f64::NAN);
+    }
+}
+
 fn attempt_of(e: &Map<String, Value>) -> Option<u32> {
     e.get("attempt")
         .and_then(Value::as_u64)
@@ -160,6 +181,18 @@ impl ExpData {
             .iter()
             .flat_map(|a| a.ranks.iter().map(|(_, s)| s))
             .collect()
+    }
+
+    /// Each rank's readings over every attempt, in attempt order: one series a rank, in
+    /// rank order (a restarted rank is one rank, not one more: its rate counts once).
+    pub fn rank_series(&self) -> Vec<Series> {
+        let mut by_rank: std::collections::BTreeMap<u32, Series> = Default::default();
+        for a in &self.attempts {
+            for (rank, s) in &a.ranks {
+                append(by_rank.entry(*rank).or_default(), s);
+            }
+        }
+        by_rank.into_values().collect()
     }
 
     /// The attempt table, from the timeline and the manifest's runs: every attempt that has

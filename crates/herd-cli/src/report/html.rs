@@ -193,6 +193,48 @@ pub fn scaling_table(rows: &[Row], epochs: Option<u32>) -> String {
     s
 }
 
+/// A whole page titled `title` around `body`: the doctype, the inline style, the title as
+/// its heading. `title` is escaped here; `body` is HTML as it is.
+pub fn document(title: &str, body: &str) -> String {
+    let title = escape(title);
+    format!(
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
+         <title>{title}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n<h1>{title}</h1>\n\
+         {body}</body>\n</html>\n"
+    )
+}
+
+/// One experiment's section of the page: its size, attempts, goodput, failure report,
+/// `plots` (with what their lighter dashes mean) and `notes` (plots not drawn).
+pub fn section(exp: &ExpData, plots: &[Plot], notes: &[String]) -> Result<String, PlotError> {
+    let mut html = format!("<section>\n<h2>{}</h2>\n", escape(&exp.name));
+    if let Some((nodes, gpus)) = exp.size {
+        html.push_str(&format!(
+            "<p>{nodes} node{}, {gpus} worker{}</p>\n",
+            if nodes == 1 { "" } else { "s" },
+            if gpus == 1 { "" } else { "s" }
+        ));
+    }
+    attempts_table(exp, &mut html);
+    super::strip::section(&exp.goodput, &mut html);
+    failure(exp, &mut html);
+    html.push_str("<h3>Plots</h3>\n");
+    for p in plots {
+        html.push_str(&format!(
+            "<div class=\"plot\">\n{}\n</div>\n",
+            inline_svg(&plot::svg(p)?)
+        ));
+        if let Some(n) = p.rework_note() {
+            html.push_str(&format!("<p class=\"note\">{}</p>\n", escape(&n)));
+        }
+    }
+    for n in notes {
+        html.push_str(&format!("<p class=\"note\">{}</p>\n", escape(n)));
+    }
+    html.push_str("</section>\n");
+    Ok(html)
+}
+
 /// The page: `exps[i]` with its plots `plots[i]` and notes `notes[i]` (plots not drawn);
 /// the scaling table of `rows` when there are several experiments.
 pub fn page(
@@ -203,42 +245,20 @@ pub fn page(
     epochs: Option<u32>,
 ) -> Result<String, PlotError> {
     let names: Vec<&str> = exps.iter().map(|e| e.name.as_str()).collect();
-    let title = escape(&format!("herd report: {}", names.join(", ")));
-    let mut html = format!(
-        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
-         <title>{title}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n<h1>{title}</h1>\n"
-    );
+    let mut body = String::new();
     if exps.len() > 1 {
-        html.push_str("<h2>Scaling</h2>\n");
-        html.push_str(&scaling_table(rows, epochs));
+        body.push_str("<h2>Scaling</h2>\n");
+        body.push_str(&scaling_table(rows, epochs));
     }
     for (i, exp) in exps.iter().enumerate() {
-        html.push_str(&format!("<section>\n<h2>{}</h2>\n", escape(&exp.name)));
-        if let Some((nodes, gpus)) = exp.size {
-            html.push_str(&format!(
-                "<p>{nodes} node{}, {gpus} worker{}</p>\n",
-                if nodes == 1 { "" } else { "s" },
-                if gpus == 1 { "" } else { "s" }
-            ));
-        }
-        attempts_table(exp, &mut html);
-        super::strip::section(&exp.goodput, &mut html);
-        failure(exp, &mut html);
-        html.push_str("<h3>Plots</h3>\n");
-        for p in plots.get(i).map_or(&[][..], Vec::as_slice) {
-            html.push_str(&format!(
-                "<div class=\"plot\">\n{}\n</div>\n",
-                inline_svg(&plot::svg(p)?)
-            ));
-            if let Some(n) = p.rework_note() {
-                html.push_str(&format!("<p class=\"note\">{}</p>\n", escape(&n)));
-            }
-        }
-        for n in notes.get(i).map_or(&[][..], Vec::as_slice) {
-            html.push_str(&format!("<p class=\"note\">{}</p>\n", escape(n)));
-        }
-        html.push_str("</section>\n");
+        body.push_str(&section(
+            exp,
+            plots.get(i).map_or(&[][..], Vec::as_slice),
+            notes.get(i).map_or(&[][..], Vec::as_slice),
+        )?);
     }
-    html.push_str("</body>\n</html>\n");
-    Ok(html)
+    Ok(document(
+        &format!("herd report: {}", names.join(", ")),
+        &body,
+    ))
 }

@@ -30,8 +30,11 @@ pub const HEIGHT: u32 = 600;
 pub const MAX_POINTS: usize = 2000;
 /// The most ranks the legend names (then `+N more`).
 pub const LEGEND_MAX: usize = 16;
-/// Width of the legend at the right of the chart, pixels.
-const LEGEND_WIDTH: u32 = 140;
+/// Width of the legend at the right of the chart, pixels (wider for long named entries,
+/// [`Plot::legend_width`]).
+pub const LEGEND_WIDTH: u32 = 140;
+/// The widest a legend of named entries gets, pixels.
+pub const LEGEND_MAX_WIDTH: u32 = 420;
 /// Stroke width of a rank's line, pixels, in a plot of at most [`LEGEND_MAX`] ranks (each
 /// named in the legend, each to be seen). The bitmap backend draws lines without
 /// antialiasing, so every pixel of a line is exactly its rank's colour.
@@ -116,7 +119,8 @@ impl Metric {
 /// (a trainer whose step goes back within one attempt): x never decreases along a line.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Line {
-    /// The rank.
+    /// The rank; in a plot whose [`Plot::legend`] names its lines, the key of the entry it
+    /// belongs to (its colour is [`rank_colour`] of it either way).
     pub rank: u32,
     /// The attempt (K of `logs/attempt-K`).
     pub attempt: u32,
@@ -171,6 +175,10 @@ pub struct Plot {
     pub markers: Vec<Marker>,
     /// One per attempt that computed steps again, in order (none on a seconds axis).
     pub rework: Vec<Rework>,
+    /// The legend's entries when its lines are not ranks: each line's key ([`Line::rank`])
+    /// and what the legend calls it, in the legend's order (a sweep's overlay: each run's
+    /// place and its values). Empty: `rank R` for each rank with a line.
+    pub legend: Vec<(u32, String)>,
 }
 
 /// At most `max` of `points`, in order: when there are more, they are cut into `max / 2`
@@ -387,6 +395,7 @@ pub fn build(exp: &ExpData, metric: Metric) -> Option<Plot> {
         lines,
         markers,
         rework,
+        legend: Vec::new(),
     })
 }
 
@@ -406,6 +415,34 @@ impl Plot {
         let mut ranks: Vec<u32> = self.lines.iter().map(|l| l.rank).collect();
         ranks.dedup();
         ranks
+    }
+
+    /// The legend's entries, in order: [`Plot::legend`] when it names them, else `rank R`
+    /// for each rank with a line.
+    pub fn legend_entries(&self) -> Vec<(u32, String)> {
+        if self.legend.is_empty() {
+            self.ranks()
+                .into_iter()
+                .map(|r| (r, format!("rank {r}")))
+                .collect()
+        } else {
+            self.legend.clone()
+        }
+    }
+
+    /// The legend's width, pixels: [`LEGEND_WIDTH`], wider when a named entry needs it
+    /// (at most [`LEGEND_MAX_WIDTH`]; a longer name is cut at the picture's edge).
+    pub fn legend_width(&self) -> u32 {
+        let longest = self
+            .legend
+            .iter()
+            .take(LEGEND_MAX)
+            .map(|(_, l)| l.chars().count())
+            .max()
+            .unwrap_or(0);
+        // About 8 pixels a character at the legend's 14 pixels, after the swatch.
+        let needed = 44 + 8 * u32::try_from(longest).unwrap_or(u32::MAX / 16);
+        needed.clamp(LEGEND_WIDTH, LEGEND_MAX_WIDTH)
     }
 
     /// What the lighter dashes mean, when the plot has any: `Lighter dashes on a shaded
@@ -503,7 +540,7 @@ fn draw<DB: DrawingBackend>(
     let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
     font()?;
     root.fill(&WHITE).map_err(e)?;
-    let (area, legend) = root.split_horizontally(WIDTH - LEGEND_WIDTH);
+    let (area, legend) = root.split_horizontally(WIDTH - plot.legend_width());
     let (x0, x1, y0, y1) = plot.bounds();
     let mut chart = ChartBuilder::on(&area)
         .caption(&plot.title, ("sans-serif", 22))
@@ -535,6 +572,7 @@ fn draw<DB: DrawingBackend>(
             .map_err(e)?;
     }
     let ranks = plot.ranks();
+    let entries = plot.legend_entries();
     let width = if ranks.len() <= LEGEND_MAX {
         LINE_WIDTH
     } else {
@@ -617,22 +655,22 @@ fn draw<DB: DrawingBackend>(
     }
     let font = ("sans-serif", 14).into_font();
     let mut y = 50;
-    for &rank in ranks.iter().take(LEGEND_MAX) {
+    for (key, label) in entries.iter().take(LEGEND_MAX) {
         legend
             .draw(&Rectangle::new(
                 [(8, y + 5), (30, y + 9)],
-                rgb(rank_colour(rank)).filled(),
+                rgb(rank_colour(*key)).filled(),
             ))
             .map_err(e)?;
         legend
-            .draw(&Text::new(format!("rank {rank}"), (36, y), font.clone()))
+            .draw(&Text::new(label.clone(), (36, y), font.clone()))
             .map_err(e)?;
         y += 22;
     }
-    if ranks.len() > LEGEND_MAX {
+    if entries.len() > LEGEND_MAX {
         legend
             .draw(&Text::new(
-                format!("+{} more", ranks.len() - LEGEND_MAX),
+                format!("+{} more", entries.len() - LEGEND_MAX),
                 (8, y),
                 font.clone(),
             ))
@@ -648,7 +686,9 @@ fn draw<DB: DrawingBackend>(
                 rgb(band).mix(opacity).filled(),
             ))
             .map_err(e)?;
-        let swatch = rgb(rework_colour(ranks.first().copied().unwrap_or(0)));
+        // In the colour of a line that was computed again (an overlay's lines are runs').
+        let again = plot.lines.iter().find(|l| l.rework).map(|l| l.rank);
+        let swatch = rgb(rework_colour(again.or(ranks.first().copied()).unwrap_or(0)));
         legend
             .draw(&Rectangle::new([(8, y + 5), (15, y + 9)], swatch.filled()))
             .map_err(e)?;

@@ -7,8 +7,8 @@
 mod view;
 mod watch;
 
-use view::record_end;
-pub use view::{clock, view, SchedJob, View};
+pub(crate) use view::record_end;
+pub use view::{clock, view, view_apart, SchedJob, View};
 pub use watch::{watch, Watched};
 
 use std::io::{IsTerminal, Write};

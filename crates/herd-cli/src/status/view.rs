@@ -226,14 +226,41 @@ pub fn view(
     scheduler_answered: bool,
     goodput: Option<&Accounting>,
 ) -> View {
-    let mut v = view_of(exp, progress, job, scheduler_answered, goodput);
+    with_goodput(
+        view_of(exp, progress, job, scheduler_answered, goodput),
+        goodput,
+        true,
+    )
+}
+
+/// [`view`], its goodput in [`View::goodput`] and [`View::wall_s`] but not said in the
+/// detail: for a table that shows it in a column of its own (a sweep's runs).
+pub fn view_apart(
+    exp: Option<&Experiment>,
+    progress: Option<&Progress>,
+    job: Option<&SchedJob>,
+    scheduler_answered: bool,
+    goodput: Option<&Accounting>,
+) -> View {
+    with_goodput(
+        view_of(exp, progress, job, scheduler_answered, goodput),
+        goodput,
+        false,
+    )
+}
+
+/// `v` with the goodput of `goodput` (a job with step readings and wall time), said at the
+/// end of its detail when `say` (`; goodput 52.3 %`, `so far` while it runs).
+fn with_goodput(mut v: View, goodput: Option<&Accounting>, say: bool) -> View {
     if let Some(acc) = goodput.filter(|a| a.split && a.wall_ms() > 0) {
         v.goodput = acc.goodput();
         v.wall_s = Some(acc.wall_ms() / 1000);
-        if matches!(
-            v.state,
-            "running" | "finished" | "failed" | "cancelled" | "queued"
-        ) && !v.detail.is_empty()
+        if say
+            && matches!(
+                v.state,
+                "running" | "finished" | "failed" | "cancelled" | "queued"
+            )
+            && !v.detail.is_empty()
         {
             v.detail.push_str(&format!(
                 "; goodput {}{}",

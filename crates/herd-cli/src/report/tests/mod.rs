@@ -533,4 +533,29 @@ fn without_plots_the_output_is_the_table_alone() {
     assert_eq!(doc["runs"][0]["nodes"], 2);
 }
 
+/// A restart does not add ranks: each rank's rate is the median of its readings over every
+/// attempt, summed over the 4 ranks (not over 4 ranks × 2 attempts).
+#[test]
+fn a_restarted_rank_counts_once_in_the_rate() {
+    let root = Root::new();
+    two_attempts(&root, "train");
+    let mut out = Vec::new();
+    run(root.args(&["train", "--json"]), &mut out).expect("report");
+    let doc: serde_json::Value = serde_json::from_slice(&out).expect("only JSON");
+    let expected: f64 = (0..4)
+        .map(|rank| {
+            // Attempt 0's steps 0..500, then attempt 1's 400..1000; the first left out.
+            let rates = (0..500u64)
+                .chain(400..1000)
+                .skip(1)
+                .map(|s| reading(rank, s)[1].1);
+            herd_metrics::median(rates).expect("a median")
+        })
+        .sum();
+    let shown = doc["runs"][0]["samples_per_s"].as_f64().expect("rate");
+    assert!((shown - expected).abs() < 1e-9, "{shown} vs {expected}");
+    // About 4 ranks' rates of 100–175 each, not twice that.
+    assert!(shown < 4.0 * 190.0, "{shown}");
+}
+
 mod attempts;

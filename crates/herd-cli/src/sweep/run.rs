@@ -1,0 +1,100 @@
+//! A sweep as the views get it: its name, its keys and its runs, each with its values and
+//! its experiment.
+
+/// One run of a sweep as the views get it.
+#[derive(Debug, Clone)]
+pub struct SweepRun {
+    /// Its array task index.
+    pub index: u32,
+    /// Its name, the name of its folder in the sweep's: `lr=3e-4,seed=1`.
+    pub name: String,
+    /// Its values, in the sweep's key order: `[("lr", "3e-4"), ("seed", "1")]`.
+    pub values: Vec<(String, String)>,
+    /// The run's experiment (manifest, timeline, logs, metrics).
+    pub experiment: herd_exp::Experiment,
+}
+
+/// A sweep: its name, its keys and its runs.
+#[derive(Debug, Clone)]
+pub struct Sweep {
+    /// The sweep's name (its folder's).
+    pub name: String,
+    /// Its keys, in order: the value columns.
+    pub keys: Vec<String>,
+    /// The array's job id (the id sbatch printed), when the sweep was submitted. A run whose
+    /// manifest records no job id of its own is taken as task `ID_INDEX` of it; one whose
+    /// manifest records the array's id as task `ID_INDEX` too, and one that records
+    /// `ID_INDEX` itself as that task.
+    pub job_id: Option<String>,
+    /// Its runs, in any order.
+    pub runs: Vec<SweepRun>,
+}
+
+impl SweepRun {
+    /// The value of `key`, when the run has one.
+    pub fn value(&self, key: &str) -> Option<&str> {
+        self.values
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// Its values as the legend and the notes say them: `lr=3e-4, seed=1` (its name when
+    /// it has none).
+    pub fn label(&self) -> String {
+        if self.values.is_empty() {
+            return self.name.clone();
+        }
+        self.values
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+impl Sweep {
+    /// Its runs in index order.
+    pub fn by_index(&self) -> Vec<&SweepRun> {
+        let mut runs: Vec<&SweepRun> = self.runs.iter().collect();
+        runs.sort_by_key(|r| (r.index, r.name.clone()));
+        runs
+    }
+
+    /// Its keys, or when none is given, the keys of its runs' values in the order first
+    /// seen.
+    pub fn columns(&self) -> Vec<String> {
+        if !self.keys.is_empty() {
+            return self.keys.clone();
+        }
+        let mut keys: Vec<String> = Vec::new();
+        for r in self.by_index() {
+            for (k, _) in &r.values {
+                if !keys.contains(k) {
+                    keys.push(k.clone());
+                }
+            }
+        }
+        keys
+    }
+
+    /// Whether every run's value of `key` is a finite number (`3e-4`, `8`): its column is
+    /// right-aligned.
+    pub fn is_numeric(&self, key: &str) -> bool {
+        self.runs.iter().all(|r| {
+            r.value(key)
+                .is_some_and(|v| v.parse::<f64>().is_ok_and(f64::is_finite))
+        })
+    }
+}
+
+/// Values as a JSON object, key → value (strings, as given; the sweep's `keys` say their
+/// order).
+pub fn values_json(values: &[(String, String)]) -> serde_json::Value {
+    serde_json::Value::Object(
+        values
+            .iter()
+            .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
+            .collect(),
+    )
+}

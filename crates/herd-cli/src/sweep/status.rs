@@ -1,0 +1,219 @@
+//! `herd status` of a sweep: one row for the whole sweep in the job list (its name, its
+//! array's job id, its state as a whole, its runs' attempts, `sweep: 4 runs: 2 running, 1
+//! queued, 1 finished`), and `herd status NAME`'s lines, one per run: its values, its task,
+//! state, attempts, goodput so far and the detail `herd status` gives an experiment. Each
+//! run's state comes from `herd status`'s own machinery ([`super::state::run_view`]).
+
+use serde_json::{json, Value};
+
+use super::run::{values_json, Sweep};
+use super::state::{self, Answer};
+use super::table::{self, Align};
+use crate::status::View;
+
+/// One run as the sweep's status shows it.
+#[derive(Debug, Clone)]
+pub struct RunStatus {
+    /// Its array task index.
+    pub index: u32,
+    /// Its name.
+    pub name: String,
+    /// Its values, in the sweep's key order.
+    pub values: Vec<(String, String)>,
+    /// Where it stands, as `herd status` words an experiment (its goodput in
+    /// [`View::goodput`], not in the detail).
+    pub view: View,
+}
+
+/// A sweep as `herd status` shows it.
+#[derive(Debug, Clone)]
+pub struct SweepStatus {
+    /// The sweep.
+    pub name: String,
+    /// The array's job id, when known.
+    pub job_id: Option<String>,
+    /// Its value columns, and whether each is numeric (right-aligned).
+    pub columns: Vec<(String, bool)>,
+    /// Its runs, in index order.
+    pub runs: Vec<RunStatus>,
+    /// Whether the scheduler answered (else: the folders alone).
+    pub answered: bool,
+}
+
+/// Where each run of `sweep` stands, from `answer` and its folder.
+pub fn status(sweep: &Sweep, answer: &Answer) -> SweepStatus {
+    SweepStatus {
+        name: sweep.name.clone(),
+        job_id: sweep.job_id.clone(),
+        columns: sweep
+            .columns()
+            .into_iter()
+            .map(|k| {
+                let n = sweep.is_numeric(&k);
+                (k, n)
+            })
+            .collect(),
+        runs: sweep
+            .by_index()
+            .into_iter()
+            .map(|run| RunStatus {
+                index: run.index,
+                name: run.name.clone(),
+                values: run.values.clone(),
+                view: state::run_view(sweep, run, answer, None),
+            })
+            .collect(),
+        answered: answer.answered,
+    }
+}
+
+impl SweepStatus {
+    /// How many runs are in each state, in the order `running, suspended, queued, finished,
+    /// failed, cancelled, unknown`, states no run is in left out.
+    pub fn counts(&self) -> Vec<(&'static str, usize)> {
+        state::counts(self.runs.iter().map(|r| r.view.state))
+    }
+
+    /// The sweep's state as a whole: running while any run runs, then suspended, queued,
+    /// failed, cancelled, unknown; finished when every run finished.
+    pub fn state(&self) -> &'static str {
+        state::overall(self.runs.iter().map(|r| r.view.state))
+    }
+
+    /// Attempts started over every run.
+    pub fn attempts(&self) -> usize {
+        self.runs.iter().map(|r| r.view.attempts).sum()
+    }
+
+    /// `4 runs: 2 running, 1 queued, 1 finished`.
+    pub fn summary(&self) -> String {
+        let n = self.runs.len();
+        let counts: Vec<String> = self
+            .counts()
+            .iter()
+            .map(|(s, k)| format!("{k} {s}"))
+            .collect();
+        if counts.is_empty() {
+            return format!("{n} run{}", if n == 1 { "" } else { "s" });
+        }
+        format!(
+            "{n} run{}: {}",
+            if n == 1 { "" } else { "s" },
+            counts.join(", ")
+        )
+    }
+
+    /// The sweep's row in `herd status`'s job list, its columns `EXPERIMENT JOB STATE
+    /// ATTEMPTS DETAIL`: name, the array's job id (`-` when none), the state as a whole,
+    /// the runs' attempts, `sweep: 4 runs: 2 running, 1 queued, 1 finished`.
+    pub fn row(&self) -> [String; 5] {
+        [
+            self.name.clone(),
+            self.job_id.clone().unwrap_or_else(|| "-".to_owned()),
+            self.state().to_owned(),
+            self.attempts().to_string(),
+            format!("sweep: {}", self.summary()),
+        ]
+    }
+
+    /// The row as `herd status --json` gives an entry: `kind` `sweep`, `name`, `job_id`,
+    /// `state`, `detail`, `attempts`, `run_count`, and `tasks`, the runs by state (as an
+    /// array job's tasks).
+    pub fn row_json(&self) -> Value {
+        let [_, _, _, _, detail] = self.row();
+        json!({
+            "kind": "sweep",
+            "name": self.name,
+            "job_id": self.job_id,
+            "state": self.state(),
+            "detail": detail,
+            "attempts": self.attempts(),
+            "run_count": self.runs.len(),
+            "tasks": self
+                .counts()
+                .into_iter()
+                .map(|(s, n)| (s.to_owned(), json!(n)))
+                .collect::<serde_json::Map<String, Value>>(),
+        })
+    }
+
+    /// `herd status NAME` of the sweep: its row's words, then one line per run in index
+    /// order: its values (numbers right-aligned), its task's job id, state, attempts,
+    /// goodput (so far, while it runs; `-` without step readings) and `herd status`'s
+    /// detail.
+    pub fn text(&self) -> String {
+        let mut head: Vec<String> = self.columns.iter().map(|(k, _)| k.clone()).collect();
+        let mut align: Vec<Align> = self
+            .columns
+            .iter()
+            .map(|(_, n)| if *n { Align::Right } else { Align::Left })
+            .collect();
+        for h in ["JOB", "STATE", "ATTEMPTS", "GOODPUT", "DETAIL"] {
+            head.push(h.to_owned());
+            align.push(if h == "GOODPUT" {
+                Align::Right
+            } else {
+                Align::Left
+            });
+        }
+        let rows: Vec<Vec<String>> = self
+            .runs
+            .iter()
+            .map(|r| {
+                let mut cells: Vec<String> = self
+                    .columns
+                    .iter()
+                    .map(|(k, _)| {
+                        r.values
+                            .iter()
+                            .find(|(rk, _)| rk == k)
+                            .map_or_else(|| "-".to_owned(), |(_, v)| v.clone())
+                    })
+                    .collect();
+                cells.push(r.view.job_id.clone().unwrap_or_else(|| "-".to_owned()));
+                cells.push(r.view.state.to_owned());
+                cells.push(r.view.attempts.to_string());
+                cells.push(
+                    r.view
+                        .goodput
+                        .map_or_else(|| "-".to_owned(), herd_exp::goodput::percent),
+                );
+                cells.push(r.view.detail.clone());
+                cells
+            })
+            .collect();
+        format!(
+            "sweep {}{}: {}\n{}",
+            self.name,
+            self.job_id
+                .as_deref()
+                .map_or_else(String::new, |id| format!(" (job {id})")),
+            self.summary(),
+            table::plain(&head, &align, &rows)
+        )
+    }
+
+    /// `herd status NAME --json` of the sweep: the row's fields ([`row_json`](Self::row_json)),
+    /// `format`, `keys`, `scheduler_answered`, and `runs`: one object per run in index
+    /// order, `index`, `run` (its name), `values` (key → value) and every field `herd
+    /// status --json` gives an experiment (docs/status.md).
+    pub fn json(&self) -> Value {
+        let mut doc = self.row_json();
+        doc["format"] = json!(crate::status::JSON_FORMAT);
+        doc["keys"] = json!(self.columns.iter().map(|(k, _)| k).collect::<Vec<_>>());
+        doc["scheduler_answered"] = json!(self.answered);
+        doc["runs"] = Value::Array(
+            self.runs
+                .iter()
+                .map(|r| {
+                    let mut v = r.view.json();
+                    v["index"] = json!(r.index);
+                    v["run"] = json!(r.name);
+                    v["values"] = values_json(&r.values);
+                    v
+                })
+                .collect(),
+        );
+        doc
+    }
+}
