@@ -32,11 +32,67 @@ pub struct CancelArgs {
     pub timeout: u64,
 }
 
-/// A job to cancel and why.
+/// A job to cancel and why; `exps`: the experiments it runs, each with the job id its
+/// timeline knows the job by (a sweep's array runs one experiment per task, `ID_INDEX`).
 struct Pick {
     id: String,
-    exp: Option<Experiment>,
+    exps: Vec<(Experiment, String)>,
     why: String,
+}
+
+impl Pick {
+    fn of(id: String, exp: Option<Experiment>, why: String) -> Pick {
+        Pick {
+            exps: exp.into_iter().map(|e| (e, id.clone())).collect(),
+            id,
+            why,
+        }
+    }
+}
+
+/// A sweep (`NAME`) or one of its runs (`NAME/RUN`) under `root` as a job to cancel: the
+/// newest submission's array, every run recording its own task; or the run's task.
+fn sweep_pick(root: &std::path::Path, target: &str) -> Option<Result<Pick, String>> {
+    if let Some((sweep, run)) = crate::site::sweep_run(root, target) {
+        let exp = match Experiment::open(&root.join(sweep), run) {
+            Ok(e) => e,
+            Err(e) => return Some(Err(format!("{target}: {e}"))),
+        };
+        return Some(match Progress::read(&exp).ok().and_then(|p| p.job_id) {
+            Some(id) => Ok(Pick::of(id, Some(exp), format!("run {target}"))),
+            None => Err(format!(
+                "{target}: the run was never submitted (no job id in its manifest)"
+            )),
+        });
+    }
+    if !herd_exp::sweep::is_sweep(&root.join(target)) {
+        return None;
+    }
+    let folder = match herd_exp::sweep::Sweep::open(root, target) {
+        Ok(f) => f,
+        Err(e) => return Some(Err(format!("{target}: {e}"))),
+    };
+    let (manifest, runs) = match (folder.manifest(), folder.runs()) {
+        (Ok(m), Ok(r)) => (m, r),
+        (Err(e), _) | (_, Err(e)) => return Some(Err(format!("{target}: {e}"))),
+    };
+    let Some(id) = manifest.submissions.last().map(|s| s.job_id.clone()) else {
+        return Some(Err(format!(
+            "{target}: the sweep was never submitted (no job id in its sweep.json)"
+        )));
+    };
+    let exps = runs
+        .into_iter()
+        .filter_map(|(_, exp)| {
+            let run_id = Progress::read(&exp).ok()?.job_id?;
+            (run_id.split('_').next() == Some(id.as_str())).then_some((exp, run_id))
+        })
+        .collect();
+    Some(Ok(Pick {
+        id,
+        exps,
+        why: format!("sweep {target}"),
+    }))
 }
 
 /// The ids of `rows` that wait, directly or through others, for one of `ids`.
@@ -73,26 +129,30 @@ pub fn run(args: CancelArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError
     let mut problems = Vec::new();
     for t in &args.targets {
         let is_id = crate::site::is_job_id(t);
-        if let Some((e, id)) = exps.iter().find(|(e, _)| e.name() == t) {
+        if let Some(pick) = sweep_pick(&root, t) {
+            match pick {
+                Ok(p) => picks.push(p),
+                Err(problem) => problems.push(problem),
+            }
+        } else if let Some((e, id)) = exps.iter().find(|(e, _)| e.name() == t) {
             match id {
-                Some(id) => picks.push(Pick {
-                    id: id.clone(),
-                    exp: Some(e.clone()),
-                    why: format!("experiment {t}"),
-                }),
+                Some(id) => picks.push(Pick::of(
+                    id.clone(),
+                    Some(e.clone()),
+                    format!("experiment {t}"),
+                )),
                 None => problems.push(format!(
                     "{t}: the experiment was never submitted (no job id in its manifest)"
                 )),
             }
         } else if is_id {
-            picks.push(Pick {
-                id: t.clone(),
-                exp: exps
-                    .iter()
+            picks.push(Pick::of(
+                t.clone(),
+                exps.iter()
                     .find(|(_, id)| id.as_deref() == Some(t.as_str()))
                     .map(|(e, _)| e.clone()),
-                why: format!("job {t}"),
-            });
+                format!("job {t}"),
+            ));
         } else {
             let mut ids: Vec<&str> = rows
                 .iter()
@@ -101,11 +161,7 @@ pub fn run(args: CancelArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError
                 .collect();
             ids.dedup();
             match ids[..] {
-                [id] => picks.push(Pick {
-                    id: id.to_owned(),
-                    exp: None,
-                    why: format!("job name {t}"),
-                }),
+                [id] => picks.push(Pick::of(id.to_owned(), None, format!("job name {t}"))),
                 [] => problems.push(format!(
                     "{t}: no experiment of that name under {} and no queued or running job of yours named so",
                     root.display()
@@ -124,24 +180,23 @@ pub fn run(args: CancelArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError
     if args.chain {
         let ids: Vec<String> = picks.iter().map(|p| p.id.clone()).collect();
         for (id, waits_for) in dependents(&rows, &ids) {
-            picks.push(Pick {
-                exp: exps
-                    .iter()
-                    .find(|(_, e)| e.as_deref() == Some(id.as_str()))
-                    .map(|(e, _)| e.clone()),
-                id,
-                why: format!("waits for {waits_for}"),
-            });
+            let exp = exps
+                .iter()
+                .find(|(_, e)| e.as_deref() == Some(id.as_str()))
+                .map(|(e, _)| e.clone());
+            picks.push(Pick::of(id, exp, format!("waits for {waits_for}")));
         }
     }
     // Jobs that have ended are left alone (scancel would refuse them); say so.
     let mut live = Vec::new();
     for p in picks {
+        // A job, or an array as a whole (its id), or one task of it (`ID_INDEX`).
+        let of_pick = |r: &&QueueRow| r.array_job_id == p.id || r.id() == p.id;
         let ended = rows
             .iter()
-            .filter(|r| r.array_job_id == p.id)
+            .filter(of_pick)
             .all(|r| r.job_state().is_final());
-        let known = rows.iter().any(|r| r.array_job_id == p.id);
+        let known = rows.iter().any(|r| of_pick(&r));
         if known && ended {
             writeln!(
                 out,
@@ -162,13 +217,13 @@ pub fn run(args: CancelArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError
         .ok()
         .filter(|u| !u.is_empty());
     for p in &live {
-        let label = p
-            .exp
-            .as_ref()
-            .map_or_else(String::new, |e| format!(" ({})", e.name()));
+        let label = match &p.exps[..] {
+            [(e, _)] => format!(" ({})", e.name()),
+            _ => String::new(),
+        };
         writeln!(out, "cancelled job {}{label}: {}", p.id, p.why)?;
-        if let Some(exp) = &p.exp {
-            let fields = json!({"job_id": p.id, "by": "herd cancel", "user": user, "why": p.why});
+        for (exp, job_id) in &p.exps {
+            let fields = json!({"job_id": job_id, "by": "herd cancel", "user": user, "why": p.why});
             if let Err(e) = herd_exp::timeline::append(exp.dir(), "cancelled", fields) {
                 eprintln!(
                     "herd: warning: job {} cancelled, but not recorded in {}: {e}",

@@ -351,10 +351,17 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
         Command::Exec(args) => exec::run(args),
         Command::Check(args) => submit::run_check(args, out),
         Command::Submit(args) if args.sweep_args().is_sweep() => sweep::run(&args, out),
+        Command::Submit(args) if sweep::resume::applies(&args) => sweep::resume::run(&args, out),
         Command::Submit(args) => submit::run_submit(args, out),
         Command::Logs(args) => logs::run(args, out),
-        Command::Status(args) => status::run(args, out),
+        Command::Status(args) if sweep::status::applies(&args) => {
+            sweep::status::run_named(&args, out)
+        }
+        Command::Status(args) => status::run(args, out, &sweep::status::InFolders),
         Command::Cancel(args) => cancel::run(args, out),
+        Command::Report(args) if sweep::report::applies(&args) => {
+            sweep::report::run_named(&args, out)
+        }
         Command::Report(args) => report::run(args, out),
         Command::Nodes(args) => nodes::run(args, out),
         Command::Top(args) => top::run(args, out),

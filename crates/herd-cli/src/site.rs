@@ -53,6 +53,22 @@ pub(crate) fn is_job_id(t: &str) -> bool {
     !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit())
 }
 
+/// Experiment `name` under `root`: a plain experiment's name, or `SWEEP/RUN`, a run of the
+/// sweep in folder `SWEEP` (docs/sweeps.md).
+pub fn open_experiment(root: &Path, name: &str) -> Result<herd_exp::Experiment, herd_exp::Error> {
+    match sweep_run(root, name) {
+        Some((sweep, run)) => herd_exp::Experiment::open(&root.join(sweep), run),
+        None => herd_exp::Experiment::open(root, name),
+    }
+}
+
+/// `SWEEP/RUN` split in two, when `root/SWEEP` is a sweep's folder.
+pub fn sweep_run<'a>(root: &Path, name: &'a str) -> Option<(&'a str, &'a str)> {
+    let (sweep, run) = name.split_once('/')?;
+    (!run.is_empty() && !run.contains('/') && herd_exp::sweep::is_sweep(&root.join(sweep)))
+        .then_some((sweep, run))
+}
+
 /// What went wrong with the scheduler, in one line: a timeout without the long command.
 pub fn scheduler_trouble(e: &herd_slurm::SlurmError) -> String {
     match e {

@@ -487,7 +487,7 @@ fn sbatch(exp: &herd_exp::Experiment) -> Result<String, herd_slurm::SlurmError> 
 /// `herd submit --resume NAME`: a new attempt of an existing experiment.
 fn resume(args: &SubmitArgs, name: &str, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
     let exp_root = crate::site::exp_root(args.plan.flags.exp_root.as_deref())?;
-    let exp = herd_exp::Experiment::open(&exp_root, name)?;
+    let exp = crate::site::open_experiment(&exp_root, name)?;
     let attempt = exp.add_attempt(&herd_exp::Invocation::current(env!("CARGO_PKG_VERSION")))?;
     let id = sbatch(&exp).map_err(|source| CliError::Sbatch {
         what: format!("attempt {attempt} of {name}"),
@@ -508,6 +508,22 @@ fn resume(args: &SubmitArgs, name: &str, out: &mut dyn Write) -> Result<ExitStat
         return wait(&mut [crate::status::Watched::new(Some(exp), id)], out);
     }
     Ok(ExitStatus::Success)
+}
+
+impl SubmitArgs {
+    /// `--resume NAME`'s name, with the experiment root it is under.
+    pub fn resumes(&self) -> Option<(&str, Result<std::path::PathBuf, CliError>)> {
+        let name = self.resume.as_deref()?;
+        Some((
+            name,
+            crate::site::exp_root(self.plan.flags.exp_root.as_deref()),
+        ))
+    }
+
+    /// `--wait`.
+    pub fn waits(&self) -> bool {
+        self.wait
+    }
 }
 
 /// Run `herd submit`.

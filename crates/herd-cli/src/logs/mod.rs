@@ -37,7 +37,7 @@ pub fn run(args: LogsArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError> 
     // While following: the scheduler's word on whether the job left the queue, one
     // `squeue` call for the experiment's current job, the pause between two doubling from
     // 3 s to a minute (the agents' `finished` in the timeline usually ends a follow first).
-    let exp = herd_exp::Experiment::open(&root, &args.name).ok();
+    let exp = crate::site::open_experiment(&root, &args.name).ok();
     let mut pause = Duration::from_secs(3);
     let mut next = Instant::now();
     let mut done = || {
@@ -171,6 +171,9 @@ fn is_agent_mode(exp: &herd_exp::Experiment) -> bool {
 /// The experiment `name` under `root`, or an error naming the folder looked in and the
 /// experiments there.
 pub(crate) fn open_experiment(root: &Path, name: &str) -> Result<herd_exp::Experiment, CliError> {
+    if crate::site::sweep_run(root, name).is_some() {
+        return Ok(crate::site::open_experiment(root, name)?);
+    }
     let dir = herd_exp::experiment_dir(root, name).map_err(herd_exp::Error::from)?;
     if herd_exp::ExperimentDir::new(&dir).manifest().is_file() {
         return Ok(herd_exp::Experiment::open(root, name)?);

@@ -53,7 +53,7 @@ pub fn run(args: ReportArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError
     let root = crate::site::exp_root(args.exp_root.as_deref())?;
     let mut exps = Vec::new();
     for name in &args.names {
-        let exp = herd_exp::Experiment::open(&root, name)?;
+        let exp = crate::site::open_experiment(&root, name)?;
         let loaded = data::load(&exp)?;
         if loaded.size.is_none() {
             return Err(CliError::Input(format!(

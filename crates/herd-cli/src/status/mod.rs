@@ -123,11 +123,66 @@ fn resolve_targets(root: &Path, targets: &[String]) -> Result<Targets, CliError>
     })
 }
 
-/// Run `herd status`.
-pub fn run(args: StatusArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
+/// A sweep's row in the job list, as [`Sweeps`] gives it.
+pub struct SweepRow {
+    /// `EXPERIMENT JOB STATE ATTEMPTS DETAIL`.
+    pub row: [String; 5],
+    /// Its `--json` entry under `sweeps`.
+    pub json: serde_json::Value,
+    /// The array job ids of its submissions: those jobs are the sweep's, no other job.
+    pub arrays: Vec<String>,
+}
+
+/// What `herd status` shows of the sweeps under the experiment root (the sweep module
+/// gives it: the views of a sweep are built on this module, never the other way round).
+pub trait Sweeps {
+    /// The names of the sweeps under `root`.
+    fn names(&self, root: &Path) -> Vec<String>;
+    /// The rows of the sweeps `names` under `root` from the scheduler's `jobs` (its
+    /// answer, when `answered`), each run's end recorded as for an experiment.
+    fn rows(
+        &self,
+        root: &Path,
+        names: &[String],
+        jobs: &[SchedJob],
+        answered: bool,
+    ) -> Vec<SweepRow>;
+}
+
+/// No sweeps.
+pub struct NoSweeps;
+
+impl Sweeps for NoSweeps {
+    fn names(&self, _: &Path) -> Vec<String> {
+        Vec::new()
+    }
+    fn rows(&self, _: &Path, _: &[String], _: &[SchedJob], _: bool) -> Vec<SweepRow> {
+        Vec::new()
+    }
+}
+
+/// Run `herd status`, the sweeps under the experiment root shown as `sweeps` says (a
+/// target that names only sweeps is the sweep module's: `herd status NAME`).
+pub fn run(
+    args: StatusArgs,
+    out: &mut dyn Write,
+    sweeps: &dyn Sweeps,
+) -> Result<ExitStatus, CliError> {
     let root = exp_root(args.exp_root.as_deref())?;
     let timeout = Duration::from_secs(args.timeout.max(1));
-    let targets = resolve_targets(&root, &args.targets)?;
+    let all_sweeps = sweeps.names(&root);
+    let shown_sweeps: Vec<String> = all_sweeps
+        .iter()
+        .filter(|n| args.targets.is_empty() || args.targets.contains(n))
+        .cloned()
+        .collect();
+    let plain: Vec<String> = args
+        .targets
+        .iter()
+        .filter(|t| !all_sweeps.contains(t))
+        .cloned()
+        .collect();
+    let targets = resolve_targets(&root, &plain)?;
     if args.watch {
         if !targets.names.is_empty() {
             return Err(no_such(&root, &targets.names));
@@ -158,7 +213,8 @@ pub fn run(args: StatusArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError
     // One query: this user's jobs when no target or a name is given (names are matched
     // against the queue), else exactly the jobs asked about.
     let scope_ids: Vec<String>;
-    let scope = if args.targets.is_empty() || !targets.names.is_empty() {
+    let scope = if args.targets.is_empty() || !targets.names.is_empty() || !shown_sweeps.is_empty()
+    {
         Scope::Mine
     } else {
         scope_ids = targets
@@ -221,8 +277,14 @@ pub fn run(args: StatusArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError
             missing.push(id.clone());
         }
     }
+    let sweep_rows = sweeps.rows(&root, &shown_sweeps, &jobs, answered);
     let other_views: Vec<View> = others
         .iter()
+        .filter(|j| {
+            !sweep_rows
+                .iter()
+                .any(|s| j.rows.iter().any(|r| s.arrays.contains(&r.array_job_id)))
+        })
         .map(|j| view(None, None, Some(j), answered, None))
         .collect();
     if args.json {
@@ -234,6 +296,7 @@ pub fn run(args: StatusArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError
                 "error": sched_error.as_ref().map(ToString::to_string),
             },
             "experiments": views.iter().map(View::json).collect::<Vec<_>>(),
+            "sweeps": sweep_rows.iter().map(|s| s.json.clone()).collect::<Vec<_>>(),
             "jobs": other_views.iter().map(View::json).collect::<Vec<_>>(),
             "not_found": missing,
         });
@@ -243,7 +306,15 @@ pub fn run(args: StatusArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError
             serde_json::to_string_pretty(&doc).map_err(std::io::Error::other)?
         )?;
     } else {
-        print_table(out, &root, &views, &other_views, args.targets.is_empty())?;
+        let sweep_rows: Vec<[String; 5]> = sweep_rows.iter().map(|s| s.row.clone()).collect();
+        print_table(
+            out,
+            &root,
+            &views,
+            &sweep_rows,
+            &other_views,
+            args.targets.is_empty(),
+        )?;
     }
     if let Some(e) = &sched_error {
         eprintln!(
@@ -281,10 +352,11 @@ fn print_table(
     out: &mut dyn Write,
     root: &Path,
     views: &[View],
+    sweeps: &[[String; 5]],
     others: &[View],
     everything: bool,
 ) -> std::io::Result<()> {
-    let rows: Vec<[String; 5]> = views
+    let mut rows: Vec<[String; 5]> = views
         .iter()
         .map(|v| {
             [
@@ -296,7 +368,8 @@ fn print_table(
             ]
         })
         .collect();
-    if everything && views.is_empty() {
+    rows.extend(sweeps.iter().cloned());
+    if everything && rows.is_empty() {
         writeln!(out, "no experiments under {}", root.display())?;
     }
     if !rows.is_empty() {

@@ -33,6 +33,7 @@
 
 pub mod overlay;
 pub mod report;
+pub mod resume;
 pub mod run;
 pub mod state;
 pub mod status;

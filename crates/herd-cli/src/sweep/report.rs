@@ -431,3 +431,29 @@ pub fn run(
     }
     Ok(ExitStatus::Success)
 }
+
+/// Whether `herd report` names one sweep (`herd report NAME` of a sweep folder): then
+/// [`run_named`] reports it.
+pub fn applies(args: &ReportArgs) -> bool {
+    let [name] = &args.names[..] else {
+        return false;
+    };
+    crate::site::exp_root(args.exp_root.as_deref())
+        .is_ok_and(|root| herd_exp::sweep::is_sweep(&root.join(name)))
+}
+
+/// `herd report NAME` of a sweep: its runs compared ([`run`]), their states from one
+/// scheduler query (from their folders alone, with a warning, when it does not answer).
+pub fn run_named(args: &ReportArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
+    let root = crate::site::exp_root(args.exp_root.as_deref())?;
+    let folder = herd_exp::sweep::Sweep::open(&root, &args.names[0])?;
+    let sweep = Sweep::from_folder(&folder)?;
+    let (answer, trouble) = Answer::ask(&sweep, crate::site::DEFAULT_TIMEOUT);
+    if let Some(e) = trouble {
+        eprintln!(
+            "herd: warning: {}; the runs' states are from their folders only",
+            crate::site::scheduler_trouble(&e)
+        );
+    }
+    run(&sweep, &answer, &Options::from(args), out)
+}

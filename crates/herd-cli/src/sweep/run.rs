@@ -54,6 +54,32 @@ impl SweepRun {
 }
 
 impl Sweep {
+    /// The sweep in folder `sweep` (its `sweep.json` and its runs' experiments): the keys
+    /// in order, each run's values in that order, the newest submission's array id.
+    pub fn from_folder(sweep: &herd_exp::sweep::Sweep) -> Result<Sweep, herd_exp::Error> {
+        let manifest = sweep.manifest()?;
+        let runs = sweep
+            .runs()?
+            .into_iter()
+            .map(|(run, experiment)| SweepRun {
+                index: run.index,
+                values: manifest
+                    .keys
+                    .iter()
+                    .filter_map(|k| Some((k.clone(), run.values.get(k)?.clone())))
+                    .collect(),
+                name: run.name,
+                experiment,
+            })
+            .collect();
+        Ok(Sweep {
+            name: manifest.name,
+            keys: manifest.keys,
+            job_id: manifest.submissions.last().map(|s| s.job_id.clone()),
+            runs,
+        })
+    }
+
     /// Its runs in index order.
     pub fn by_index(&self) -> Vec<&SweepRun> {
         let mut runs: Vec<&SweepRun> = self.runs.iter().collect();

@@ -70,13 +70,13 @@ fn recorded_job_id(exp: &herd_exp::Experiment) -> Option<String> {
         .find_map(|a| a.job_id.clone())
 }
 
-/// The run's task id, `ARRAY_INDEX`: the id its manifest records when that is a task's
-/// already, else the recorded id (or the sweep's, when none is recorded) with its index.
+/// The run's job id: the one its manifest records (its task's, `ARRAY_INDEX`; a plain job's
+/// after `herd submit --resume NAME/RUN`), else task `index` of the sweep's array.
 pub fn task_id(recorded: Option<&str>, sweep_job: Option<&str>, index: u32) -> Option<String> {
-    match recorded.or(sweep_job) {
-        Some(id) if id.contains('_') => Some(id.to_owned()),
-        Some(id) => Some(format!("{id}_{index}")),
-        None => None,
+    match (recorded, sweep_job) {
+        (Some(id), _) => Some(id.to_owned()),
+        (None, Some(array)) => Some(format!("{array}_{index}")),
+        (None, None) => None,
     }
 }
 

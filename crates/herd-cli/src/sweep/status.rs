@@ -4,12 +4,17 @@
 //! state, attempts, goodput so far and the detail `herd status` gives an experiment. Each
 //! run's state comes from `herd status`'s own machinery ([`super::state::run_view`]).
 
+use std::io::Write;
+use std::path::Path;
+use std::time::Duration;
+
 use serde_json::{json, Value};
 
 use super::run::{values_json, Sweep};
 use super::state::{self, Answer};
 use super::table::{self, Align};
-use crate::status::View;
+use crate::status::{SchedJob, StatusArgs, SweepRow, View};
+use crate::{CliError, ExitStatus};
 
 /// One run as the sweep's status shows it.
 #[derive(Debug, Clone)]
@@ -216,4 +221,167 @@ impl SweepStatus {
         );
         doc
     }
+}
+
+/// The sweeps under `root` named `names` (every one when empty), as the views take them; a
+/// sweep folder that cannot be read is said and left out.
+fn load(root: &Path, names: &[String]) -> Vec<Sweep> {
+    let folders = match herd_exp::sweep::list(root) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!(
+                "herd: warning: cannot list the sweeps under {}: {e}",
+                root.display()
+            );
+            return Vec::new();
+        }
+    };
+    folders
+        .iter()
+        .filter(|f| names.is_empty() || names.iter().any(|n| n == f.name()))
+        .filter_map(|f| match Sweep::from_folder(f) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                eprintln!("herd: warning: sweep {}: {e}", f.name());
+                None
+            }
+        })
+        .collect()
+}
+
+/// The array job ids of every submission of `sweep` (from its runs' recorded ids and its
+/// newest submission's).
+fn arrays(sweep: &Sweep) -> Vec<String> {
+    let mut ids: Vec<String> = sweep
+        .runs
+        .iter()
+        .filter_map(|r| {
+            herd_exp::progress::Progress::read(&r.experiment)
+                .ok()?
+                .job_id
+        })
+        .chain(sweep.job_id.iter().cloned())
+        .map(|id| id.split('_').next().unwrap_or_default().to_owned())
+        .collect();
+    ids.sort();
+    ids.dedup();
+    ids
+}
+
+/// The sweeps in the experiment root's folders, for `herd status`'s job list.
+pub struct InFolders;
+
+impl crate::status::Sweeps for InFolders {
+    fn names(&self, root: &Path) -> Vec<String> {
+        herd_exp::sweep::list(root)
+            .map(|l| l.iter().map(|s| s.name().to_owned()).collect())
+            .unwrap_or_default()
+    }
+
+    fn rows(
+        &self,
+        root: &Path,
+        names: &[String],
+        jobs: &[SchedJob],
+        answered: bool,
+    ) -> Vec<SweepRow> {
+        if names.is_empty() {
+            return Vec::new();
+        }
+        let answer = Answer {
+            jobs: jobs.to_vec(),
+            answered,
+        };
+        load(root, names)
+            .iter()
+            .map(|s| {
+                if answered {
+                    state::record_ends(s, &answer);
+                }
+                let st = status(s, &answer);
+                SweepRow {
+                    row: st.row(),
+                    json: st.row_json(),
+                    arrays: arrays(s),
+                }
+            })
+            .collect()
+    }
+}
+
+/// Whether every target of `herd status` names a sweep: then [`run_named`] shows them.
+pub fn applies(args: &StatusArgs) -> bool {
+    !args.targets.is_empty()
+        && crate::site::exp_root(args.exp_root.as_deref()).is_ok_and(|root| {
+            args.targets
+                .iter()
+                .all(|t| herd_exp::sweep::is_sweep(&root.join(t)))
+        })
+}
+
+/// `herd status NAME…` of sweeps: each one's runs ([`SweepStatus::text`], `--json`
+/// [`SweepStatus::json`]). `-w` does not watch a sweep yet: a usage error.
+pub fn run_named(args: &StatusArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
+    if args.watch {
+        return Err(CliError::Usage(format!(
+            "{}: -w does not watch a sweep yet; `herd status {}` shows where its runs stand",
+            args.targets.join(", "),
+            args.targets.join(" ")
+        )));
+    }
+    let root = crate::site::exp_root(args.exp_root.as_deref())?;
+    let sweeps = load(&root, &args.targets);
+    show(
+        &sweeps,
+        args.json,
+        Duration::from_secs(args.timeout.max(1)),
+        out,
+    )
+}
+
+/// `herd status NAME…` where every NAME is a sweep: each sweep's runs, one line each (with
+/// `json`, one document; several sweeps: a list), from one scheduler query per sweep.
+fn show(
+    sweeps: &[Sweep],
+    json: bool,
+    timeout: Duration,
+    out: &mut dyn Write,
+) -> Result<ExitStatus, CliError> {
+    let mut docs = Vec::new();
+    let mut trouble = None;
+    for (i, s) in sweeps.iter().enumerate() {
+        let (answer, err) = Answer::ask(s, timeout);
+        if answer.answered {
+            state::record_ends(s, &answer);
+        }
+        let st = status(s, &answer);
+        if json {
+            docs.push(st.json());
+        } else {
+            if i > 0 {
+                writeln!(out)?;
+            }
+            write!(out, "{}", st.text())?;
+        }
+        trouble = trouble.or(err);
+    }
+    if json {
+        let doc = match &docs[..] {
+            [one] => one.clone(),
+            _ => serde_json::Value::Array(docs),
+        };
+        writeln!(
+            out,
+            "{}",
+            serde_json::to_string_pretty(&doc).map_err(std::io::Error::other)?
+        )?;
+    }
+    if let Some(e) = trouble {
+        eprintln!(
+            "herd: error: {}; states above are from the run folders only",
+            crate::site::scheduler_trouble(&e)
+        );
+        return Ok(ExitStatus::Failure);
+    }
+    Ok(ExitStatus::Success)
 }

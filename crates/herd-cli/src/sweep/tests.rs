@@ -145,14 +145,17 @@ fn grid(f: &Fixture) -> Sweep {
     };
     // Made in another order than their index: the views order them.
     let r2 = run(2, "0.1", "2", None);
-    let r0 = run(0, "0.1", "1", Some("500"));
-    let r3 = run(3, "0.01", "2", Some("500"));
+    // As `herd submit --sweep` records them: each its task's id (task 2's lost: the
+    // sweep's array id and its index name it then).
+    let r0 = run(0, "0.1", "1", Some("500_0"));
+    let r3 = run(3, "0.01", "2", Some("500_3"));
     let r1 = run(1, "0.01", "1", Some("500_1"));
     for r in [&r0, &r1, &r2, &r3] {
-        event(r, T0, "queued", json!({"submission": 1, "job_id": "500"}));
+        let task = format!("500_{}", r.index);
+        event(r, T0, "queued", json!({"submission": 1, "job_id": task}));
     }
 
-    event(&r0, T0 + 1000, "started", json!({"job_id": 501}));
+    event(&r0, T0 + 1000, "started", json!({"job_id": "500_0"}));
     rendezvous(&r0, T0 + 1500, 2);
     attempt(&r0, 0, T0 + 2000, 1..=20, |s| {
         1.2 + 0.1 * (s as f64 - 15.0).abs()
@@ -164,7 +167,7 @@ fn grid(f: &Fixture) -> Sweep {
         json!({"attempt": 0, "ok": true}),
     );
 
-    event(&r1, T0 + 1000, "started", json!({"job_id": 502}));
+    event(&r1, T0 + 1000, "started", json!({"job_id": "500_1"}));
     rendezvous(&r1, T0 + 1500, 2);
     attempt(&r1, 0, T0 + 2000, 1..=12, |s| 2.0 - 0.1 * s as f64);
     event(
@@ -184,7 +187,7 @@ fn grid(f: &Fixture) -> Sweep {
         json!({"attempt": 1, "ok": true}),
     );
 
-    event(&r2, T0 + 1000, "started", json!({"job_id": 503}));
+    event(&r2, T0 + 1000, "started", json!({"job_id": "500_2"}));
     rendezvous(&r2, T0 + 1500, 2);
     attempt(&r2, 0, T0 + 2000, 1..=8, |s| 2.9 - 0.05 * s as f64);
     event(
@@ -763,7 +766,8 @@ fn a_tasks_end_is_recorded_once_in_its_runs_timeline() {
 
 #[test]
 fn tasks_are_found_in_the_arrays_rows() {
-    assert_eq!(task_id(Some("500"), None, 3).as_deref(), Some("500_3"));
+    // A plain id recorded (`herd submit --resume NAME/RUN` submits the run alone) is that job.
+    assert_eq!(task_id(Some("777"), Some("500"), 3).as_deref(), Some("777"));
     assert_eq!(
         task_id(Some("500_1"), Some("600"), 3).as_deref(),
         Some("500_1")

@@ -346,12 +346,16 @@ fn took(d: Duration) -> String {
 
 /// `sbatch --parsable SCRIPT` from `workdir`: the new job's id.
 pub fn sbatch(script: &Path, workdir: &Path) -> Result<String, SlurmError> {
-    let text = run(
-        "sbatch",
-        &["--parsable".as_ref(), script.as_os_str()],
-        Some(workdir),
-        SUBMIT_TIMEOUT,
-    )?;
+    sbatch_with(script, workdir, &[])
+}
+
+/// [`sbatch`] with options `before` the script, which override its `#SBATCH` lines
+/// (`--array=1,3%2`).
+pub fn sbatch_with(script: &Path, workdir: &Path, before: &[&str]) -> Result<String, SlurmError> {
+    let mut args: Vec<&OsStr> = vec!["--parsable".as_ref()];
+    args.extend(before.iter().map(|a| -> &OsStr { a.as_ref() }));
+    args.push(script.as_os_str());
+    let text = run("sbatch", &args, Some(workdir), SUBMIT_TIMEOUT)?;
     parse_sbatch(&text).ok_or_else(|| SlurmError::Output {
         command: "sbatch",
         output: text.trim().to_owned(),

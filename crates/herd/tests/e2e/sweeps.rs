@@ -32,21 +32,48 @@ fn queued_tasks(job: JobId) -> Vec<(String, String)> {
         .collect()
 }
 
+/// `herd ARGS…` from `dir`.
+fn herd(args: &[&str], dir: &Path) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_herd"))
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("herd runs")
+}
+
+/// Waits until no task of array `job` is in the queue (15 min at most).
+fn wait_out_of_queue(job: JobId) {
+    let deadline = Instant::now() + Duration::from_secs(900);
+    while !queued_tasks(job).is_empty() {
+        assert!(Instant::now() < deadline, "job {job} did not end in 15 min");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
 /// `lr` × `seed` (2 × 2) of train_ddp.py, 1 node × 2 workers, `--max-parallel 2`: one array
 /// job in the queue (one id, 4 tasks); 4 run folders, each worker printing its own values;
 /// every run's agents name its task as submit recorded it; never more than 2 runs between
-/// their `started` and `finished`; every run finished ok. A misspelled placeholder exits 2
-/// with nothing written.
+/// their `started` and `finished`. The run `lr=0.1,seed=2` fails its first time (its workers
+/// exit 1), the other three finish: `herd status` shows the sweep as one row (and no other
+/// job), `herd status grid` its runs; `herd report grid` compares the three that have a
+/// loss, sorted by final loss, and `--plots` overlays the runs' losses, one legend entry
+/// per run; `herd submit --resume grid` runs that one run again, alone, as a second
+/// attempt, and it finishes. A misspelled placeholder exits 2 with nothing written; `herd
+/// cancel` of a sweep cancels every task and says so in every run's timeline.
 #[test]
 fn a_grid_is_one_array_job_with_one_experiment_per_run() {
     let bed = Bed::require();
     let (project, exps) = project(&bed, "sweep_grid");
     let exp_root = exps.display().to_string();
     // Each worker says its values (the `{KEY}`s inside one word), then trains with them.
+    // `lr=0.1,seed=2` fails its first time (a marker in its own folder says it did).
     let cmd = [
         "sh",
         "-c",
-        "echo \"values lr={lr} seed={seed}\"; exec python train_ddp.py --steps 60 --log-every 10 --lr {lr} --seed {seed}",
+        "echo \"values lr={lr} seed={seed}\"; \
+         if [ {lr},{seed} = 0.1,2 ] && [ ! -e \"$HERD_EXP_DIR/failed-once\" ]; then \
+         touch \"$HERD_EXP_DIR/failed-once\"; exit 1; fi; \
+         exec python train_ddp.py --steps 60 --log-every 10 --lr {lr} --seed {seed}",
     ];
     let common = [
         "-J",
@@ -90,11 +117,7 @@ fn a_grid_is_one_array_job_with_one_experiment_per_run() {
     );
     assert_eq!(tasks, BTreeSet::from(["0", "1", "2", "3"]), "{in_queue:?}");
 
-    let deadline = Instant::now() + Duration::from_secs(900);
-    while !queued_tasks(job).is_empty() {
-        assert!(Instant::now() < deadline, "the sweep did not end in 15 min");
-        std::thread::sleep(Duration::from_millis(500));
-    }
+    wait_out_of_queue(job);
 
     let runs = [
         ("lr=0.05,seed=1", "0.05", "1"),
@@ -118,8 +141,9 @@ fn a_grid_is_one_array_job_with_one_experiment_per_run() {
             .ok()
             .and_then(|t| parse_scontrol_job(t.lines().next().unwrap_or_default()));
         let all = timeline(&exp);
+        let fails = i == 3;
         assert!(
-            info.as_ref().is_some_and(|i| i.succeeded()),
+            info.as_ref().is_some_and(|i| i.succeeded() != fails),
             "task {task}: {info:?}\n{:?}\n{}",
             names(&all),
             read_lossy(exp.join(format!("logs/{task}.err")))
@@ -140,7 +164,7 @@ fn a_grid_is_one_array_job_with_one_experiment_per_run() {
         );
         let finished = events(&all, "finished");
         assert_eq!(finished.len(), 1, "{:?}", names(&all));
-        assert_eq!(finished[0]["ok"], Value::Bool(true), "{:?}", names(&all));
+        assert_eq!(finished[0]["ok"], Value::Bool(!fails), "{:?}", names(&all));
         spans.push((
             started[0]["unix_ms"].as_u64().expect("ms"),
             finished[0]["unix_ms"].as_u64().expect("ms"),
@@ -152,7 +176,7 @@ fn a_grid_is_one_array_job_with_one_experiment_per_run() {
                 out.contains(&format!("values lr={lr} seed={seed}\n")),
                 "{name} rank {rank}:\n{out}"
             );
-            if rank == 0 {
+            if rank == 0 && !fails {
                 let done = herd_testbed::rank_lines(&out, "done");
                 checksums.insert(done[&0]["checksum"].clone());
             }
@@ -162,7 +186,7 @@ fn a_grid_is_one_array_job_with_one_experiment_per_run() {
             "the task's batch output is in its run's logs"
         );
     }
-    assert_eq!(checksums.len(), 4, "4 different trainings: {checksums:?}");
+    assert_eq!(checksums.len(), 3, "3 different trainings: {checksums:?}");
     // Never more than 2 runs at once: at each run's start, at most 2 are between their
     // `started` and `finished`.
     for &(start, _) in &spans {
@@ -171,5 +195,136 @@ fn a_grid_is_one_array_job_with_one_experiment_per_run() {
             .filter(|&&(s, f)| s <= start && start <= f)
             .count();
         assert!(running <= 2, "{running} runs at once: {spans:?}");
+    }
+
+    // --- seen as one --------------------------------------------------------------------
+    let status = herd(&["status", "--exp-root", &exp_root], &project);
+    let text = String::from_utf8_lossy(&status.stdout);
+    let row: Vec<&str> = text.lines().filter(|l| l.starts_with("grid ")).collect();
+    assert_eq!(row.len(), 1, "one row for the sweep:\n{text}");
+    assert!(
+        row[0].contains(&job.to_string())
+            && row[0].contains("sweep: 4 runs")
+            && row[0].contains("3 finished")
+            && row[0].contains("1 failed"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("other jobs of yours"),
+        "the array is the sweep's, not another job:\n{text}"
+    );
+    let status = herd(&["status", "grid", "--exp-root", &exp_root], &project);
+    let text = String::from_utf8_lossy(&status.stdout);
+    for (i, (_, lr, seed)) in runs.iter().enumerate() {
+        let line = text
+            .lines()
+            .find(|l| l.contains(&format!("{job}_{i}")))
+            .unwrap_or_else(|| panic!("no line for task {i}:\n{text}"));
+        let cells: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(&cells[..2], [*lr, *seed], "{line}");
+        assert!(
+            line.contains(if i == 3 { "failed" } else { "finished" }),
+            "{line}"
+        );
+    }
+
+    // --- compared as one ------------------------------------------------------------------
+    let plots = exps.join("plots");
+    let report = herd(
+        &[
+            "report",
+            "grid",
+            "--json",
+            "--plots",
+            &plots.display().to_string(),
+            "--exp-root",
+            &exp_root,
+        ],
+        &project,
+    );
+    assert!(report.status.success(), "{report:?}");
+    let doc: Value = serde_json::from_slice(&report.stdout).expect("report --json");
+    let rows = doc["runs"].as_array().expect("runs");
+    assert_eq!(rows.len(), 4, "{doc:#}");
+    let losses: Vec<f64> = rows[..3]
+        .iter()
+        .map(|r| r["final_loss"].as_f64().expect("a final loss"))
+        .collect();
+    assert!(
+        losses.windows(2).all(|w| w[0] <= w[1]),
+        "sorted by final loss: {losses:?}"
+    );
+    assert_eq!(
+        rows[3]["name"], "lr=0.1,seed=2",
+        "the failed run without a loss last"
+    );
+    let svg = read_lossy(plots.join("grid.loss.svg"));
+    assert!(plots.join("grid.loss.png").is_file());
+    for (name, lr, seed) in &runs[..3] {
+        assert!(
+            svg.contains(&format!("lr={lr}, seed={seed}")),
+            "a legend entry for {name}"
+        );
+    }
+
+    // --- the failed run again, alone ----------------------------------------------------------
+    let resume = herd(
+        &["submit", "--resume", "grid", "--exp-root", &exp_root],
+        &project,
+    );
+    assert!(resume.status.success(), "{resume:?}");
+    let again = job_id(&resume);
+    let in_queue = queued_tasks(again);
+    assert!(
+        in_queue.iter().all(|(_, t)| t == "3") && !in_queue.is_empty(),
+        "only the failed run's task: {in_queue:?}"
+    );
+    wait_out_of_queue(again);
+    let redone = sweep.join("lr=0.1,seed=2");
+    let all = timeline(&redone);
+    let finished = events(&all, "finished");
+    assert_eq!(finished.len(), 2, "{:?}", names(&all));
+    assert_eq!(finished[1]["ok"], Value::Bool(true), "{:?}", names(&all));
+    assert_eq!(
+        events(&all, "started")[1]["job_id"],
+        Value::from(format!("{again}_3"))
+    );
+    for (name, _, _) in &runs[..3] {
+        let all = timeline(&sweep.join(name));
+        assert_eq!(
+            events(&all, "started").len(),
+            1,
+            "{name} ran once: {:?}",
+            names(&all)
+        );
+    }
+
+    // --- cancelled as one -----------------------------------------------------------------------
+    let doomed = [
+        "-J",
+        "doomed",
+        "--nodes",
+        "1",
+        "--gpus-per-node",
+        "2",
+        "--sweep",
+        "n=1,2,3",
+        "--max-parallel",
+        "1",
+    ];
+    let long = ["sh", "-c", "sleep 300; echo {n}"];
+    let doomed_job = job_id(&submit(&bed, &project, &args(&doomed, &exp_root, &long)));
+    let cancel = herd(&["cancel", "doomed", "--exp-root", &exp_root], &project);
+    assert!(cancel.status.success(), "{cancel:?}");
+    wait_out_of_queue(doomed_job);
+    for n in 1..=3 {
+        let all = timeline(&exps.join(format!("doomed/n={n}")));
+        let cancelled = events(&all, "cancelled");
+        assert_eq!(cancelled.len(), 1, "n={n}: {:?}", names(&all));
+        assert_eq!(cancelled[0]["by"], "herd cancel");
+        assert_eq!(
+            cancelled[0]["job_id"],
+            Value::from(format!("{doomed_job}_{}", n - 1))
+        );
     }
 }
