@@ -680,9 +680,11 @@ fn the_job_runs_the_snapshot_with_arguments_intact() {
     let exp_root = exps.display().to_string();
     std::fs::write(
         project.join("show.py"),
+        // One write of both lines: in torchrun mode the ranks of a node share one stdout,
+        // and print's pieces (unbuffered) would interleave with another rank's.
         "import json, os, sys, time\ntime.sleep(2)\nrank = os.environ['RANK']\n\
-         print('VERSION', rank, open('version.txt').read())\n\
-         print('ARGV', rank, json.dumps(sys.argv[1:]))\n",
+         sys.stdout.write(f\"VERSION {rank} {open('version.txt').read()}\\n\"\n\
+         f\"ARGV {rank} {json.dumps(sys.argv[1:])}\\n\")\nsys.stdout.flush()\n",
     )
     .expect("write");
     let args = [

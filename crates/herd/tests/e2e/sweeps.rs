@@ -200,7 +200,11 @@ fn a_grid_is_one_array_job_with_one_experiment_per_run() {
     // --- seen as one --------------------------------------------------------------------
     let status = herd(&["status", "--exp-root", &exp_root], &project);
     let text = String::from_utf8_lossy(&status.stdout);
-    let row: Vec<&str> = text.lines().filter(|l| l.starts_with("grid ")).collect();
+    let mine = text
+        .split("other jobs of yours:")
+        .next()
+        .unwrap_or_default();
+    let row: Vec<&str> = mine.lines().filter(|l| l.starts_with("grid ")).collect();
     assert_eq!(row.len(), 1, "one row for the sweep:\n{text}");
     assert!(
         row[0].contains(&job.to_string())
@@ -209,8 +213,15 @@ fn a_grid_is_one_array_job_with_one_experiment_per_run() {
             && row[0].contains("1 failed"),
         "{text}"
     );
+    // Other jobs of this user may be listed (the bed's recent ones), never the array.
+    let others = text
+        .split("other jobs of yours:")
+        .nth(1)
+        .unwrap_or_default();
     assert!(
-        !text.contains("other jobs of yours"),
+        !others
+            .lines()
+            .any(|l| l.split_whitespace().nth(1) == Some(&job.to_string())),
         "the array is the sweep's, not another job:\n{text}"
     );
     let status = herd(&["status", "grid", "--exp-root", &exp_root], &project);
@@ -258,19 +269,12 @@ fn a_grid_is_one_array_job_with_one_experiment_per_run() {
         rows[3]["name"], "lr=0.1,seed=2",
         "the failed run without a loss last"
     );
-    let svg = read_lossy(plots.join("grid.loss.svg"));
-    assert!(plots.join("grid.loss.png").is_file());
-    for (name, lr, seed) in &runs[..3] {
-        assert!(
-            svg.contains(&format!("lr={lr}, seed={seed}")),
-            "a legend entry for {name}"
-        );
-    }
 
     // --- the failed run again, alone ----------------------------------------------------------
-    let resume = herd(
-        &["submit", "--resume", "grid", "--exp-root", &exp_root],
+    let resume = submit(
+        &bed,
         &project,
+        &["--resume", "grid", "--exp-root", &exp_root],
     );
     assert!(resume.status.success(), "{resume:?}");
     let again = job_id(&resume);
@@ -289,6 +293,48 @@ fn a_grid_is_one_array_job_with_one_experiment_per_run() {
         events(&all, "started")[1]["job_id"],
         Value::from(format!("{again}_3"))
     );
+    // All four compared now: sorted by final loss, one colour and legend entry per run.
+    let report = herd(
+        &[
+            "report",
+            "grid",
+            "--json",
+            "--plots",
+            &plots.display().to_string(),
+            "--exp-root",
+            &exp_root,
+        ],
+        &project,
+    );
+    assert!(report.status.success(), "{report:?}");
+    let doc: Value = serde_json::from_slice(&report.stdout).expect("report --json");
+    let losses: Vec<f64> = doc["runs"]
+        .as_array()
+        .expect("runs")
+        .iter()
+        .map(|r| r["final_loss"].as_f64().expect("a final loss"))
+        .collect();
+    assert_eq!(losses.len(), 4, "{doc:#}");
+    assert!(
+        losses.windows(2).all(|w| w[0] <= w[1]),
+        "sorted by final loss: {losses:?}"
+    );
+    let svg = read_lossy(plots.join("grid.loss.svg"));
+    assert!(plots.join("grid.loss.png").is_file());
+    for (name, lr, seed) in &runs {
+        assert!(
+            svg.contains(&format!("lr={lr}, seed={seed}")),
+            "a legend entry for {name}"
+        );
+    }
+    // Four colours: the runs' lines (black is the axes' and the grid's).
+    let colours: BTreeSet<&str> = svg
+        .split("<polyline")
+        .skip(1)
+        .filter_map(|p| p.split("stroke=\"").nth(1)?.split('"').next())
+        .filter(|c| *c != "#000000")
+        .collect();
+    assert_eq!(colours.len(), 4, "one colour per run: {colours:?}");
     for (name, _, _) in &runs[..3] {
         let all = timeline(&sweep.join(name));
         assert_eq!(
