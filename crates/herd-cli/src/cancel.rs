@@ -17,7 +17,8 @@ use crate::{CliError, ExitStatus};
 /// `herd cancel` arguments.
 #[derive(Debug, Args)]
 pub struct CancelArgs {
-    /// Experiment names, job names or job ids.
+    /// Experiment names, sweep names (every run; `SWEEP/RUN`: one run), job names or job
+    /// ids.
     #[arg(value_name = "NAME|ID", required = true)]
     pub targets: Vec<String>,
     /// Also cancel every job that waits for these (chains of `herd submit --then`,

@@ -365,7 +365,8 @@ pub struct SubmitArgs {
     #[arg(long)]
     dry_run: bool,
     /// Submit the existing experiment NAME again as a new attempt (same folder, same
-    /// snapshot and script); other plan options are not used.
+    /// snapshot and script); other plan options are not used. A sweep's NAME: its runs that
+    /// failed or were cancelled, as one array job (`SWEEP/RUN`: that run alone).
     #[arg(long, value_name = "NAME", conflicts_with_all = ["dry_run", "then"])]
     resume: Option<String>,
     /// Then submit this job file to start after the first one succeeds (a chain; repeatable,

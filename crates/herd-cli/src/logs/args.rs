@@ -11,7 +11,8 @@ pub const FAILED_TAIL: usize = 40;
 /// `herd logs` arguments.
 #[derive(Debug, Clone, Args)]
 pub struct LogsArgs {
-    /// The experiment: its folder's name under the experiment root.
+    /// The experiment: its folder's name under the experiment root (`SWEEP/RUN`: a run of
+    /// a sweep).
     #[arg(value_name = "NAME")]
     pub name: String,
     /// The experiment root (default: herd-exp/ in this folder, as for `herd submit`).

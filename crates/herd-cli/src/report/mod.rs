@@ -27,7 +27,8 @@ use crate::{CliError, ExitStatus};
 /// `herd report` arguments.
 #[derive(Debug, Args)]
 pub struct ReportArgs {
-    /// The experiments: runs of one job at different sizes (one is enough for its line).
+    /// The experiments: runs of one job at different sizes (one is enough for its line);
+    /// or one sweep's name, its runs compared (`SWEEP/RUN`: one run as an experiment).
     #[arg(value_name = "NAME", required = true)]
     pub names: Vec<String>,
     /// Where the experiments are (as for `herd status`).

@@ -30,8 +30,8 @@ pub const JSON_FORMAT: u32 = 1;
 /// `herd status` arguments.
 #[derive(Debug, Args)]
 pub struct StatusArgs {
-    /// Experiment names or job ids; none: every experiment under the experiment root and
-    /// your other jobs.
+    /// Experiment names, sweep names (one line per run) or job ids; none: every experiment
+    /// and sweep under the experiment root and your other jobs.
     #[arg(value_name = "NAME|ID")]
     pub targets: Vec<String>,
     /// Where the experiments are (default: the profile's `exp_root`, else `herd-exp` in
