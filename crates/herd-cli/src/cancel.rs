@@ -51,16 +51,17 @@ impl Pick {
     }
 }
 
-/// A sweep (`NAME`) or one of its runs (`NAME/RUN`) under `root` as a job to cancel: the
-/// newest submission's array, every run recording its own task; or the run's task.
-fn sweep_pick(root: &std::path::Path, target: &str) -> Option<Result<Pick, String>> {
+/// A sweep (`NAME`) or one of its runs (`NAME/RUN`) under `root` as the jobs to cancel:
+/// every array of the newest submission (one per resource shape), every run recording its
+/// own task; or the run's task.
+fn sweep_pick(root: &std::path::Path, target: &str) -> Option<Result<Vec<Pick>, String>> {
     if let Some((sweep, run)) = crate::site::sweep_run(root, target) {
         let exp = match Experiment::open(&root.join(sweep), run) {
             Ok(e) => e,
             Err(e) => return Some(Err(format!("{target}: {e}"))),
         };
         return Some(match Progress::read(&exp).ok().and_then(|p| p.job_id) {
-            Some(id) => Ok(Pick::of(id, Some(exp), format!("run {target}"))),
+            Some(id) => Ok(vec![Pick::of(id, Some(exp), format!("run {target}"))]),
             None => Err(format!(
                 "{target}: the run was never submitted (no job id in its manifest)"
             )),
@@ -77,23 +78,40 @@ fn sweep_pick(root: &std::path::Path, target: &str) -> Option<Result<Pick, Strin
         (Ok(m), Ok(r)) => (m, r),
         (Err(e), _) | (_, Err(e)) => return Some(Err(format!("{target}: {e}"))),
     };
-    let Some(id) = manifest.submissions.last().map(|s| s.job_id.clone()) else {
+    let Some(newest) = manifest.submissions.last() else {
         return Some(Err(format!(
             "{target}: the sweep was never submitted (no job id in its sweep.json)"
         )));
     };
-    let exps = runs
+    let recorded: Vec<(Experiment, String)> = runs
         .into_iter()
         .filter_map(|(_, exp)| {
             let run_id = Progress::read(&exp).ok()?.job_id?;
-            (run_id.split('_').next() == Some(id.as_str())).then_some((exp, run_id))
+            Some((exp, run_id))
         })
         .collect();
-    Some(Ok(Pick {
-        id,
-        exps,
-        why: format!("sweep {target}"),
-    }))
+    Some(Ok(sweep_arrays(&newest.arrays(), &recorded, target)))
+}
+
+/// One pick per array of a sweep's submission, each with the runs (of `recorded`, each
+/// with its job id) whose task is of that array.
+fn sweep_arrays(
+    arrays: &[herd_exp::sweep::SweepArray],
+    recorded: &[(Experiment, String)],
+    target: &str,
+) -> Vec<Pick> {
+    arrays
+        .iter()
+        .map(|a| Pick {
+            id: a.job_id.clone(),
+            exps: recorded
+                .iter()
+                .filter(|(_, run_id)| run_id.split('_').next() == Some(a.job_id.as_str()))
+                .cloned()
+                .collect(),
+            why: format!("sweep {target}"),
+        })
+        .collect()
 }
 
 /// The ids of `rows` that wait, directly or through others, for one of `ids`.
@@ -132,7 +150,7 @@ pub fn run(args: CancelArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError
         let is_id = crate::site::is_job_id(t);
         if let Some(pick) = sweep_pick(&root, t) {
             match pick {
-                Ok(p) => picks.push(p),
+                Ok(p) => picks.extend(p),
                 Err(problem) => problems.push(problem),
             }
         } else if let Some((e, id)) = exps.iter().find(|(e, _)| e.name() == t) {

@@ -18,7 +18,10 @@ use std::path::{Path, PathBuf};
 /// The code snapshot's folder inside an experiment.
 const CODE: &str = "code";
 /// The rendered batch script.
-const JOB_SCRIPT: &str = "job.sbatch";
+pub(crate) const JOB_SCRIPT: &str = "job.sbatch";
+/// A sweep's array script of one resource shape among several: `job-SHAPE.sbatch`.
+const SHAPE_SCRIPT_PREFIX: &str = "job-";
+const SHAPE_SCRIPT_EXT: &str = "sbatch";
 /// The manifest.
 const MANIFEST: &str = "manifest.json";
 /// The lock file taken while the manifest is updated.
@@ -416,6 +419,33 @@ impl SweepDir {
         self.dir.join(JOB_SCRIPT)
     }
 
+    /// The array script of resource shape `shape` (1, 2, … in the order of each shape's
+    /// first run) of a sweep with `shapes` shapes: `job.sbatch` when there is one,
+    /// `job-SHAPE.sbatch` when there are several. Its file name is
+    /// [`SweepDir::array_script_name`]'s.
+    pub fn array_script(&self, shape: usize, shapes: usize) -> PathBuf {
+        self.dir.join(SweepDir::array_script_name(shape, shapes))
+    }
+
+    /// The file name of shape `shape`'s array script among `shapes`: `job.sbatch` or
+    /// `job-SHAPE.sbatch`.
+    pub fn array_script_name(shape: usize, shapes: usize) -> String {
+        if shapes <= 1 {
+            JOB_SCRIPT.to_owned()
+        } else {
+            format!("{SHAPE_SCRIPT_PREFIX}{shape}.{SHAPE_SCRIPT_EXT}")
+        }
+    }
+
+    /// Whether `name` is an array script's file name: `job.sbatch` or `job-N.sbatch`.
+    pub fn is_array_script_name(name: &str) -> bool {
+        name == JOB_SCRIPT
+            || name
+                .strip_prefix(SHAPE_SCRIPT_PREFIX)
+                .and_then(|n| n.strip_suffix(&format!(".{SHAPE_SCRIPT_EXT}")))
+                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+    }
+
     /// `.lock`: taken while `sweep.json` is updated.
     pub fn lock(&self) -> PathBuf {
         self.dir.join(LOCK)
@@ -450,11 +480,15 @@ pub fn sweep_entries() -> Vec<(String, &'static str)> {
     vec![
         (
             SWEEP_MANIFEST.to_owned(),
-            "the sweep: its keys, each run's index, name and values, `max_parallel`, when it was made, herd's version, and every submission with its array job id and tasks",
+            "the sweep: its keys, each run's index, name and values, `max_parallel`, when it was made, herd's version, and every submission with each array job it made, its script and tasks",
         ),
         (
             JOB_SCRIPT.to_owned(),
             "the array's batch script: the runs' `#SBATCH` lines, `--array`, and a `case` from the task's index to its run",
+        ),
+        (
+            SweepDir::array_script_name(1, 2).replace('1', "SHAPE"),
+            "when the runs ask for different resources (a sweep over plan keys such as `nodes`): one array script per resource shape in place of `job.sbatch`, `SHAPE` = 1, 2, … in the order of each shape's first run, each with its shape's `#SBATCH` lines and a `case` of its runs alone",
         ),
         (
             format!("{LOGS}/"),
@@ -711,6 +745,28 @@ mod tests {
             Path::new("/e/grid/a=1/job.sbatch")
         );
         assert_eq!(SweepDir::array_log_pattern(Stream::Out), "%A_%a.out");
+    }
+
+    /// One shape: `job.sbatch`; several: `job-1.sbatch`, `job-2.sbatch`…, each taken for an
+    /// array script's name and no run's.
+    #[test]
+    fn array_scripts_are_named_after_their_shape() {
+        let sweep = SweepDir::new("/e/grid");
+        assert_eq!(sweep.array_script(1, 1), Path::new("/e/grid/job.sbatch"));
+        assert_eq!(sweep.array_script(1, 2), Path::new("/e/grid/job-1.sbatch"));
+        assert_eq!(sweep.array_script(2, 2), Path::new("/e/grid/job-2.sbatch"));
+        for name in ["job.sbatch", "job-1.sbatch", "job-12.sbatch"] {
+            assert!(SweepDir::is_array_script_name(name), "{name}");
+        }
+        for name in [
+            "job-.sbatch",
+            "job-a.sbatch",
+            "job-1.sh",
+            "nodes=1",
+            "jobs.sbatch",
+        ] {
+            assert!(!SweepDir::is_array_script_name(name), "{name}");
+        }
     }
 
     /// Each documented path is what the functions give: the table cannot name a file the

@@ -59,15 +59,47 @@ pub struct SweepRun {
     pub values: BTreeMap<String, String>,
 }
 
-/// One submission of a sweep's array.
+/// One submission of a sweep: one array job per resource shape ([`SweepSubmission::arrays`]).
+/// `job_id` and `tasks` are its first array's id and every task it runs, as a sweep.json
+/// of one array per submission (before sweeps over plan keys) gives them alone.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SweepSubmission {
     /// 1 for the first, counting up.
     pub number: u32,
-    /// The array's job id, as sbatch printed it.
+    /// Its first array's job id, as sbatch printed it.
     pub job_id: String,
+    /// The task indexes it runs (the runs' indexes), in all its arrays.
+    pub tasks: Vec<u32>,
+    /// Each array job it made, with its script and tasks; empty in a sweep.json written
+    /// before there could be several (then `job_id` ran `tasks` from `job.sbatch`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub arrays: Vec<SweepArray>,
+}
+
+/// One array job of a submission: one resource shape.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SweepArray {
+    /// Its job id, as sbatch printed it.
+    pub job_id: String,
+    /// Its batch script, a file name in the sweep folder (`job.sbatch`, `job-2.sbatch`).
+    pub script: String,
     /// The task indexes it runs (the runs' indexes).
     pub tasks: Vec<u32>,
+}
+
+impl SweepSubmission {
+    /// Every array job of the submission: those it records, or for a sweep.json of one
+    /// array per submission, `job_id` running `tasks` from `job.sbatch`.
+    pub fn arrays(&self) -> Vec<SweepArray> {
+        if !self.arrays.is_empty() {
+            return self.arrays.clone();
+        }
+        vec![SweepArray {
+            job_id: self.job_id.clone(),
+            script: layout::JOB_SCRIPT.to_owned(),
+            tasks: self.tasks.clone(),
+        }]
+    }
 }
 
 /// One run to create: its name, its values in key order, its plan and its files (its batch
@@ -103,8 +135,9 @@ pub struct NewSweep {
     pub invocation: Invocation,
     /// How to take the snapshots.
     pub snapshot: SnapshotOptions,
-    /// The array's batch script, `job.sbatch` in the sweep folder.
-    pub array_script: Vec<u8>,
+    /// The array scripts, one per resource shape: each its file name in the sweep folder
+    /// ([`SweepDir::array_script_name`]) and its text.
+    pub array_scripts: Vec<(String, Vec<u8>)>,
 }
 
 /// A created sweep and what each run's snapshot did.
@@ -122,6 +155,7 @@ fn taken(name: &str) -> bool {
     [dir.manifest(), dir.job_script(), dir.logs(), dir.lock()]
         .iter()
         .any(|p| p.as_os_str() == name)
+        || SweepDir::is_array_script_name(name)
 }
 
 impl NewSweep {
@@ -162,14 +196,22 @@ impl NewSweep {
             .map_err(|e| io_error("cannot create a temporary folder in", &exp_root, e))?;
         let new = SweepDir::new(tmp.path());
         fs::create_dir(new.logs()).map_err(|e| io_error("cannot create folder", &new.logs(), e))?;
-        write_new_file(
-            &new.job_script(),
-            &ExtraFile {
-                name: String::new(),
-                contents: self.array_script.clone(),
-                executable: true,
-            },
-        )?;
+        if self.array_scripts.is_empty() {
+            return Err(bad("it has no array script".into()));
+        }
+        for (file, text) in &self.array_scripts {
+            if !SweepDir::is_array_script_name(file) {
+                return Err(bad(format!("`{file}` is no array script's name")));
+            }
+            write_new_file(
+                &new.path().join(file),
+                &ExtraFile {
+                    name: String::new(),
+                    contents: text.clone(),
+                    executable: true,
+                },
+            )?;
+        }
         let mut snapshots = Vec::with_capacity(self.runs.len());
         for run in &self.runs {
             let created = NewExperiment {
@@ -310,7 +352,27 @@ impl Sweep {
     /// its number (1 for the first). Read, changed and rewritten under the sweep's lock,
     /// through a temporary file renamed over `sweep.json`.
     pub fn record_submission(&self, job_id: &str, tasks: &[u32]) -> Result<u32, Error> {
-        crate::check_job_id(job_id)?;
+        self.record_arrays(&[SweepArray {
+            job_id: job_id.to_owned(),
+            script: layout::JOB_SCRIPT.to_owned(),
+            tasks: tasks.to_vec(),
+        }])
+    }
+
+    /// Records a submission of one array job per resource shape (`arrays`, at least one):
+    /// each with its script and tasks; returns its number (1 for the first). Read, changed
+    /// and rewritten under the sweep's lock, through a temporary file renamed over
+    /// `sweep.json`.
+    pub fn record_arrays(&self, arrays: &[SweepArray]) -> Result<u32, Error> {
+        let Some(first) = arrays.first() else {
+            return Err(Error::BadSweep {
+                name: self.name.clone(),
+                why: "a submission without an array job".into(),
+            });
+        };
+        for a in arrays {
+            crate::check_job_id(&a.job_id)?;
+        }
         let lock_path = self.paths.lock();
         let lock = fs::OpenOptions::new()
             .create(true)
@@ -328,8 +390,12 @@ impl Sweep {
             .map_or(1, |s| s.number.saturating_add(1));
         m.submissions.push(SweepSubmission {
             number,
-            job_id: job_id.to_owned(),
-            tasks: tasks.to_vec(),
+            job_id: first.job_id.clone(),
+            tasks: arrays
+                .iter()
+                .flat_map(|a| a.tasks.iter().copied())
+                .collect(),
+            arrays: arrays.to_vec(),
         });
         manifest::replace(&path, &m)?;
         drop(lock);

@@ -13,14 +13,16 @@ use herd_exp::layout::{ExperimentDir, Stream, SweepDir};
 use crate::quote::quote;
 use crate::render::RenderError;
 
-/// What the array script needs: the sweep folder, each run's name and rendered script (by
-/// index), and `--max-parallel`.
+/// What the array script needs: the sweep folder, each of its runs' index, name and
+/// rendered script, and `--max-parallel`.
 #[derive(Debug, Clone, Copy)]
 pub struct ArrayParams<'a> {
     /// The sweep folder (absolute): `<exp_root>/<name>`.
     pub sweep_dir: &'a Path,
-    /// Each run's name (its folder inside the sweep folder) and its batch script, by index.
-    pub runs: &'a [(String, String)],
+    /// Each run the array runs: its index (its task id), its name (its folder inside the
+    /// sweep folder) and its batch script, by index. One array's runs ask for the same
+    /// resources; a sweep whose runs do not has one array per shape ([`shapes`]).
+    pub runs: &'a [(u32, String, String)],
     /// At most this many tasks at once (`--array=…%P`).
     pub max_parallel: Option<u32>,
 }
@@ -78,13 +80,51 @@ fn sbatch_path(path: &str, pattern: &str) -> Result<String, RenderError> {
     Ok(format!("\"{}/{pattern}\"", path.replace('%', "%%")))
 }
 
+/// The runs of a sweep grouped by resource shape: runs whose batch scripts have the same
+/// `#SBATCH` lines (less `--output`/`--error`) are one shape, one array job. Each group
+/// holds positions in `scripts`, in order; the groups are in the order of their first run.
+pub fn shapes<S: AsRef<str>>(scripts: &[S]) -> Vec<Vec<usize>> {
+    let mut groups: Vec<(Vec<&str>, Vec<usize>)> = Vec::new();
+    for (i, script) in scripts.iter().enumerate() {
+        let head = header(script.as_ref());
+        match groups.iter_mut().find(|(h, _)| *h == head) {
+            Some((_, members)) => members.push(i),
+            None => groups.push((head, vec![i])),
+        }
+    }
+    groups.into_iter().map(|(_, members)| members).collect()
+}
+
+/// sbatch's `--array` list of task ids `tasks` (sorted here): runs of consecutive ids as
+/// ranges, `0-3`, `0,2`, `1-2,5`. SLURM takes a list that is not contiguous.
+pub fn array_spec(tasks: &[u32]) -> String {
+    let mut tasks = tasks.to_vec();
+    tasks.sort_unstable();
+    tasks.dedup();
+    let mut parts: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < tasks.len() {
+        let mut j = i;
+        while j + 1 < tasks.len() && tasks[j + 1] == tasks[j] + 1 {
+            j += 1;
+        }
+        parts.push(if j > i {
+            format!("{}-{}", tasks[i], tasks[j])
+        } else {
+            tasks[i].to_string()
+        });
+        i = j + 1;
+    }
+    parts.join(",")
+}
+
 /// Render the array script of a sweep. Pure. Refused: no runs, a run script without
 /// `#SBATCH` lines, runs whose `#SBATCH` lines differ (other resources), an `--array` of
 /// the user's own.
 pub fn render_array_script(params: &ArrayParams<'_>) -> Result<String, RenderError> {
     let sweep = SweepDir::new(params.sweep_dir);
     let dir = text(params.sweep_dir, "sweep folder")?;
-    let Some((first_name, first)) = params.runs.first() else {
+    let Some((_, first_name, first)) = params.runs.first() else {
         return Err(bad("the sweep has no runs".into()));
     };
     let head = header(first);
@@ -98,7 +138,7 @@ pub fn render_array_script(params: &ArrayParams<'_>) -> Result<String, RenderErr
             "`{l}`: a sweep is an array job of its own; drop --array from `sbatch_args`"
         )));
     }
-    for (name, script) in &params.runs[1..] {
+    for (_, name, script) in &params.runs[1..] {
         let other = header(script);
         if other != head {
             let diff = head
@@ -108,7 +148,7 @@ pub fn render_array_script(params: &ArrayParams<'_>) -> Result<String, RenderErr
                 .map(|(a, b)| format!("`{a}` against `{b}`"))
                 .unwrap_or_else(|| "a different number of #SBATCH lines".into());
             return Err(bad(format!(
-                "run {name} asks for other resources than run {first_name} ({diff}): one array job has one resource request, so only the command may differ between runs"
+                "run {name} asks for other resources than run {first_name} ({diff}): one array job has one resource request, so runs of different shapes go to different array scripts"
             )));
         }
     }
@@ -123,7 +163,9 @@ pub fn render_array_script(params: &ArrayParams<'_>) -> Result<String, RenderErr
         Some(p) => format!("%{p}"),
         None => String::new(),
     };
-    s.push_str(&format!("#SBATCH --array=0-{}{limit}\n", n - 1));
+    let tasks: Vec<u32> = params.runs.iter().map(|(i, _, _)| *i).collect();
+    let spec = array_spec(&tasks);
+    s.push_str(&format!("#SBATCH --array={spec}{limit}\n"));
     let logs = sweep.logs();
     let logs = text(&logs, "sweep folder")?;
     for (flag, stream) in [("--output", Stream::Out), ("--error", Stream::Err)] {
@@ -152,7 +194,7 @@ pub fn render_array_script(params: &ArrayParams<'_>) -> Result<String, RenderErr
         name.escape_debug(),
         quote(dir, "sweep folder").map_err(|e| bad(e.to_string()))?,
     ));
-    for (i, (run, _)) in params.runs.iter().enumerate() {
+    for (i, run, _) in params.runs {
         let exp = ExperimentDir::new(params.sweep_dir.join(run));
         let script = exp.job_script();
         let logs = exp.logs();
@@ -165,14 +207,13 @@ pub fn render_array_script(params: &ArrayParams<'_>) -> Result<String, RenderErr
     }
     s.push_str(&format!(
         "  *)\n\
-         \x20   echo \"herd: array task '$task' is no run of sweep $sweep (tasks 0-{last})\" >&2\n\
+         \x20   echo \"herd: array task '$task' is no run of sweep $sweep (tasks {spec})\" >&2\n\
          \x20   exit 2 ;;\n\
          esac\n\
          # As sbatch --output does for a single job: the batch step's output, in the run's logs.\n\
          job=\"${{SLURM_ARRAY_JOB_ID:?}}_$task\"\n\
          exec >>\"$logs/$job.{out}\" 2>>\"$logs/$job.{err}\"\n\
          exec /bin/bash -- \"$script\"\n",
-        last = n - 1,
         out = Stream::Out.ext(),
         err = Stream::Err.ext(),
     ));

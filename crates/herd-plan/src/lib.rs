@@ -89,7 +89,7 @@ pub mod sweep;
 pub mod torchrun;
 pub mod values;
 
-pub use array::{render_array_script, ArrayParams};
+pub use array::{array_spec, render_array_script, shapes, ArrayParams};
 pub use check::{
     check, check_script, has_errors, CheckContext, Finding, MemoryPolicy, ProgramLookup, Severity,
 };

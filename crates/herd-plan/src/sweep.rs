@@ -25,6 +25,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
+use crate::keys::{JobKeys, Key};
+
 /// The most runs one sweep may have.
 pub const MAX_RUNS: usize = 1000;
 
@@ -567,9 +569,149 @@ pub fn substitute(words: &[String], values: &[(String, String)]) -> Vec<String> 
         .collect()
 }
 
+/// The plan keys a sweep cannot set per run: the sweep's name and folder (`job_name`,
+/// `exp_root`), what the runs' commands are made of (`command`, `params`), its dependency
+/// (`after`: one for the whole sweep) and the code snapshot's globs (`exclude`).
+pub const UNSWEPT_KEYS: [Key; 6] = [
+    Key::JobName,
+    Key::Command,
+    Key::Params,
+    Key::After,
+    Key::ExpRoot,
+    Key::Exclude,
+];
+
+/// `herd submit`'s own sweep flags, which no sweep key may be named after.
+pub const SWEEP_FLAGS: [&str; 3] = ["sweep", "sweep_file", "max_parallel"];
+
+/// The plan key sweep key `key` names (`nodes`, `gpus_per_node`: [`Key::name`]), if any:
+/// such a key sets that key of each run's plan.
+pub fn plan_key(key: &str) -> Option<Key> {
+    Key::ALL.into_iter().find(|k| k.name() == key)
+}
+
+/// What is wrong with sweeping `keys` as plan keys, given the keys `flags` set: a key that
+/// cannot be swept ([`UNSWEPT_KEYS`], [`SWEEP_FLAGS`]), a plan key also given as a flag
+/// (`--nodes 2 --sweep nodes=1,2`).
+pub fn check_plan_keys(keys: &[String], flags: &JobKeys) -> Vec<String> {
+    let mut problems = Vec::new();
+    // The keys the flags set: a table of them (`None` is left out).
+    let given = toml::Table::try_from(flags).unwrap_or_default();
+    for key in keys {
+        if SWEEP_FLAGS.contains(&key.as_str()) {
+            problems.push(format!(
+                "sweep key `{key}` is the name of the sweep's own flag --{}: name the key otherwise",
+                key.replace('_', "-")
+            ));
+            continue;
+        }
+        let Some(plan) = plan_key(key) else {
+            continue;
+        };
+        if UNSWEPT_KEYS.contains(&plan) {
+            problems.push(format!(
+                "plan key `{key}` cannot be swept ({}): a sweep's runs share it; name the sweep key otherwise if it is the command's alone",
+                match plan {
+                    Key::JobName => "it names the sweep and its folder",
+                    Key::ExpRoot => "the sweep's runs live in its folder",
+                    Key::Command => "the runs' commands are made from it by {KEY} placeholders",
+                    Key::Params => "give each param with --param; sweep the command's {KEY} instead",
+                    Key::After => "the whole sweep waits for the same jobs",
+                    _ => "the code snapshot is the same for every run",
+                }
+            ));
+            continue;
+        }
+        let set = given.contains_key(key.as_str()) || (plan == Key::Requeue && flags.no_requeue);
+        if set {
+            let flag = if plan == Key::Requeue && flags.no_requeue {
+                "--no-requeue"
+            } else {
+                plan.flag()
+            };
+            problems.push(format!(
+                "`{key}` is given both by {flag} and by the sweep (`{key}=…`): keep one"
+            ));
+        }
+    }
+    problems
+}
+
+/// The first line of clap's message, without its `error: `.
+fn clap_message(e: &clap::Error) -> String {
+    let text = e.render().to_string();
+    let line = text.lines().next().unwrap_or_default();
+    line.strip_prefix("error: ").unwrap_or(line).to_owned()
+}
+
+/// `flags` with a run's plan keys set from its `values` (keys that are no plan key are
+/// the command's alone and left out), each parsed as `herd submit --FLAG=VALUE` parses it
+/// (`requeue`: `true` or `false`, as a job file gives it). As flags, they take precedence
+/// over the job file and the profile. Every value's problem is returned.
+pub fn run_flags(flags: &JobKeys, values: &[(String, String)]) -> Result<JobKeys, Vec<String>> {
+    let mut problems = Vec::new();
+    let mut argv = vec!["herd".to_owned()];
+    let mut swept = Vec::new();
+    let mut requeue = None;
+    for (key, value) in values {
+        let Some(plan) = plan_key(key) else {
+            continue;
+        };
+        match plan {
+            Key::Requeue => match value.as_str() {
+                "true" => requeue = Some(true),
+                "false" => requeue = Some(false),
+                _ => problems.push(format!(
+                    "sweep key `requeue`: `{value}` is neither true nor false"
+                )),
+            },
+            _ => {
+                argv.push(format!("{}={value}", plan.flag()));
+                swept.push(key.as_str());
+            }
+        }
+    }
+    let cmd = <JobKeys as clap::Args>::augment_args(clap::Command::new("herd"));
+    let parsed = cmd
+        .try_get_matches_from(&argv)
+        .and_then(|m| <JobKeys as clap::FromArgMatches>::from_arg_matches(&m));
+    let parsed = match parsed {
+        Ok(p) => p,
+        Err(e) => {
+            problems.push(format!(
+                "sweep values {}: {}",
+                argv[1..].join(" "),
+                clap_message(&e)
+            ));
+            JobKeys::default()
+        }
+    };
+    if !problems.is_empty() {
+        return Err(problems);
+    }
+    // The flags as a table of the keys they set, the run's parsed keys put over them.
+    let mut out = toml::Table::try_from(flags).map_err(|e| vec![e.to_string()])?;
+    let parsed = toml::Table::try_from(&parsed).map_err(|e| vec![e.to_string()])?;
+    for key in swept {
+        if let Some(v) = parsed.get(key) {
+            out.insert(key.to_owned(), v.clone());
+        }
+    }
+    let mut run: JobKeys = toml::Value::Table(out)
+        .try_into()
+        .map_err(|e: toml::de::Error| vec![e.to_string()])?;
+    run.no_requeue = flags.no_requeue;
+    if let Some(r) = requeue {
+        run.requeue = Some(r);
+        run.no_requeue = false;
+    }
+    Ok(run)
+}
+
 /// What is wrong with the worker `command` for a sweep of `keys`, given the job file's
 /// `params` (whose `{NAME}`s `--param` fills): a `{NAME}` that is neither, a key that is
-/// also a param, a key the command never uses (its runs would be the same).
+/// also a param, a key the command never uses (its runs would be the same) unless it is a
+/// plan key ([`plan_key`]), which sets its key of each run's plan.
 pub fn check_command(command: &[String], keys: &[String], params: &[String]) -> Vec<String> {
     let mut problems = Vec::new();
     let used: BTreeSet<&str> = command.iter().flat_map(|w| placeholders(w)).collect();
@@ -594,7 +736,8 @@ pub fn check_command(command: &[String], keys: &[String], params: &[String]) -> 
         }
     }
     for key in keys {
-        if !used.contains(key.as_str()) {
+        // A plan key sets its key of each run's plan: the command need not name it.
+        if !used.contains(key.as_str()) && plan_key(key).is_none() {
             problems.push(format!(
                 "sweep key `{key}` appears nowhere in the command as `{{{key}}}`: its runs would be the same; use it (`--{key} {{{key}}}`) or drop it"
             ));

@@ -1,6 +1,7 @@
 //! `herd submit --resume NAME` of a sweep: the runs that did not finish, submitted again as
-//! one array job of those tasks only, each run a new attempt of its experiment (its own
-//! folder, snapshot and script, as `--resume` of one experiment).
+//! one array job of those tasks only per resource shape (each shape's own array script),
+//! each run a new attempt of its experiment (its own folder, snapshot and script, as
+//! `--resume` of one experiment).
 
 use std::io::Write;
 use std::path::Path;
@@ -21,6 +22,34 @@ fn array_arg(tasks: &[u32], max_parallel: Option<u32>) -> String {
     let list: Vec<String> = tasks.iter().map(u32::to_string).collect();
     let limit = max_parallel.map_or_else(String::new, |p| format!("%{p}"));
     format!("--array={}{limit}", list.join(","))
+}
+
+/// `tasks` grouped by the array script that runs each (the first submission's arrays say
+/// which: every run is a task of it), each group's tasks in order; the groups in the order
+/// of those arrays. A task no array names goes with `job.sbatch`.
+fn by_script(tasks: &[u32], arrays: &[herd_exp::sweep::SweepArray]) -> Vec<(String, Vec<u32>)> {
+    let mut groups: Vec<(String, Vec<u32>)> = Vec::new();
+    for &t in tasks {
+        let script = arrays.iter().find(|a| a.tasks.contains(&t)).map_or_else(
+            || herd_exp::ExperimentDir::job_script_name().to_owned(),
+            |a| a.script.clone(),
+        );
+        match groups.iter_mut().find(|(s, _)| *s == script) {
+            Some((_, g)) => g.push(t),
+            None => groups.push((script, vec![t])),
+        }
+    }
+    let order = |s: &str| {
+        arrays
+            .iter()
+            .position(|a| a.script == s)
+            .unwrap_or(usize::MAX)
+    };
+    groups.sort_by_key(|(s, _)| order(s));
+    for (_, g) in &mut groups {
+        g.sort_unstable();
+    }
+    groups
 }
 
 /// Whether `herd submit --resume NAME` names a sweep: then [`run`] resumes it.
@@ -69,26 +98,56 @@ pub fn resume(root: &Path, name: &str, out: &mut dyn Write) -> Result<ExitStatus
         )));
     }
     let tasks: Vec<u32> = again.iter().map(|r| r.index).collect();
-    let array = array_arg(&tasks, manifest.max_parallel);
-    let id = herd_slurm::scheduler::command::sbatch_with(
-        &folder.paths().job_script(),
-        folder.dir(),
-        &[&array],
-    )
-    .map_err(|source| CliError::Sbatch {
-        what: format!("the runs of sweep {name} that did not finish"),
-        source,
-    })?;
+    // Each run's shape: the script of its array in the first submission (which ran all).
+    let first: Vec<herd_exp::sweep::SweepArray> = manifest
+        .submissions
+        .first()
+        .map(|s| s.arrays())
+        .unwrap_or_default();
+    let groups = by_script(&tasks, &first);
+    let mut arrays: Vec<herd_exp::sweep::SweepArray> = Vec::with_capacity(groups.len());
+    for (script, group) in &groups {
+        let array = array_arg(group, manifest.max_parallel);
+        match herd_slurm::scheduler::command::sbatch_with(
+            &folder.dir().join(script),
+            folder.dir(),
+            &[&array],
+        ) {
+            Ok(id) => arrays.push(herd_exp::sweep::SweepArray {
+                job_id: id,
+                script: script.clone(),
+                tasks: group.clone(),
+            }),
+            Err(source) if arrays.is_empty() => {
+                return Err(CliError::Sbatch {
+                    what: format!("the runs of sweep {name} that did not finish"),
+                    source,
+                })
+            }
+            Err(source) => {
+                // The arrays queued before run; record them, and say which runs did not go.
+                eprintln!(
+                    "herd: error: sbatch refused {script} (tasks {}) of sweep {name}: {source}; the other arrays are queued",
+                    herd_plan::array_spec(group)
+                );
+            }
+        }
+    }
+    let tasks: Vec<u32> = arrays.iter().flat_map(|a| a.tasks.clone()).collect();
+    let ids: Vec<String> = arrays.iter().map(|a| a.job_id.clone()).collect();
     folder
-        .record_submission(&id, &tasks)
+        .record_arrays(&arrays)
         .map_err(|source| CliError::RecordJobId {
-            job_id: id.clone(),
+            job_id: ids.join(","),
             source,
         })?;
     let invocation = herd_exp::Invocation::current(env!("CARGO_PKG_VERSION"));
     let mut unrecorded = None;
-    for run in sweep.runs.iter().filter(|r| tasks.contains(&r.index)) {
-        let task = format!("{id}_{}", run.index);
+    for run in &sweep.runs {
+        let Some(array) = arrays.iter().find(|a| a.tasks.contains(&run.index)) else {
+            continue;
+        };
+        let task = format!("{}_{}", array.job_id, run.index);
         let recorded = run.experiment.add_attempt(&invocation).and_then(|attempt| {
             run.experiment.record_job_id(attempt, &task)?;
             Ok(attempt)
@@ -103,10 +162,21 @@ pub fn resume(root: &Path, name: &str, out: &mut dyn Write) -> Result<ExitStatus
             }
         }
     }
-    writeln!(out, "{id}")?;
-    let names: Vec<&str> = again.iter().map(|r| r.name.as_str()).collect();
+    for id in &ids {
+        writeln!(out, "{id}")?;
+    }
+    let names: Vec<&str> = again
+        .iter()
+        .filter(|r| tasks.contains(&r.index))
+        .map(|r| r.name.as_str())
+        .collect();
+    let jobs = match &ids[..] {
+        [one] => format!("job {one}"),
+        _ => format!("jobs {} ({} shapes)", ids.join(", "), ids.len()),
+    };
+    let partly = tasks.len() < again.len();
     eprintln!(
-        "herd: submitted job {id}: {} of the {} runs of sweep {name} again ({}): {}",
+        "herd: submitted {jobs}: {} of the {} runs of sweep {name} again ({}): {}",
         tasks.len(),
         sweep.runs.len(),
         names.join(", "),
@@ -114,6 +184,7 @@ pub fn resume(root: &Path, name: &str, out: &mut dyn Write) -> Result<ExitStatus
     );
     match unrecorded {
         Some(e) => Err(e),
+        None if partly => Ok(ExitStatus::Failure),
         None => Ok(ExitStatus::Success),
     }
 }
@@ -126,6 +197,42 @@ mod tests {
     fn the_array_names_the_tasks_and_the_limit() {
         assert_eq!(array_arg(&[1, 3], Some(2)), "--array=1,3%2");
         assert_eq!(array_arg(&[0], None), "--array=0");
+    }
+
+    fn array(id: &str, script: &str, tasks: &[u32]) -> herd_exp::sweep::SweepArray {
+        herd_exp::sweep::SweepArray {
+            job_id: id.into(),
+            script: script.into(),
+            tasks: tasks.to_vec(),
+        }
+    }
+
+    /// The runs to run again go with their shape's script, one array each, in the order of
+    /// the first submission's arrays; a sweep of one shape (or an older sweep.json) is one
+    /// array of `job.sbatch`.
+    #[test]
+    fn runs_to_run_again_are_grouped_by_their_shapes_script() {
+        let first = [
+            array("51", "job-1.sbatch", &[0, 2]),
+            array("52", "job-2.sbatch", &[1, 3]),
+        ];
+        assert_eq!(
+            by_script(&[3, 2, 1], &first),
+            [
+                ("job-1.sbatch".to_owned(), vec![2]),
+                ("job-2.sbatch".to_owned(), vec![1, 3])
+            ]
+        );
+        assert_eq!(
+            by_script(&[3, 1], &first),
+            [("job-2.sbatch".to_owned(), vec![1, 3])]
+        );
+        let one = [array("51", "job.sbatch", &[0, 1, 2])];
+        assert_eq!(
+            by_script(&[2, 0], &one),
+            [("job.sbatch".to_owned(), vec![0, 2])]
+        );
+        assert_eq!(by_script(&[1], &[]), [("job.sbatch".to_owned(), vec![1])]);
     }
 
     #[test]

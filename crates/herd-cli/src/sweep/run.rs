@@ -26,6 +26,12 @@ pub struct Sweep {
     /// manifest records the array's id as task `ID_INDEX` too, and one that records
     /// `ID_INDEX` itself as that task.
     pub job_id: Option<String>,
+    /// The newest submission's array jobs, each with its tasks: one per resource shape
+    /// (one for a sweep whose runs ask for the same resources). Empty: `job_id` ran them
+    /// all.
+    pub arrays: Vec<(String, Vec<u32>)>,
+    /// Every array job id of every submission, oldest first.
+    pub submitted: Vec<String>,
     /// Its runs, in any order.
     pub runs: Vec<SweepRun>,
 }
@@ -72,12 +78,44 @@ impl Sweep {
                 experiment,
             })
             .collect();
+        let newest = manifest.submissions.last();
         Ok(Sweep {
             name: manifest.name,
             keys: manifest.keys,
-            job_id: manifest.submissions.last().map(|s| s.job_id.clone()),
+            job_id: newest.map(|s| s.job_id.clone()),
+            arrays: newest
+                .map(|s| {
+                    s.arrays()
+                        .into_iter()
+                        .map(|a| (a.job_id, a.tasks))
+                        .collect()
+                })
+                .unwrap_or_default(),
+            submitted: manifest
+                .submissions
+                .iter()
+                .flat_map(|s| s.arrays().into_iter().map(|a| a.job_id))
+                .collect(),
             runs,
         })
+    }
+
+    /// The newest submission's array job ids, in order (none before the first).
+    pub fn job_ids(&self) -> Vec<String> {
+        if self.arrays.is_empty() {
+            return self.job_id.iter().cloned().collect();
+        }
+        self.arrays.iter().map(|(id, _)| id.clone()).collect()
+    }
+
+    /// The newest submission's array job that runs task `index` (the first array when
+    /// none says so).
+    pub fn array_of(&self, index: u32) -> Option<&str> {
+        self.arrays
+            .iter()
+            .find(|(_, tasks)| tasks.contains(&index))
+            .map(|(id, _)| id.as_str())
+            .or(self.job_id.as_deref())
     }
 
     /// Its runs in index order.

@@ -44,7 +44,7 @@ impl Answer {
     /// any other id their manifests record), within `timeout`. When it does not answer:
     /// no answer, and why.
     pub fn ask(sweep: &Sweep, timeout: Duration) -> (Answer, Option<SlurmError>) {
-        let mut ids: Vec<String> = sweep.job_id.iter().cloned().collect();
+        let mut ids: Vec<String> = sweep.job_ids();
         for run in &sweep.runs {
             if let Some(id) = recorded_job_id(&run.experiment) {
                 let array = id.split('_').next().unwrap_or(&id).to_owned();
@@ -146,7 +146,7 @@ pub fn folder(sweep: &Sweep, run: &SweepRun) -> Result<Folder, String> {
         .iter()
         .rev()
         .find_map(|a| a.job_id.clone());
-    let id = task_id(recorded.as_deref(), sweep.job_id.as_deref(), run.index);
+    let id = task_id(recorded.as_deref(), sweep.array_of(run.index), run.index);
     let mut progress = Progress::from_events(id, manifest.attempts.len(), &events);
     progress.created_unix = manifest.created_unix;
     Ok(Folder { progress, events })

@@ -35,8 +35,8 @@ pub struct RunStatus {
 pub struct SweepStatus {
     /// The sweep.
     pub name: String,
-    /// The array's job id, when known.
-    pub job_id: Option<String>,
+    /// The newest submission's array job ids (one per resource shape), none before.
+    pub job_ids: Vec<String>,
     /// Its value columns, and whether each is numeric (right-aligned).
     pub columns: Vec<(String, bool)>,
     /// Its runs, in index order.
@@ -49,7 +49,7 @@ pub struct SweepStatus {
 pub fn status(sweep: &Sweep, answer: &Answer) -> SweepStatus {
     SweepStatus {
         name: sweep.name.clone(),
-        job_id: sweep.job_id.clone(),
+        job_ids: sweep.job_ids(),
         columns: sweep
             .columns()
             .into_iter()
@@ -108,28 +108,42 @@ impl SweepStatus {
         )
     }
 
+    /// The JOB column of its row: the newest submission's array id (`-` when none); two
+    /// arrays (two resource shapes) joined by `,`; more, the first and `+N`.
+    pub fn job_column(&self) -> String {
+        match &self.job_ids[..] {
+            [] => "-".to_owned(),
+            [a] => a.clone(),
+            [a, b] => format!("{a},{b}"),
+            [a, rest @ ..] => format!("{a}+{}", rest.len()),
+        }
+    }
+
     /// The sweep's row in `herd status`'s job list, its columns `EXPERIMENT JOB STATE
-    /// ATTEMPTS DETAIL`: name, the array's job id (`-` when none), the state as a whole,
-    /// the runs' attempts, `sweep: 4 runs: 2 running, 1 queued, 1 finished`.
+    /// ATTEMPTS DETAIL`: name, the arrays' job ids ([`SweepStatus::job_column`]), the
+    /// state as a whole, the runs' attempts, `sweep: 4 runs: 2 running, 1 queued, 1
+    /// finished`.
     pub fn row(&self) -> [String; 5] {
         [
             self.name.clone(),
-            self.job_id.clone().unwrap_or_else(|| "-".to_owned()),
+            self.job_column(),
             self.state().to_owned(),
             self.attempts().to_string(),
             format!("sweep: {}", self.summary()),
         ]
     }
 
-    /// The row as `herd status --json` gives an entry: `kind` `sweep`, `name`, `job_id`,
-    /// `state`, `detail`, `attempts`, `run_count`, and `tasks`, the runs by state (as an
+    /// The row as `herd status --json` gives an entry: `kind` `sweep`, `name`, `job_id`
+    /// (the first array's), `job_ids` (every array of the newest submission), `state`,
+    /// `detail`, `attempts`, `run_count`, and `tasks`, the runs by state (as an
     /// array job's tasks).
     pub fn row_json(&self) -> Value {
         let [_, _, _, _, detail] = self.row();
         json!({
             "kind": "sweep",
             "name": self.name,
-            "job_id": self.job_id,
+            "job_id": self.job_ids.first(),
+            "job_ids": self.job_ids,
             "state": self.state(),
             "detail": detail,
             "attempts": self.attempts(),
@@ -190,9 +204,11 @@ impl SweepStatus {
         format!(
             "sweep {}{}: {}\n{}",
             self.name,
-            self.job_id
-                .as_deref()
-                .map_or_else(String::new, |id| format!(" (job {id})")),
+            match &self.job_ids[..] {
+                [] => String::new(),
+                [id] => format!(" (job {id})"),
+                ids => format!(" (jobs {})", ids.join(", ")),
+            },
             self.summary(),
             table::plain(&head, &align, &rows)
         )
@@ -250,7 +266,7 @@ fn load(root: &Path, names: &[String]) -> Vec<Sweep> {
 }
 
 /// The array job ids of every submission of `sweep` (from its runs' recorded ids and its
-/// newest submission's).
+/// `sweep.json`: every array of every submission, one per resource shape).
 fn arrays(sweep: &Sweep) -> Vec<String> {
     let mut ids: Vec<String> = sweep
         .runs
@@ -260,7 +276,8 @@ fn arrays(sweep: &Sweep) -> Vec<String> {
                 .ok()?
                 .job_id
         })
-        .chain(sweep.job_id.iter().cloned())
+        .chain(sweep.job_ids())
+        .chain(sweep.submitted.iter().cloned())
         .map(|id| id.split('_').next().unwrap_or_default().to_owned())
         .collect();
     ids.sort();

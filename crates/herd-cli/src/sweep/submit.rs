@@ -2,19 +2,22 @@
 //! over a grid of values as one SLURM array job, one experiment per run inside the sweep's
 //! folder (docs/sweeps.md).
 //!
-//! Every run's plan is resolved (its command's `{KEY}`s replaced by its values), rendered
-//! for its own folder and checked before anything is written; the runs must ask for the
-//! same resources (one array job has one resource request). Then the sweep folder is made
-//! whole ([`herd_exp::sweep::NewSweep`]), the array script queued, and every run records
+//! Every run's plan is resolved (its command's `{KEY}`s replaced by its values, its plan
+//! keys, `--sweep nodes=1,2`, set from its values as their flags would), rendered for its
+//! own folder and checked before anything is written. One array job has one resource
+//! request: the runs whose `#SBATCH` lines are the same are one shape, one array job with
+//! their tasks ([`herd_plan::shapes`]). Then the sweep folder is made whole
+//! ([`herd_exp::sweep::NewSweep`]), each shape's array script queued, and every run records
 //! its task's id (`ARRAYID_INDEX`) as its job id, as a single job records its own.
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
-use herd_plan::sweep::{check_command, grid_table, substitute};
+use herd_exp::layout::SweepDir;
+use herd_plan::sweep::{check_command, check_plan_keys, grid_table, run_flags, substitute};
 use herd_plan::{
-    render_array_script, ArrayParams, Finding, JobFile, Plan, SweepError, SweepFile, SweepRunSpec,
-    SweepSpec,
+    array_spec, render_array_script, shapes, ArrayParams, Finding, JobFile, JobKeys, Plan,
+    SweepError, SweepFile, SweepRunSpec, SweepSpec,
 };
 
 use crate::submit::{
@@ -40,14 +43,23 @@ fn read_sweep_file(path: &Path) -> Result<SweepFile, CliError> {
     Ok(SweepFile::parse(&text, path)?)
 }
 
-/// A checked sweep: its runs with their plans and scripts, the array script, findings.
+/// One resource shape of a sweep: its array script's file name and text, and its runs'
+/// indexes (its array's tasks).
+struct Shape {
+    file: String,
+    script: String,
+    tasks: Vec<u32>,
+}
+
+/// A checked sweep: its runs with their plans and scripts, one array script per resource
+/// shape, findings.
 struct Prepared {
     name: String,
     exp_root: PathBuf,
     sweep_dir: PathBuf,
     keys: Vec<String>,
     runs: Vec<(SweepRunSpec, Plan, String)>,
-    array_script: String,
+    shapes: Vec<Shape>,
     findings: Vec<Finding>,
 }
 
@@ -82,6 +94,7 @@ fn spec(
     };
     let mut runs = Vec::new();
     if let Some(spec) = &spec {
+        problems.extend(check_plan_keys(spec.keys(), flags));
         if let Some(cmd) = command {
             problems.extend(check_command(cmd, spec.keys(), &params));
         }
@@ -110,9 +123,28 @@ fn prepare(args: &SweepArgs, plan_args: &herd_plan::PlanArgs) -> Result<Prepared
     };
     let flags = &plan_args.flags;
     let (spec, specs) = spec(args, job.as_ref(), flags)?;
+    // Each run's flags: the user's, with the run's plan keys set from its values.
+    let mut problems: Vec<String> = Vec::new();
+    let mut run_keys: Vec<JobKeys> = Vec::with_capacity(specs.len());
+    for run in &specs {
+        match run_flags(flags, &run.values) {
+            Ok(k) => run_keys.push(k),
+            Err(found) => {
+                for p in found {
+                    if !problems.contains(&p) {
+                        problems.push(p);
+                    }
+                }
+            }
+        }
+    }
+    if !problems.is_empty() {
+        return Err(SweepError { problems }.into());
+    }
 
-    // The sweep as one job: its name, root, dependency and the nodes it leaves out.
-    let mut template = plan_with(job.as_ref(), flags)?;
+    // The sweep as one job: its name, root, dependency and the nodes it leaves out (its
+    // first run's plan: the keys a sweep may set per run are none of these).
+    let mut template = plan_with(job.as_ref(), run_keys.first().unwrap_or(flags))?;
     crate::nodes::avoid_bad_nodes(&mut template);
     let name = template.job_name.clone();
     let sweep_dir =
@@ -130,9 +162,7 @@ fn prepare(args: &SweepArgs, plan_args: &herd_plan::PlanArgs) -> Result<Prepared
     };
 
     let mut runs = Vec::with_capacity(specs.len());
-    let mut first: Option<serde_json::Value> = None;
-    for run in specs {
-        let mut flags = flags.clone();
+    for (run, mut flags) in specs.into_iter().zip(run_keys) {
         let mut job = job.clone();
         match (&mut flags.command, &mut job) {
             (Some(cmd), _) => *cmd = substitute(cmd, &run.values),
@@ -154,33 +184,6 @@ fn prepare(args: &SweepArgs, plan_args: &herd_plan::PlanArgs) -> Result<Prepared
         for f in found {
             add(f, &mut findings);
         }
-        // Only the command may differ between runs.
-        let mut shape = serde_json::to_value(&plan).map_err(CliError::PlanJson)?;
-        if let Some(m) = shape.as_object_mut() {
-            m.remove("command");
-        }
-        match &first {
-            None => first = Some(shape),
-            Some(want) if *want != shape => {
-                let keys: Vec<String> = match (want.as_object(), shape.as_object()) {
-                    (Some(a), Some(b)) => a
-                        .keys()
-                        .filter(|k| a.get(*k) != b.get(*k))
-                        .cloned()
-                        .collect(),
-                    _ => Vec::new(),
-                };
-                add(
-                    submit_error(format!(
-                        "run {} resolves to another plan than the first run (`{}` differ): only the command may differ between a sweep's runs; keep {{KEY}} placeholders in the command",
-                        run.name,
-                        keys.join("`, `")
-                    )),
-                    &mut findings,
-                );
-            }
-            Some(_) => {}
-        }
         runs.push((run, plan, script));
     }
     if sweep_dir.exists() {
@@ -192,24 +195,42 @@ fn prepare(args: &SweepArgs, plan_args: &herd_plan::PlanArgs) -> Result<Prepared
             &mut findings,
         );
     }
-    let scripts: Vec<(String, String)> = runs
-        .iter()
-        .map(|(r, _, s)| (r.name.clone(), s.clone()))
-        .collect();
-    let array_script = render_array_script(&ArrayParams {
-        sweep_dir: &sweep_dir,
-        runs: &scripts,
-        max_parallel: args.max_parallel,
-    })?;
+    // One array job per resource shape: the runs whose #SBATCH lines are the same.
+    let scripts: Vec<&str> = runs.iter().map(|(_, _, s)| s.as_str()).collect();
+    let groups = shapes(&scripts);
+    let mut arrays = Vec::with_capacity(groups.len());
+    for (n, members) in groups.iter().enumerate() {
+        let of_shape: Vec<(u32, String, String)> = members
+            .iter()
+            .map(|&i| {
+                let (r, _, s) = &runs[i];
+                (index(r), r.name.clone(), s.clone())
+            })
+            .collect();
+        arrays.push(Shape {
+            file: SweepDir::array_script_name(n + 1, groups.len()),
+            script: render_array_script(&ArrayParams {
+                sweep_dir: &sweep_dir,
+                runs: &of_shape,
+                max_parallel: args.max_parallel,
+            })?,
+            tasks: of_shape.iter().map(|(i, _, _)| *i).collect(),
+        });
+    }
     Ok(Prepared {
         name,
         exp_root: template.exp_root,
         sweep_dir,
         keys: spec.keys().to_vec(),
         runs,
-        array_script,
+        shapes: arrays,
         findings,
     })
+}
+
+/// A run's index as its array task's id.
+fn index(run: &SweepRunSpec) -> u32 {
+    u32::try_from(run.index).unwrap_or(u32::MAX)
 }
 
 /// `finding` added to `findings` unless one says the same already (every run's checks find
@@ -235,8 +256,18 @@ pub fn run(submit: &SubmitArgs, out: &mut dyn Write) -> Result<ExitStatus, CliEr
     if dry_run {
         let specs: Vec<SweepRunSpec> = p.runs.iter().map(|(r, _, _)| r.clone()).collect();
         write!(out, "{}", grid_table(&p.keys, &specs))?;
-        writeln!(out)?;
-        writeln!(out, "{}", p.array_script.trim_end())?;
+        for shape in &p.shapes {
+            writeln!(out)?;
+            if p.shapes.len() > 1 {
+                writeln!(
+                    out,
+                    "# {}: runs {} (one resource shape, one array job)",
+                    shape.file,
+                    array_spec(&shape.tasks)
+                )?;
+            }
+            writeln!(out, "{}", shape.script.trim_end())?;
+        }
         writeln!(out)?;
         writeln!(
             out,
@@ -276,7 +307,11 @@ pub fn run(submit: &SubmitArgs, out: &mut dyn Write) -> Result<ExitStatus, CliEr
             exclude: exclude.unwrap_or_default(),
             ..herd_exp::SnapshotOptions::default()
         },
-        array_script: p.array_script.clone().into_bytes(),
+        array_scripts: p
+            .shapes
+            .iter()
+            .map(|s| (s.file.clone(), s.script.clone().into_bytes()))
+            .collect(),
     }
     .create()?;
     let sweep = &created.sweep;
@@ -299,28 +334,58 @@ pub fn run(submit: &SubmitArgs, out: &mut dyn Write) -> Result<ExitStatus, CliEr
             }
         }
     }
-    let id = match herd_slurm::scheduler::command::sbatch(&sweep.paths().job_script(), sweep.dir())
-    {
-        Ok(id) => id,
-        Err(source) => {
-            // Nothing ran from this folder: remove it, so the same name can be used again.
-            let _ = std::fs::remove_dir_all(sweep.dir());
-            return Err(CliError::Sbatch {
-                what: "the sweep's array job, so no sweep folder was kept".into(),
-                source,
-            });
+    let mut arrays: Vec<herd_exp::sweep::SweepArray> = Vec::with_capacity(p.shapes.len());
+    for shape in &p.shapes {
+        match herd_slurm::scheduler::command::sbatch(&sweep.dir().join(&shape.file), sweep.dir()) {
+            Ok(id) => arrays.push(herd_exp::sweep::SweepArray {
+                job_id: id,
+                script: shape.file.clone(),
+                tasks: shape.tasks.clone(),
+            }),
+            Err(source) => {
+                // Take back the arrays already queued, then remove the folder: nothing ran
+                // from it, and the same name can be used again.
+                let queued: Vec<&str> = arrays.iter().map(|a| a.job_id.as_str()).collect();
+                let kept = !queued.is_empty()
+                    && herd_slurm::scheduler::command::scancel(&queued, None).is_err();
+                if kept {
+                    eprintln!(
+                        "herd: warning: array jobs {} were queued but could not be cancelled: cancel them with scancel; the sweep folder is kept",
+                        queued.join(", ")
+                    );
+                } else {
+                    let _ = std::fs::remove_dir_all(sweep.dir());
+                }
+                return Err(CliError::Sbatch {
+                    what: if kept {
+                        format!("the sweep's array job of {}", shape.file)
+                    } else if queued.is_empty() {
+                        "the sweep's array job, so no sweep folder was kept".into()
+                    } else {
+                        format!(
+                            "the sweep's array job of {}, so the arrays queued before ({}) were cancelled and no sweep folder was kept",
+                            shape.file,
+                            queued.join(", ")
+                        )
+                    },
+                    source,
+                });
+            }
         }
-    };
-    let tasks: Vec<u32> = (0..u32::try_from(p.runs.len()).unwrap_or(u32::MAX)).collect();
+    }
+    let ids: Vec<String> = arrays.iter().map(|a| a.job_id.clone()).collect();
     sweep
-        .record_submission(&id, &tasks)
+        .record_arrays(&arrays)
         .map_err(|source| CliError::RecordJobId {
-            job_id: id.clone(),
+            job_id: ids.join(","),
             source,
         })?;
     let mut unrecorded = None;
     for (run, exp) in sweep.runs()? {
-        let task = format!("{id}_{}", run.index);
+        let Some(array) = arrays.iter().find(|a| a.tasks.contains(&run.index)) else {
+            continue;
+        };
+        let task = format!("{}_{}", array.job_id, run.index);
         match exp.record_job_id(1, &task) {
             Ok(()) => record_queued(&exp, 1, &task),
             Err(source) => {
@@ -331,13 +396,22 @@ pub fn run(submit: &SubmitArgs, out: &mut dyn Write) -> Result<ExitStatus, CliEr
             }
         }
     }
-    writeln!(out, "{id}")?;
+    for id in &ids {
+        writeln!(out, "{id}")?;
+    }
     let at_once = match args.max_parallel {
-        Some(p) => format!(" (at most {p} at once)"),
+        Some(p) => format!(
+            " (at most {p} at once{})",
+            if ids.len() > 1 { " in each job" } else { "" }
+        ),
         None => String::new(),
     };
+    let jobs = match &ids[..] {
+        [one] => format!("job {one}"),
+        _ => format!("jobs {} ({} shapes)", ids.join(", "), ids.len()),
+    };
     eprintln!(
-        "herd: submitted sweep {}: job {id}, {} runs{at_once}: experiment folder {}",
+        "herd: submitted sweep {}: {jobs}, {} runs{at_once}: experiment folder {}",
         p.name,
         p.runs.len(),
         sweep.dir().display()

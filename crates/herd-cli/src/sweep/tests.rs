@@ -207,6 +207,8 @@ fn grid(f: &Fixture) -> Sweep {
         name: "grid".into(),
         keys: vec!["lr".into(), "seed".into()],
         job_id: Some("500".into()),
+        arrays: Vec::new(),
+        submitted: Vec::new(),
         runs: vec![r2, r0, r3, r1],
     }
 }
@@ -282,6 +284,8 @@ fn runs_without_a_loss_keep_their_index_order_at_the_end() {
         name: "models".into(),
         keys: vec!["model".into()],
         job_id: Some("9".into()),
+        arrays: Vec::new(),
+        submitted: Vec::new(),
         runs: all,
     };
     let r = report::load(&sweep, &Answer::none());
@@ -334,6 +338,8 @@ fn the_table_has_the_values_first_numbers_right_aligned() {
         name: "w".into(),
         keys: vec!["model".into()],
         job_id: None,
+        arrays: Vec::new(),
+        submitted: Vec::new(),
         runs: vec![words.run(0, &[("model", "small")], None)],
     };
     let t = report::load(&sweep, &Answer::none()).markdown();
@@ -602,6 +608,8 @@ fn a_scaling_sweep_reads_as_a_scaling_table() {
         name: "scale".into(),
         keys: vec!["nodes".into()],
         job_id: Some("77".into()),
+        arrays: Vec::new(),
+        submitted: Vec::new(),
         runs,
     };
     let mut out = Vec::new();

@@ -59,7 +59,10 @@ fn request(exp_root: &Path, project: &Path) -> NewSweep {
             argv: vec!["herd".into(), "submit".into()],
         },
         snapshot: SnapshotOptions::default(),
-        array_script: b"#!/bin/bash\n#SBATCH --array=0-2%2\n".to_vec(),
+        array_scripts: vec![(
+            "job.sbatch".into(),
+            b"#!/bin/bash\n#SBATCH --array=0-2%2\n".to_vec(),
+        )],
     }
 }
 
@@ -231,17 +234,81 @@ fn submissions_are_numbered_and_kept() {
             SweepSubmission {
                 number: 1,
                 job_id: "1234".into(),
-                tasks: vec![0, 1, 2]
+                tasks: vec![0, 1, 2],
+                arrays: vec![array("1234", "job.sbatch", &[0, 1, 2])],
             },
             SweepSubmission {
                 number: 2,
                 job_id: "1240".into(),
-                tasks: vec![2]
+                tasks: vec![2],
+                arrays: vec![array("1240", "job.sbatch", &[2])],
             }
         ]
     );
     assert!(sweep.record_submission("12 34", &[0]).is_err());
     assert_eq!(sweep.manifest().expect("read").submissions.len(), 2);
+}
+
+fn array(job_id: &str, script: &str, tasks: &[u32]) -> SweepArray {
+    SweepArray {
+        job_id: job_id.into(),
+        script: script.into(),
+        tasks: tasks.to_vec(),
+    }
+}
+
+#[test]
+fn a_submission_of_two_shapes_records_both_arrays() {
+    let proj = project();
+    let root = tempfile::tempdir().expect("root");
+    let mut req = request(root.path(), proj.path());
+    req.array_scripts = vec![
+        ("job-1.sbatch".into(), b"#!/bin/bash\n".to_vec()),
+        ("job-2.sbatch".into(), b"#!/bin/bash\n".to_vec()),
+    ];
+    let sweep = req.create().expect("create").sweep;
+    assert!(sweep.paths().array_script(1, 2).is_file());
+    assert!(sweep.paths().array_script(2, 2).is_file());
+    assert!(!sweep.paths().job_script().exists());
+    let arrays = [
+        array("51", "job-1.sbatch", &[0, 2]),
+        array("52", "job-2.sbatch", &[1]),
+    ];
+    assert_eq!(sweep.record_arrays(&arrays).expect("record"), 1);
+    let m = sweep.manifest().expect("read");
+    let s = &m.submissions[0];
+    assert_eq!(
+        (s.job_id.as_str(), s.tasks.as_slice()),
+        ("51", &[0, 2, 1][..])
+    );
+    assert_eq!(s.arrays(), arrays);
+    assert!(sweep.record_arrays(&[]).is_err(), "no array");
+    assert!(
+        sweep
+            .record_arrays(&[array("5 3", "job-1.sbatch", &[0])])
+            .is_err(),
+        "a bad id"
+    );
+    let mut bad = request(root.path(), proj.path());
+    bad.name = "other".into();
+    bad.array_scripts = vec![("run.sh".into(), Vec::new())];
+    assert!(bad.create().is_err(), "no array script's name");
+}
+
+/// A sweep.json written when a submission had one array (no `arrays`) still reads: its
+/// array is `job_id` running `tasks` from `job.sbatch`; the format stays 1.
+#[test]
+fn a_sweep_json_of_one_array_per_submission_still_reads() {
+    let text = r#"{"format": 1, "name": "grid", "keys": ["lr"],
+        "runs": [{"index": 0, "name": "lr=1", "values": {"lr": "1"}}],
+        "max_parallel": null, "created": "2026-12-03T04:40:12.123Z", "herd_version": "0.1.0",
+        "submissions": [{"number": 1, "job_id": "51", "tasks": [0, 1]}]}"#;
+    let m: SweepManifest = serde_json::from_str(text).expect("reads");
+    assert_eq!(
+        m.submissions[0].arrays(),
+        [array("51", "job.sbatch", &[0, 1])]
+    );
+    assert_eq!(crate::sweep::SWEEP_FORMAT, 1);
 }
 
 #[test]

@@ -9,8 +9,13 @@ use crate::resolve::resolve;
 /// Run `name`'s script: the plan of `command`, rendered as a single job in the run's folder
 /// of `sweep`.
 fn run_script(sweep: &Path, name: &str, command: &[&str]) -> (String, String) {
+    shaped_script(sweep, name, 1, command)
+}
+
+/// Run `name`'s script on `nodes` nodes.
+fn shaped_script(sweep: &Path, name: &str, nodes: u32, command: &[&str]) -> (String, String) {
     let text = format!(
-        "job_name = \"grid\"\nnodes = 1\ngpus_per_node = 2\ntime = 30\ncommand = [{}]\n",
+        "job_name = \"grid\"\nnodes = {nodes}\ngpus_per_node = 2\ntime = 30\ncommand = [{}]\n",
         command
             .iter()
             .map(|w| format!("{w:?}"))
@@ -33,8 +38,15 @@ fn run_script(sweep: &Path, name: &str, command: &[&str]) -> (String, String) {
     (name.to_owned(), script)
 }
 
-fn runs(sweep: &Path) -> Vec<(String, String)> {
-    vec![
+fn indexed(runs: Vec<(String, String)>) -> Vec<(u32, String, String)> {
+    runs.into_iter()
+        .enumerate()
+        .map(|(i, (n, s))| (i as u32, n, s))
+        .collect()
+}
+
+fn runs(sweep: &Path) -> Vec<(u32, String, String)> {
+    indexed(vec![
         run_script(
             sweep,
             "lr=0.1,seed=1",
@@ -50,7 +62,7 @@ fn runs(sweep: &Path) -> Vec<(String, String)> {
             "lr=it's $(x)",
             &["python", "train.py", "--lr", "$(x)"],
         ),
-    ]
+    ])
 }
 
 #[test]
@@ -116,8 +128,8 @@ fn the_array_script_has_the_runs_resources_the_array_and_a_case_per_run() {
 fn runs_that_ask_for_other_resources_are_refused() {
     let sweep = Path::new("/scratch/exp/grid");
     let mut runs = runs(sweep);
-    runs[1].1 = runs[1]
-        .1
+    runs[1].2 = runs[1]
+        .2
         .replace("#SBATCH --gres=gpu:2", "#SBATCH --gres=gpu:4");
     let err = render_array_script(&ArrayParams {
         sweep_dir: sweep,
@@ -139,8 +151,8 @@ fn runs_that_ask_for_other_resources_are_refused() {
     .expect_err("refused");
     assert!(err.to_string().contains("at least 1"), "{err}");
     let mut own_array = runs[..1].to_vec();
-    own_array[0].1 = own_array[0]
-        .1
+    own_array[0].2 = own_array[0]
+        .2
         .replace("#SBATCH --open-mode=append", "#SBATCH --array=1-9");
     let err = render_array_script(&ArrayParams {
         sweep_dir: sweep,
@@ -169,7 +181,7 @@ fn each_task_runs_its_own_run_script_with_its_output_in_the_runs_logs() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let sweep = tmp.path().join("grid");
     let runs = runs(&sweep);
-    for (i, (name, _)) in runs.iter().enumerate() {
+    for (i, name, _) in &runs {
         let exp = ExperimentDir::new(sweep.join(name));
         std::fs::create_dir_all(exp.logs().path()).expect("logs");
         std::fs::write(
@@ -197,7 +209,7 @@ fn each_task_runs_its_own_run_script_with_its_output_in_the_runs_logs() {
         assert_eq!(out.status.code(), Some(3), "the run script's own exit");
         assert!(out.stdout.is_empty() && out.stderr.is_empty(), "{out:?}");
     }
-    let logs = ExperimentDir::new(sweep.join(&runs[2].0)).logs();
+    let logs = ExperimentDir::new(sweep.join(&runs[2].1)).logs();
     let read = |s: Stream| std::fs::read_to_string(logs.batch_log("77_2", s)).expect("log");
     assert_eq!(
         read(Stream::Out),
@@ -206,7 +218,7 @@ fn each_task_runs_its_own_run_script_with_its_output_in_the_runs_logs() {
     );
     assert_eq!(read(Stream::Err), "err of run 2\nerr of run 2\n");
     for other in &runs[..2] {
-        let logs = ExperimentDir::new(sweep.join(&other.0)).logs();
+        let logs = ExperimentDir::new(sweep.join(&other.1)).logs();
         assert!(!logs.batch_log("77_2", Stream::Out).exists());
     }
 
@@ -217,4 +229,49 @@ fn each_task_runs_its_own_run_script_with_its_output_in_the_runs_logs() {
         err.contains("herd: array task '3' is no run of sweep") && err.contains("grid (tasks 0-2)"),
         "{err}"
     );
+}
+
+/// Runs on 1 node and runs on 2 are two shapes, in the order of their first run; each
+/// shape's script has its own `#SBATCH --nodes`, its tasks alone in `--array` (a list that
+/// is not contiguous) and a `case` of its runs alone.
+#[test]
+fn runs_of_two_shapes_are_two_arrays_of_their_own_tasks() {
+    let sweep = Path::new("/scratch/exp/scale");
+    let all = indexed(vec![
+        shaped_script(sweep, "nodes=1,seed=1", 1, &["python", "t.py"]),
+        shaped_script(sweep, "nodes=2,seed=1", 2, &["python", "t.py"]),
+        shaped_script(sweep, "nodes=1,seed=2", 1, &["python", "t.py"]),
+        shaped_script(sweep, "nodes=2,seed=2", 2, &["python", "t.py"]),
+    ]);
+    let scripts: Vec<&str> = all.iter().map(|(_, _, s)| s.as_str()).collect();
+    assert_eq!(shapes(&scripts), [vec![0, 2], vec![1, 3]]);
+    let same = [scripts[0], scripts[2]];
+    assert_eq!(shapes(&same), [vec![0, 1]], "one shape: one array");
+    let second: Vec<(u32, String, String)> = [1, 3].iter().map(|&i| all[i].clone()).collect();
+    let s = render_array_script(&ArrayParams {
+        sweep_dir: sweep,
+        runs: &second,
+        max_parallel: Some(1),
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert!(s.contains("#SBATCH --nodes=2\n"), "{s}");
+    assert!(s.contains("#SBATCH --array=1,3%1\n"), "{s}");
+    assert!(
+        s.contains("  1) script='/scratch/exp/scale/nodes=2,seed=1/job.sbatch'"),
+        "{s}"
+    );
+    assert!(
+        s.contains("  3) script='/scratch/exp/scale/nodes=2,seed=2/job.sbatch'"),
+        "{s}"
+    );
+    assert!(!s.contains("  0) ") && !s.contains("  2) "), "{s}");
+    assert!(s.contains("(tasks 1,3)"), "{s}");
+}
+
+#[test]
+fn the_array_list_names_ranges_and_single_tasks() {
+    assert_eq!(array_spec(&[0, 1, 2, 3]), "0-3");
+    assert_eq!(array_spec(&[2, 0]), "0,2");
+    assert_eq!(array_spec(&[1, 2, 5]), "1-2,5");
+    assert_eq!(array_spec(&[7]), "7");
 }

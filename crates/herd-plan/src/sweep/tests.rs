@@ -319,3 +319,123 @@ proptest! {
         prop_assert_eq!(unique.len(), names.len(), "{:?}", names);
     }
 }
+
+fn keys(k: &[&str]) -> Vec<String> {
+    k.iter().map(|s| (*s).to_owned()).collect()
+}
+
+fn values(v: &[(&str, &str)]) -> Vec<(String, String)> {
+    v.iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+/// A plan key's value is parsed as its flag's: `nodes=2` is `--nodes=2`, `time=90` and
+/// `mem=16G` are text as `--time`/`--mem` take them; keys of the command alone are left
+/// out; the flags the user gave stay.
+#[test]
+fn a_plan_key_sets_the_runs_key_as_its_flag_would() {
+    let base = JobKeys {
+        partition: Some("gpu".into()),
+        no_requeue: true,
+        ..JobKeys::default()
+    };
+    let run = run_flags(
+        &base,
+        &values(&[
+            ("nodes", "2"),
+            ("gpus_per_node", "4"),
+            ("time", "01:30:00"),
+            ("mem", "16G"),
+            ("seed", "1"),
+        ]),
+    )
+    .unwrap_or_else(|e| panic!("{e:?}"));
+    assert_eq!(run.nodes, Some(2));
+    assert_eq!(run.gpus_per_node, Some(4));
+    assert_eq!(
+        serde_json::to_value(&run.time).ok(),
+        Some(serde_json::json!("01:30:00"))
+    );
+    assert_eq!(
+        serde_json::to_value(&run.mem).ok(),
+        Some(serde_json::json!("16G"))
+    );
+    assert_eq!(
+        run.partition.as_deref(),
+        Some("gpu"),
+        "the user's flags stay"
+    );
+    assert!(run.no_requeue, "--no-requeue stays");
+    let requeued = run_flags(&base, &values(&[("requeue", "true")])).expect("bool");
+    assert_eq!((requeued.requeue, requeued.no_requeue), (Some(true), false));
+    assert_eq!(
+        run_flags(&JobKeys::default(), &values(&[("seed", "1")])).ok(),
+        Some(JobKeys::default()),
+        "no plan key: the flags as given"
+    );
+}
+
+/// A value its flag refuses is refused, naming the flag and the value.
+#[test]
+fn a_plan_keys_bad_value_is_refused_as_its_flag_refuses_it() {
+    let err =
+        run_flags(&JobKeys::default(), &values(&[("nodes", "two")])).expect_err("not a count");
+    assert!(
+        err.len() == 1 && err[0].contains("--nodes=two") && err[0].contains("'two'"),
+        "{err:?}"
+    );
+    let err = run_flags(&JobKeys::default(), &values(&[("requeue", "yes")])).expect_err("no bool");
+    assert!(err[0].contains("neither true nor false"), "{err:?}");
+}
+
+/// `job_name`, `command`, `params`, `after`, `exp_root`, `exclude` and the sweep's own
+/// flags cannot be swept; a plan key also given as a flag names both.
+#[test]
+fn unsweepable_keys_and_keys_given_twice_are_refused() {
+    let none = JobKeys::default();
+    for key in [
+        "job_name", "command", "params", "after", "exp_root", "exclude",
+    ] {
+        let p = check_plan_keys(&keys(&[key]), &none);
+        assert!(
+            p.len() == 1 && p[0].contains(&format!("plan key `{key}` cannot be swept")),
+            "{key}: {p:?}"
+        );
+    }
+    for key in ["sweep", "sweep_file", "max_parallel"] {
+        let p = check_plan_keys(&keys(&[key]), &none);
+        assert!(
+            p.len() == 1 && p[0].contains("the sweep's own flag"),
+            "{key}: {p:?}"
+        );
+    }
+    assert!(check_plan_keys(&keys(&["nodes", "seed", "time"]), &none).is_empty());
+    let flags = JobKeys {
+        nodes: Some(2),
+        ..JobKeys::default()
+    };
+    let p = check_plan_keys(&keys(&["nodes", "seed"]), &flags);
+    assert!(
+        p.len() == 1 && p[0].contains("given both by --nodes and by the sweep"),
+        "{p:?}"
+    );
+    let flags = JobKeys {
+        no_requeue: true,
+        ..JobKeys::default()
+    };
+    let p = check_plan_keys(&keys(&["requeue"]), &flags);
+    assert!(p.len() == 1 && p[0].contains("--no-requeue"), "{p:?}");
+}
+
+/// A plan key need not appear in the command (it sets the plan), but may (`{nodes}`).
+#[test]
+fn a_plan_key_need_not_appear_in_the_command() {
+    let cmd = keys(&["python", "t.py", "--seed={seed}"]);
+    let p = check_command(&cmd, &keys(&["nodes", "seed"]), &[]);
+    assert!(p.is_empty(), "{p:?}");
+    let cmd = keys(&["python", "t.py", "--world={nodes}"]);
+    assert!(check_command(&cmd, &keys(&["nodes"]), &[]).is_empty());
+    assert_eq!(plan_key("gpus_per_node"), Some(Key::GpusPerNode));
+    assert_eq!(plan_key("seed"), None);
+}
