@@ -395,7 +395,12 @@ impl Sweep {
                 .iter()
                 .flat_map(|a| a.tasks.iter().copied())
                 .collect(),
-            arrays: arrays.to_vec(),
+            // One array of `job.sbatch` is what `job_id` and `tasks` say alone: written as
+            // before there could be several.
+            arrays: match arrays {
+                [one] if one.script == layout::JOB_SCRIPT => Vec::new(),
+                _ => arrays.to_vec(),
+            },
         });
         manifest::replace(&path, &m)?;
         drop(lock);

@@ -235,15 +235,20 @@ fn submissions_are_numbered_and_kept() {
                 number: 1,
                 job_id: "1234".into(),
                 tasks: vec![0, 1, 2],
-                arrays: vec![array("1234", "job.sbatch", &[0, 1, 2])],
+                arrays: Vec::new(),
             },
             SweepSubmission {
                 number: 2,
                 job_id: "1240".into(),
                 tasks: vec![2],
-                arrays: vec![array("1240", "job.sbatch", &[2])],
+                arrays: Vec::new(),
             }
         ]
+    );
+    assert_eq!(
+        m.submissions[1].arrays(),
+        [array("1240", "job.sbatch", &[2])],
+        "one array of job.sbatch is written as before there could be several"
     );
     assert!(sweep.record_submission("12 34", &[0]).is_err());
     assert_eq!(sweep.manifest().expect("read").submissions.len(), 2);

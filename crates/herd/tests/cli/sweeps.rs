@@ -1,6 +1,7 @@
 //! `herd submit --sweep` with fake SLURM commands: the refusals that write nothing and
 //! submit nothing, the dry run, a sweep queued by a fake sbatch (its folder, each run's job
-//! id and `queued` event), and an sbatch that refuses it (nothing kept).
+//! id and `queued` event), a sweep over `nodes` queued as one array job per resource shape,
+//! and an sbatch that refuses it (nothing kept).
 
 use super::submit::{fake_command, herd_here, slurm_called, submit_project};
 use super::*;
@@ -266,4 +267,164 @@ fn a_refused_array_keeps_no_sweep_folder() {
         names(&dir.path().join("exps"))
     );
     assert!(out.stdout.is_empty());
+}
+
+/// A sweep over plan keys that cannot be: a key also given as a flag, a key no sweep may
+/// set, a value its flag refuses. Each exits 2, writes nothing, calls no sbatch.
+#[test]
+fn plan_key_refusals_exit_2_writing_nothing() {
+    let dir = submit_project(&[("train.sh", 10)]);
+    let cases: [(&[&str], &str); 3] = [
+        (
+            &[
+                "-J",
+                "g",
+                "--nodes",
+                "2",
+                "--sweep",
+                "nodes=1,2",
+                "--",
+                "sh",
+                "train.sh",
+            ],
+            "herd: error: `nodes` is given both by --nodes and by the sweep (`nodes=…`): keep one",
+        ),
+        (
+            &[
+                "-J",
+                "g",
+                "--sweep",
+                "job_name=a,b",
+                "--",
+                "sh",
+                "train.sh",
+                "{job_name}",
+            ],
+            "herd: error: plan key `job_name` cannot be swept (it names the sweep and its folder)",
+        ),
+        (
+            &["-J", "g", "--sweep", "nodes=1,two", "--", "sh", "train.sh"],
+            "herd: error: sweep values --nodes=two: invalid value 'two' for '--nodes <N>'",
+        ),
+    ];
+    for (args, want) in cases {
+        let out = sweep_here(dir.path(), args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(want), "{args:?}: {stderr}");
+        assert!(out.stdout.is_empty(), "{args:?}: {out:?}");
+        assert!(!dir.path().join("exps").exists(), "{args:?}: written");
+    }
+    assert!(!slurm_called(dir.path()).contains("sbatch"));
+}
+
+/// `--sweep seed=1,2 --sweep nodes=1,2`: two resource shapes, so two array scripts
+/// (`job-1.sbatch` with tasks 0,2 on 1 node, `job-2.sbatch` with tasks 1,3 on 2 nodes),
+/// each queued as an array of its own; stdout both ids; `sweep.json` the one submission
+/// with both arrays; every run's job id its own array's task; `--dry-run` prints both
+/// scripts.
+#[test]
+fn a_sweep_over_nodes_is_one_array_job_per_shape() {
+    let dir = submit_project(&[("train.sh", 10)]);
+    let args = [
+        "-J",
+        "scale",
+        "--gpus-per-node",
+        "2",
+        "--sweep",
+        "seed=1,2",
+        "--sweep",
+        "nodes=1,2",
+        "--max-parallel",
+        "1",
+        "--",
+        "sh",
+        "train.sh",
+        "--seed",
+        "{seed}",
+    ];
+    let dry: Vec<&str> = std::iter::once("--dry-run").chain(args).collect();
+    let out = sweep_here(dir.path(), &dry);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let text = stdout_of(&out);
+    assert!(
+        text.starts_with("#  run             seed  nodes\n0  seed=1,nodes=1  1     1\n1  seed=1,nodes=2  1     2\n"),
+        "{text}"
+    );
+    let one =
+        text.find("# job-1.sbatch: runs 0,2 (one resource shape, one array job)\n#!/bin/bash\n");
+    let two =
+        text.find("# job-2.sbatch: runs 1,3 (one resource shape, one array job)\n#!/bin/bash\n");
+    assert!(matches!((one, two), (Some(a), Some(b)) if a < b), "{text}");
+    assert!(
+        text.contains("#SBATCH --array=0,2%1\n") && text.contains("#SBATCH --array=1,3%1\n"),
+        "{text}"
+    );
+    assert!(
+        !dir.path().join("exps").exists(),
+        "a dry run writes nothing"
+    );
+
+    let called = dir.path().join("sbatch-args");
+    fake_command(
+        dir.path(),
+        "sbatch",
+        &format!(
+            "echo \"$*\" >> '{}'\nn=$(wc -l < '{}')\necho 500$n",
+            called.display(),
+            called.display()
+        ),
+    );
+    let out = sweep_here(dir.path(), &args);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(stdout_of(&out), "5001\n5002\n");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("herd: submitted sweep scale: jobs 5001, 5002 (2 shapes), 4 runs (at most 1 at once in each job): "),
+        "{stderr}"
+    );
+    let sweep = std::fs::canonicalize(dir.path().join("exps/scale")).expect("sweep folder");
+    assert_eq!(
+        std::fs::read_to_string(&called).expect("sbatch ran"),
+        format!(
+            "--parsable {}\n--parsable {}\n",
+            sweep.join("job-1.sbatch").display(),
+            sweep.join("job-2.sbatch").display()
+        )
+    );
+    assert!(!sweep.join("job.sbatch").exists());
+    for (file, nodes, tasks) in [("job-1.sbatch", 1, "0,2"), ("job-2.sbatch", 2, "1,3")] {
+        let script = std::fs::read_to_string(sweep.join(file)).expect("array script");
+        assert!(
+            script.contains(&format!("#SBATCH --nodes={nodes}\n")),
+            "{script}"
+        );
+        assert!(
+            script.contains(&format!("#SBATCH --array={tasks}%1\n")),
+            "{script}"
+        );
+    }
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(sweep.join("sweep.json")).expect("sweep.json"))
+            .expect("json");
+    assert_eq!(
+        manifest["submissions"],
+        serde_json::json!([{"number": 1, "job_id": "5001", "tasks": [0, 2, 1, 3], "arrays": [
+            {"job_id": "5001", "script": "job-1.sbatch", "tasks": [0, 2]},
+            {"job_id": "5002", "script": "job-2.sbatch", "tasks": [1, 3]}
+        ]}])
+    );
+    for (run, task, nodes) in [
+        ("seed=1,nodes=1", "5001_0", 1),
+        ("seed=1,nodes=2", "5002_1", 2),
+        ("seed=2,nodes=1", "5001_2", 1),
+        ("seed=2,nodes=2", "5002_3", 2),
+    ] {
+        let m: serde_json::Value = serde_json::from_slice(
+            &std::fs::read(sweep.join(run).join("manifest.json")).expect("manifest"),
+        )
+        .expect("json");
+        assert_eq!(m["attempts"][0]["job_id"], task, "{run}");
+        assert_eq!(m["plan"]["nodes"], nodes, "{run}");
+    }
 }
