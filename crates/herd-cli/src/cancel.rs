@@ -259,6 +259,88 @@ pub fn run(args: CancelArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError
 mod tests {
     use super::*;
 
+    /// `herd cancel NAME` of a sweep of two shapes picks both arrays of its newest
+    /// submission, each with the runs that are its tasks (recording their own task ids);
+    /// `NAME/RUN` its run's task alone.
+    #[test]
+    fn a_sweep_of_two_arrays_is_cancelled_as_both() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let project = tmp.path().join("project");
+        std::fs::create_dir(&project).expect("project");
+        let root = tmp.path().join("exps");
+        let run = |name: &str| herd_exp::sweep::NewRun {
+            name: name.into(),
+            values: vec![("nodes".into(), name[6..].into())],
+            plan: json!({}),
+            files: Vec::new(),
+        };
+        let sweep = herd_exp::sweep::NewSweep {
+            exp_root: root.clone(),
+            name: "scale".into(),
+            keys: vec!["nodes".into()],
+            runs: vec![run("nodes=1"), run("nodes=2")],
+            max_parallel: None,
+            project_root: project,
+            invocation: herd_exp::Invocation::current("test"),
+            snapshot: herd_exp::SnapshotOptions::default(),
+            array_scripts: vec![
+                ("job-1.sbatch".into(), b"#!/bin/bash\n".to_vec()),
+                ("job-2.sbatch".into(), b"#!/bin/bash\n".to_vec()),
+            ],
+        }
+        .create()
+        .expect("sweep")
+        .sweep;
+        let array = |id: &str, script: &str, task: u32| herd_exp::sweep::SweepArray {
+            job_id: id.into(),
+            script: script.into(),
+            tasks: vec![task],
+        };
+        sweep
+            .record_arrays(&[
+                array("70", "job-1.sbatch", 0),
+                array("71", "job-2.sbatch", 1),
+            ])
+            .expect("first");
+        sweep
+            .record_arrays(&[
+                array("80", "job-1.sbatch", 0),
+                array("81", "job-2.sbatch", 1),
+            ])
+            .expect("resumed");
+        for (run, exp) in sweep.runs().expect("runs") {
+            let id = if run.index == 0 { "80_0" } else { "81_1" };
+            exp.record_job_id(1, id).expect("job id");
+        }
+        let picks = sweep_pick(&root, "scale")
+            .expect("a sweep")
+            .expect("picked");
+        let got: Vec<(String, Vec<(String, String)>)> = picks
+            .iter()
+            .map(|p| {
+                (
+                    p.id.clone(),
+                    p.exps
+                        .iter()
+                        .map(|(e, id)| (e.name().to_owned(), id.clone()))
+                        .collect(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("80".into(), vec![("nodes=1".into(), "80_0".into())]),
+                ("81".into(), vec![("nodes=2".into(), "81_1".into())]),
+            ]
+        );
+        let one = sweep_pick(&root, "scale/nodes=2")
+            .expect("a run")
+            .expect("picked");
+        assert_eq!(one.len(), 1);
+        assert_eq!(one[0].id, "81_1");
+    }
+
     #[test]
     fn a_chain_is_followed_to_its_end_and_ended_jobs_are_left() {
         let rows = queue::parse(

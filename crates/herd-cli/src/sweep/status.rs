@@ -267,7 +267,7 @@ fn load(root: &Path, names: &[String]) -> Vec<Sweep> {
 
 /// The array job ids of every submission of `sweep` (from its runs' recorded ids and its
 /// `sweep.json`: every array of every submission, one per resource shape).
-fn arrays(sweep: &Sweep) -> Vec<String> {
+pub(super) fn arrays(sweep: &Sweep) -> Vec<String> {
     let mut ids: Vec<String> = sweep
         .runs
         .iter()

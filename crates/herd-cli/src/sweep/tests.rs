@@ -812,3 +812,55 @@ fn losses_read_as_four_significant_digits() {
     assert_eq!(loss_text(None), "—");
     assert_eq!(loss_text(Some(f64::NAN)), "—");
 }
+
+/// A sweep over `nodes` of two shapes: runs 0 and 2 are tasks of array 600, runs 1 and 3
+/// of array 610 (their manifests record no id of their own: the arrays say whose task each
+/// is). Its row names both arrays, each run its own array's task; neither array is another
+/// job; three arrays read as the first and `+2`.
+#[test]
+fn a_sweep_of_two_shapes_is_one_row_naming_both_arrays() {
+    let f = Fixture::new();
+    let runs: Vec<SweepRun> = [(0, "1", "1"), (1, "1", "2"), (2, "2", "1"), (3, "2", "2")]
+        .into_iter()
+        .map(|(i, seed, nodes)| f.run(i, &[("seed", seed), ("nodes", nodes)], None))
+        .collect();
+    let mut sweep = Sweep {
+        name: "scale".into(),
+        keys: vec!["seed".into(), "nodes".into()],
+        job_id: Some("600".into()),
+        arrays: vec![("600".into(), vec![0, 2]), ("610".into(), vec![1, 3])],
+        submitted: vec!["600".into(), "610".into()],
+        runs,
+    };
+    let a = answer(
+        "601|600|0|COMPLETED|None|0:22|1:00|gpu-a01|1|0|u|(null)|N/A|scale|\n\
+         602|600|2|RUNNING|None|0:40|1:00|gpu-a01|1|0|u|(null)|N/A|scale|\n\
+         610|610|1,3%1|PENDING|Resources|0:00|1:00||2|0|u|(null)|N/A|scale|\n",
+    );
+    let s = status::status(&sweep, &a);
+    assert_eq!(s.row()[1], "600,610");
+    assert_eq!(s.row_json()["job_ids"], json!(["600", "610"]));
+    assert_eq!(s.row_json()["job_id"], "600");
+    let tasks: Vec<(Option<&str>, &str)> = s
+        .runs
+        .iter()
+        .map(|r| (r.view.job_id.as_deref(), r.view.state))
+        .collect();
+    assert_eq!(
+        tasks,
+        [
+            (Some("600_0"), "finished"),
+            (Some("610_1"), "queued"),
+            (Some("600_2"), "running"),
+            (Some("610_3"), "queued")
+        ]
+    );
+    assert!(
+        s.text().starts_with("sweep scale (jobs 600, 610): "),
+        "{}",
+        s.text()
+    );
+    assert_eq!(status::arrays(&sweep), ["600", "610"], "no other job");
+    sweep.arrays.push(("620".into(), vec![]));
+    assert_eq!(status::status(&sweep, &a).row()[1], "600+2");
+}
