@@ -334,15 +334,18 @@ pub fn run_check(args: CheckArgs, out: &mut dyn Write) -> Result<ExitStatus, Cli
 pub struct SweepArgs {
     /// Run the job once for each value of KEY, as one SLURM array job, each run an
     /// experiment of its own inside the sweep's folder; `{KEY}` in the command takes the
-    /// run's value. Repeatable: the runs are every combination, the first key varying
-    /// slowest (docs/sweeps.md).
+    /// run's value. A KEY named after a plan key (`nodes=1,2`, `gpus_per_node`, `time`,
+    /// `mem`, `partition`…) sets that key of each run, as its flag would: runs that then ask
+    /// for other resources go to another array job, one per resource shape. Repeatable: the
+    /// runs are every combination, the first key varying slowest (docs/sweeps.md).
     #[arg(long, value_name = "KEY=V1,V2,…", conflicts_with_all = ["resume", "then"])]
     pub(crate) sweep: Vec<String>,
     /// A sweep file (TOML): a `[grid]` table of `KEY = [values]` and/or `[[runs]]`, each one
     /// run's values; its keys come before those of --sweep.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["resume", "then"])]
     pub(crate) sweep_file: Option<PathBuf>,
-    /// A sweep's runs at most P at once (`--array=…%P`).
+    /// A sweep's runs at most P at once (`--array=…%P`; in each array job when its runs
+    /// have several resource shapes).
     #[arg(long, value_name = "P")]
     pub(crate) max_parallel: Option<u32>,
 }
@@ -366,7 +369,8 @@ pub struct SubmitArgs {
     dry_run: bool,
     /// Submit the existing experiment NAME again as a new attempt (same folder, same
     /// snapshot and script); other plan options are not used. A sweep's NAME: its runs that
-    /// failed or were cancelled, as one array job (`SWEEP/RUN`: that run alone).
+    /// failed or were cancelled, as one array job per resource shape (`SWEEP/RUN`: that run
+    /// alone).
     #[arg(long, value_name = "NAME", conflicts_with_all = ["dry_run", "then"])]
     resume: Option<String>,
     /// Then submit this job file to start after the first one succeeds (a chain; repeatable,

@@ -1,5 +1,6 @@
 //! Sweeps on the bed (issue #29): a 2×2 grid of `examples/train_ddp.py` as one SLURM array
-//! job, one experiment per run, at most 2 runs at once.
+//! job, one experiment per run, at most 2 runs at once; a scaling sweep over `nodes` as one
+//! array job per node count.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -371,6 +372,125 @@ fn a_grid_is_one_array_job_with_one_experiment_per_run() {
         assert_eq!(
             cancelled[0]["job_id"],
             Value::from(format!("{doomed_job}_{}", n - 1))
+        );
+    }
+}
+
+/// A scaling sweep, `--sweep nodes=1,2` of train_ddp.py with 2 workers a node: two resource
+/// shapes, so two array jobs in the queue (stdout names both, one a line), one task each;
+/// both runs finish, each run's `started` lists 1 resp. 2 nodes and names its own array's
+/// task; `herd report scale` prints the scaling table with both sizes (2 and 4 GPUs);
+/// `herd status` shows the sweep as one row naming both arrays, and neither array as
+/// another job.
+#[test]
+fn a_scaling_sweep_is_one_array_job_per_node_count() {
+    let bed = Bed::require();
+    let (project, exps) = project(&bed, "sweep_scale");
+    let exp_root = exps.display().to_string();
+    let common = [
+        "-J",
+        "scale",
+        "--gpus-per-node",
+        "2",
+        "--time",
+        "10",
+        "--sweep",
+        "nodes=1,2",
+    ];
+    let cmd = [
+        "python",
+        "train_ddp.py",
+        "--steps",
+        "30",
+        "--log-every",
+        "10",
+    ];
+    let out = submit(&bed, &project, &args(&common, &exp_root, &cmd));
+    assert!(out.status.success(), "{out:?}");
+    let jobs: Vec<JobId> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| JobId(l.trim().parse().expect("a job id a line")))
+        .collect();
+    assert_eq!(jobs.len(), 2, "one array job per shape: {out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "herd: submitted sweep scale: jobs {}, {} (2 shapes), 2 runs",
+            jobs[0], jobs[1]
+        )),
+        "{stderr}"
+    );
+    for (i, job) in jobs.iter().enumerate() {
+        let in_queue = queued_tasks(*job);
+        // A job that started at once may have left the queue already: none, or its task.
+        assert!(
+            in_queue
+                .iter()
+                .all(|(a, t)| *a == job.to_string() && *t == i.to_string()),
+            "array {job} holds task {i} alone: {in_queue:?}"
+        );
+    }
+    for job in &jobs {
+        wait_out_of_queue(*job);
+    }
+
+    let sweep = exps.join("scale");
+    assert!(sweep.join("job-1.sbatch").is_file() && sweep.join("job-2.sbatch").is_file());
+    for (i, (run, nodes)) in [("nodes=1", 1), ("nodes=2", 2)].into_iter().enumerate() {
+        let exp = sweep.join(run);
+        let task = format!("{}_{i}", jobs[i]);
+        let all = timeline(&exp);
+        let started = events(&all, "started");
+        assert_eq!(started.len(), 1, "{run}: {:?}", names(&all));
+        assert_eq!(started[0]["job_id"], Value::from(task.clone()), "{run}");
+        let listed = started[0]["nodes"].as_array().map_or(0, Vec::len);
+        assert_eq!(listed, nodes, "{run}: {:?}", started[0]);
+        let finished = events(&all, "finished");
+        assert_eq!(finished.len(), 1, "{run}: {:?}", names(&all));
+        assert_eq!(
+            finished[0]["ok"],
+            Value::Bool(true),
+            "{run}: {:?}\n{}",
+            names(&all),
+            read_lossy(exp.join(format!("logs/{task}.err")))
+        );
+    }
+
+    // --- the scaling table -----------------------------------------------------------------
+    let report = herd(&["report", "scale", "--exp-root", &exp_root], &project);
+    assert!(report.status.success(), "{report:?}");
+    let text = String::from_utf8_lossy(&report.stdout);
+    assert!(
+        text.contains("| run | nodes | GPUs | samples/s | per GPU | efficiency | time/epoch |"),
+        "the scaling table:\n{text}"
+    );
+    for (run, nodes, gpus) in [("nodes=1", 1, 2), ("nodes=2", 2, 4)] {
+        assert!(
+            text.contains(&format!("| {run} | {nodes} | {gpus} | ")),
+            "{run} at {nodes} nodes, {gpus} GPUs:\n{text}"
+        );
+    }
+
+    // --- seen as one ------------------------------------------------------------------------
+    let status = herd(&["status", "--exp-root", &exp_root], &project);
+    let text = String::from_utf8_lossy(&status.stdout);
+    let (mine, others) = text
+        .split_once("other jobs of yours:")
+        .unwrap_or((&text, ""));
+    let row: Vec<&str> = mine.lines().filter(|l| l.starts_with("scale ")).collect();
+    assert_eq!(row.len(), 1, "one row for the sweep:\n{text}");
+    assert!(
+        row[0].contains(&format!("{},{}", jobs[0], jobs[1]))
+            && row[0].contains("sweep: 2 runs")
+            && row[0].contains("2 finished"),
+        "{text}"
+    );
+    for job in &jobs {
+        assert!(
+            !others
+                .lines()
+                .any(|l| l.split_whitespace().nth(1) == Some(&job.to_string())),
+            "array {job} is the sweep's, not another job:\n{text}"
         );
     }
 }
