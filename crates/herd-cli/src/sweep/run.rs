@@ -21,9 +21,10 @@ pub struct Sweep {
     pub name: String,
     /// Its keys, in order: the value columns.
     pub keys: Vec<String>,
-    /// The array's job id (the id sbatch printed), when the sweep was submitted. A run whose
-    /// manifest records no job id of its own is taken as task `ID_INDEX` of it; one whose
-    /// manifest records the array's id as task `ID_INDEX` too, and one that records
+    /// The newest submission's (first) array job id (the id sbatch printed), when the sweep
+    /// was submitted; [`Sweep::array_of`] names the array of each run. A run whose
+    /// manifest records no job id of its own is taken as task `ID_INDEX` of its array; one
+    /// whose manifest records the array's id as task `ID_INDEX` too, and one that records
     /// `ID_INDEX` itself as that task.
     pub job_id: Option<String>,
     /// The newest submission's array jobs, each with its tasks: one per resource shape
