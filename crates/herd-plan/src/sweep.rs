@@ -1,8 +1,9 @@
 //! Sweeps: one job run over a grid of values (docs/sweeps.md). Pure: the spec from
 //! `--sweep KEY=V1,V2,…` flags and a `--sweep-file` ([`SweepFile`]), its runs
 //! ([`SweepSpec::runs`]) with their names, the `{KEY}` placeholders of the worker command
-//! ([`check_command`], [`substitute`]) and the grid table `--dry-run` prints
-//! ([`grid_table`]).
+//! ([`check_command`], [`substitute`]), the keys named after plan keys that set each
+//! run's plan ([`plan_key`], [`check_plan_keys`], [`run_flags`]) and the grid table
+//! `--dry-run` prints ([`grid_table`]).
 //!
 //! ```
 //! use herd_plan::sweep::{substitute, SweepSpec};
