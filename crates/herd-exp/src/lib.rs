@@ -264,6 +264,20 @@ pub enum Error {
     },
 }
 
+/// File `path` (created when missing) held with an exclusive `flock` until it is dropped:
+/// the lock under which a manifest (an experiment's, a sweep's) is read and rewritten.
+pub(crate) fn lock_exclusive(path: &Path) -> Result<fs::File, Error> {
+    let lock = fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+        .map_err(|e| io_error("cannot open", path, e))?;
+    rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive)
+        .map_err(|e| io_error("cannot lock", path, e.into()))?;
+    Ok(lock)
+}
+
 pub(crate) fn io_error(action: &'static str, path: &Path, source: io::Error) -> Error {
     Error::Io {
         action,
@@ -704,14 +718,7 @@ impl Experiment {
         change: impl FnOnce(&mut Manifest) -> Result<T, Error>,
     ) -> Result<T, Error> {
         let lock_path = self.paths.lock();
-        let lock = fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock_path)
-            .map_err(|e| io_error("cannot open", &lock_path, e))?;
-        rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive)
-            .map_err(|e| io_error("cannot lock", &lock_path, e.into()))?;
+        let lock = lock_exclusive(&lock_path)?;
         let path = self.paths.manifest();
         let mut m = manifest::read(&path)?;
         if m.format > MANIFEST_FORMAT {

@@ -374,14 +374,7 @@ impl Sweep {
             crate::check_job_id(&a.job_id)?;
         }
         let lock_path = self.paths.lock();
-        let lock = fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock_path)
-            .map_err(|e| io_error("cannot open", &lock_path, e))?;
-        rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive)
-            .map_err(|e| io_error("cannot lock", &lock_path, e.into()))?;
+        let lock = crate::lock_exclusive(&lock_path)?;
         let path = self.paths.manifest();
         let mut m = read(&path)?;
         let number = m

@@ -216,16 +216,7 @@ impl SweepReport {
             .rows
             .iter()
             .map(|r| {
-                let mut cells: Vec<String> = self
-                    .columns
-                    .iter()
-                    .map(|(k, _)| {
-                        r.values
-                            .iter()
-                            .find(|(rk, _)| rk == k)
-                            .map_or_else(|| "—".to_owned(), |(_, v)| v.clone())
-                    })
-                    .collect();
+                let mut cells = table::value_cells(&self.columns, &r.values, "—");
                 cells.extend(r.cells());
                 cells
             })

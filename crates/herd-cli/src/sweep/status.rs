@@ -179,16 +179,7 @@ impl SweepStatus {
             .runs
             .iter()
             .map(|r| {
-                let mut cells: Vec<String> = self
-                    .columns
-                    .iter()
-                    .map(|(k, _)| {
-                        r.values
-                            .iter()
-                            .find(|(rk, _)| rk == k)
-                            .map_or_else(|| "-".to_owned(), |(_, v)| v.clone())
-                    })
-                    .collect();
+                let mut cells = table::value_cells(&self.columns, &r.values, "-");
                 cells.push(r.view.job_id.clone().unwrap_or_else(|| "-".to_owned()));
                 cells.push(r.view.state.to_owned());
                 cells.push(r.view.attempts.to_string());

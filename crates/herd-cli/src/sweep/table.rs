@@ -75,3 +75,21 @@ pub fn plain(head: &[String], align: &[Align], rows: &[Vec<String>]) -> String {
     }
     s
 }
+
+/// A run's value of each of `columns` (key, numeric), `missing` where it has none: the
+/// value cells that start a run's row in the report's and the status's tables.
+pub fn value_cells(
+    columns: &[(String, bool)],
+    values: &[(String, String)],
+    missing: &str,
+) -> Vec<String> {
+    columns
+        .iter()
+        .map(|(k, _)| {
+            values
+                .iter()
+                .find(|(rk, _)| rk == k)
+                .map_or_else(|| missing.to_owned(), |(_, v)| v.clone())
+        })
+        .collect()
+}
