@@ -222,7 +222,7 @@ impl CliError {
                 | Exp::Git { .. }
                 | Exp::ManifestParse { .. }
                 | Exp::ManifestFormat { .. }
-                | Exp::NoSuchAttempt { .. }
+                | Exp::NoSuchSubmission { .. }
                 | Exp::JobIdAlreadySet { .. }
                 | Exp::BadJobId { .. }
                 | Exp::FileExists { .. } => ExitStatus::Failure,

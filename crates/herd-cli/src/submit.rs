@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 use clap::Args;
 use herd_plan::{
     check, format_rank_table, parse_param, rank_table, render_script, resolve, CheckContext,
-    Finding, JobFile, JobKeys, MemoryPolicy, Plan, PlanArgs, ProgramLookup, ScriptParams, Severity,
+    Finding, JobFile, JobKeys, Key, MemoryPolicy, Plan, PlanArgs, ProgramLookup, ScriptParams,
+    Severity, Source,
 };
 
 use herd_slurm::scheduler::command::QUERY_TIMEOUT;
@@ -184,6 +185,30 @@ pub struct Checked {
     pub dependency: Option<String>,
     /// Every finding.
     pub findings: Vec<Finding>,
+    /// The name the job would have had by default (its script's), when an experiment of
+    /// that name exists and the plan got the next free one ([`free_default_name`]).
+    pub taken: Option<String>,
+}
+
+/// A job named by default (no `--job-name`, no `job_name` in a file, so after its job file
+/// or script) gets the first free name of `NAME`, `NAME-2`, `NAME-3`, … under its
+/// experiment root, so submitting the same script twice makes two experiments. Returns the
+/// default name when it was taken. A name given is kept (and refused if taken).
+pub(crate) fn free_default_name(plan: &mut Plan) -> Option<String> {
+    if plan.source(Key::JobName) != Some(&Source::Default) {
+        return None;
+    }
+    let free = herd_exp::next_free_name(&plan.exp_root, &plan.job_name, herd_plan::MAX_JOB_NAME);
+    (free != plan.job_name).then(|| std::mem::replace(&mut plan.job_name, free))
+}
+
+/// The note for a job that got the next free name instead of its default one.
+pub(crate) fn taken_note(taken: &str, plan: &Plan) -> String {
+    format!(
+        "herd: {} exists, so this job is named {} (give --job-name NAME to choose)",
+        plan.exp_root.join(taken).display(),
+        plan.job_name
+    )
 }
 
 /// What the checks learn from this machine and the cluster once, whatever they check: the
@@ -264,6 +289,11 @@ pub(crate) fn submit_error(message: String) -> Finding {
 pub fn prepare(args: &PlanArgs, resume: bool) -> Result<Checked, CliError> {
     let mut plan = plan(args)?;
     crate::nodes::avoid_bad_nodes(&mut plan);
+    let taken = if resume {
+        None
+    } else {
+        free_default_name(&mut plan)
+    };
     let exp_dir =
         herd_exp::experiment_dir(&plan.exp_root, &plan.job_name).map_err(herd_exp::Error::from)?;
     let site = Site::query()?;
@@ -278,7 +308,7 @@ pub fn prepare(args: &PlanArgs, resume: bool) -> Result<Checked, CliError> {
     let (script, mut findings) = render_and_check(&plan, &exp_dir, dependency.as_deref(), &site)?;
     if !resume && exp_dir.exists() {
         extra.push(format!(
-            "experiment folder {} exists and is never overwritten: choose another `job_name` (--job-name), or add an attempt with `herd submit --resume {}`",
+            "experiment folder {} exists and is never overwritten: choose another `job_name` (--job-name), or submit it again with `herd submit --resume {}`",
             exp_dir.display(),
             plan.job_name
         ));
@@ -290,6 +320,7 @@ pub fn prepare(args: &PlanArgs, resume: bool) -> Result<Checked, CliError> {
         script,
         dependency,
         findings,
+        taken,
     })
 }
 
@@ -489,25 +520,54 @@ fn sbatch(exp: &herd_exp::Experiment) -> Result<String, herd_slurm::SlurmError> 
     herd_slurm::scheduler::command::sbatch(&exp.paths().job_script(), exp.dir())
 }
 
-/// `herd submit --resume NAME`: a new attempt of an existing experiment.
+/// [`create_and_submit`]; a job named by default whose free name another submit took
+/// meanwhile is checked again under the next free one (a few times at most).
+fn create_named(
+    mut checked: Checked,
+    args: &PlanArgs,
+) -> Result<(String, herd_exp::Experiment), CliError> {
+    for _ in 0..4 {
+        match create_and_submit(&checked) {
+            Err(CliError::Experiment(herd_exp::Error::AlreadyExists { .. }))
+                if checked.plan.source(Key::JobName) == Some(&Source::Default) =>
+            {
+                checked = prepare(args, false)?;
+                report(&checked.findings, &mut std::io::sink())?;
+                if let Some(taken) = &checked.taken {
+                    eprintln!("{}", taken_note(taken, &checked.plan));
+                }
+            }
+            done => return done,
+        }
+    }
+    create_and_submit(&checked)
+}
+
+/// `herd submit --resume NAME`: a new submission of an existing experiment.
 fn resume(args: &SubmitArgs, name: &str, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
     let exp_root = crate::site::exp_root(args.plan.flags.exp_root.as_deref())?;
     let exp = crate::site::open_experiment(&exp_root, name)?;
-    let attempt = exp.add_attempt(&herd_exp::Invocation::current(env!("CARGO_PKG_VERSION")))?;
+    let submission =
+        exp.add_submission(&herd_exp::Invocation::current(env!("CARGO_PKG_VERSION")))?;
     let id = sbatch(&exp).map_err(|source| CliError::Sbatch {
-        what: format!("attempt {attempt} of {name}"),
+        what: format!("submission {submission} of {name}"),
         source,
     })?;
-    exp.record_job_id(attempt, &id)
+    exp.record_job_id(submission, &id)
         .map_err(|source| CliError::RecordJobId {
             job_id: id.clone(),
             source,
         })?;
-    record_queued(&exp, attempt, &id);
+    record_queued(&exp, submission, &id);
     writeln!(out, "{id}")?;
+    // Its first start is the experiment's next attempt (attempts count over the whole
+    // experiment), unless a job of an earlier submission still runs and starts one first.
+    let logs = exp.paths().logs();
+    let next = logs.next_attempt();
     eprintln!(
-        "herd: submitted job {id}: attempt {attempt} of experiment {}",
-        exp.dir().display()
+        "herd: submitted job {id}: submission {submission} of experiment {}; its workers start as attempt {next} ({})",
+        exp.dir().display(),
+        logs.attempt(next).path().display()
     );
     if args.wait {
         return wait(&mut [crate::status::Watched::new(Some(exp), id)], out);
@@ -542,6 +602,9 @@ pub fn run_submit(args: SubmitArgs, out: &mut dyn Write) -> Result<ExitStatus, C
         return resume(&args, name, out);
     }
     let checked = prepare(&args.plan, false)?;
+    if let Some(taken) = &checked.taken {
+        eprintln!("{}", taken_note(taken, &checked.plan));
+    }
     if args.dry_run {
         writeln!(out, "{}", checked.script.trim_end())?;
         writeln!(out)?;
@@ -573,13 +636,13 @@ pub fn run_submit(args: SubmitArgs, out: &mut dyn Write) -> Result<ExitStatus, C
         findings.extend(prepare(next, false)?.findings);
     }
     report(&findings, &mut std::io::sink())?;
-    let (mut id, exp) = create_and_submit(&checked)?;
+    let (mut id, exp) = create_named(checked, &args.plan)?;
     writeln!(out, "{id}")?;
     let mut submitted = vec![crate::status::Watched::new(Some(exp), id.clone())];
     for mut next in chain {
         next.flags.after = Some(vec![format!("{id}:ok")]);
         let exp;
-        (id, exp) = create_and_submit(&prepare(&next, false)?)?;
+        (id, exp) = create_named(prepare(&next, false)?, &next)?;
         writeln!(out, "{id}")?;
         submitted.push(crate::status::Watched::new(Some(exp), id.clone()));
     }

@@ -18,10 +18,10 @@
 //! // … queue the job, then:
 //! created.experiment.record_job_id(1, "4242")?;
 //!
-//! // `herd submit --resume resnet50-lr0.1`: a new attempt, same folder, same snapshot.
+//! // `herd submit --resume resnet50-lr0.1`: a new submission, same folder, same snapshot.
 //! let exp = Experiment::open("/scratch/me/exp".as_ref(), "resnet50-lr0.1")?;
-//! let attempt = exp.add_attempt(&Invocation::current(env!("CARGO_PKG_VERSION")))?;
-//! exp.record_job_id(attempt, "4243")?;
+//! let submission = exp.add_submission(&Invocation::current(env!("CARGO_PKG_VERSION")))?;
+//! exp.record_job_id(submission, "4243")?;
 //! # Ok(())
 //! # }
 //! ```
@@ -63,9 +63,9 @@
 //!   (`Permission denied`) instead of changing other experiments' code. Deleting an
 //!   experiment frees the files no other experiment links.
 //! - **The manifest** is written with the folder; later changes
-//!   ([`Experiment::add_attempt`], [`Experiment::record_job_id`]) append or fill in, under
+//!   ([`Experiment::add_submission`], [`Experiment::record_job_id`]) append or fill in, under
 //!   an exclusive lock, through a temporary file renamed over the old manifest.
-//! - **Resuming** ([`Experiment::open`] + [`Experiment::add_attempt`]) never touches the
+//! - **Resuming** ([`Experiment::open`] + [`Experiment::add_submission`]) never touches the
 //!   snapshot.
 
 pub mod failure;
@@ -89,7 +89,9 @@ use std::process::ExitStatus;
 
 pub use layout::ExperimentDir;
 
-pub use manifest::{Attempt, GitState, Manifest, Project, Run, SnapshotSummary, MANIFEST_FORMAT};
+pub use manifest::{
+    GitState, Manifest, Project, Run, SnapshotSummary, Submission, MANIFEST_FORMAT,
+};
 pub use name::{validate_name, NameError, NameProblem, MAX_NAME_BYTES};
 pub use snapshot::{SnapshotOptions, SnapshotReport, ALWAYS_EXCLUDED, RACY_SECS};
 pub use text::{BadEscape, LosslessText};
@@ -106,7 +108,7 @@ pub enum Error {
     Name(#[from] NameError),
     /// The experiment folder exists already.
     #[error(
-        "experiment folder {} already exists and is never overwritten: choose another job name, or add an attempt to it with `herd submit --resume`",
+        "experiment folder {} already exists and is never overwritten: choose another job name, or submit it again with `herd submit --resume`",
         path.display()
     )]
     AlreadyExists {
@@ -225,26 +227,26 @@ pub enum Error {
         /// Its format.
         found: u32,
     },
-    /// [`Experiment::record_job_id`] for an attempt that does not exist.
-    #[error("experiment {} has no attempt {attempt} (it has {count})", path.display())]
-    NoSuchAttempt {
+    /// [`Experiment::record_job_id`] for a submission that does not exist.
+    #[error("experiment {} has no submission {submission} (it has {count})", path.display())]
+    NoSuchSubmission {
         /// The experiment folder.
         path: PathBuf,
-        /// The attempt asked for.
-        attempt: u32,
-        /// How many attempts it has.
+        /// The submission asked for.
+        submission: u32,
+        /// How many submissions it has.
         count: usize,
     },
-    /// [`Experiment::record_job_id`] for an attempt that has another job id already.
+    /// [`Experiment::record_job_id`] for a submission that has another job id already.
     #[error(
-        "attempt {attempt} of experiment {} already has job id {existing}: a job id is recorded once, never replaced",
+        "submission {submission} of experiment {} already has job id {existing}: a job id is recorded once, never replaced",
         path.display()
     )]
     JobIdAlreadySet {
         /// The experiment folder.
         path: PathBuf,
-        /// The attempt.
-        attempt: u32,
+        /// The submission.
+        submission: u32,
         /// The job id it has.
         existing: String,
     },
@@ -344,6 +346,30 @@ impl ExtraFile {
 pub fn experiment_dir(exp_root: &Path, name: &str) -> Result<PathBuf, NameError> {
     validate_name(name)?;
     Ok(exp_root.join(name))
+}
+
+/// The first of `base`, `base-2`, `base-3`, … that names nothing under `exp_root` (an
+/// experiment, a sweep or anything else): where a job without a name of its own goes.
+/// `base` is shortened so that the name fits `max` bytes (at most [`MAX_NAME_BYTES`]).
+/// Free when asked, not reserved: [`NewExperiment::create`] still refuses a name taken
+/// meanwhile.
+pub fn next_free_name(exp_root: &Path, base: &str, max: usize) -> String {
+    let taken = |name: &str| fs::symlink_metadata(exp_root.join(name)).is_ok();
+    if !taken(base) {
+        return base.to_owned();
+    }
+    (2u64..)
+        .map(|n| {
+            let suffix = format!("-{n}");
+            let max = max.min(MAX_NAME_BYTES);
+            let mut keep = max.saturating_sub(suffix.len()).min(base.len());
+            while !base.is_char_boundary(keep) {
+                keep -= 1;
+            }
+            format!("{}{suffix}", &base[..keep])
+        })
+        .find(|name| !taken(name))
+        .unwrap_or_else(|| base.to_owned())
 }
 
 /// Everything needed to create an experiment; [`NewExperiment::create`] does it.
@@ -469,7 +495,7 @@ impl NewExperiment {
                 skipped: report.skipped.iter().map(|p| p.as_path().into()).collect(),
             },
             plan: self.plan.clone(),
-            attempts: vec![Attempt::new(1, &inv.herd_version, &inv.argv)],
+            submissions: vec![Submission::new(1, &inv.herd_version, &inv.argv)],
             other: serde_json::Map::new(),
         };
         manifest::write_new(&new.manifest(), &manifest)?;
@@ -614,12 +640,15 @@ impl Experiment {
         manifest::read(&self.paths.manifest())
     }
 
-    /// Appends a new attempt (`herd submit --resume`) and returns its number (2 for the
+    /// Appends a new submission (`herd submit --resume`) and returns its number (2 for the
     /// first resume). The snapshot is not touched.
-    pub fn add_attempt(&self, invocation: &Invocation) -> Result<u32, Error> {
+    pub fn add_submission(&self, invocation: &Invocation) -> Result<u32, Error> {
         self.update(|m| {
-            let number = m.attempts.last().map_or(1, |a| a.number.saturating_add(1));
-            m.attempts.push(Attempt::new(
+            let number = m
+                .submissions
+                .last()
+                .map_or(1, |a| a.number.saturating_add(1));
+            m.submissions.push(Submission::new(
                 number,
                 &invocation.herd_version,
                 &invocation.argv,
@@ -628,17 +657,17 @@ impl Experiment {
         })
     }
 
-    /// Records the scheduler's job id of an attempt. Recording the same id again is a
+    /// Records the scheduler's job id of a submission. Recording the same id again is a
     /// no-op; a different one is refused ([`Error::JobIdAlreadySet`]).
-    pub fn record_job_id(&self, attempt: u32, job_id: &str) -> Result<(), Error> {
+    pub fn record_job_id(&self, submission: u32, job_id: &str) -> Result<(), Error> {
         check_job_id(job_id)?;
         let path = self.dir().to_owned();
         self.update(|m| {
-            let count = m.attempts.len();
-            let Some(a) = m.attempts.iter_mut().find(|a| a.number == attempt) else {
-                return Err(Error::NoSuchAttempt {
+            let count = m.submissions.len();
+            let Some(a) = m.submissions.iter_mut().find(|a| a.number == submission) else {
+                return Err(Error::NoSuchSubmission {
                     path,
-                    attempt,
+                    submission,
                     count,
                 });
             };
@@ -646,7 +675,7 @@ impl Experiment {
                 Some(existing) if existing == job_id => Ok(()),
                 Some(existing) => Err(Error::JobIdAlreadySet {
                     path,
-                    attempt,
+                    submission,
                     existing: existing.clone(),
                 }),
                 None => {
@@ -662,16 +691,16 @@ impl Experiment {
     pub fn record_run(&self, job_id: Option<&str>, run: Run) -> Result<(), Error> {
         let path = self.dir().to_owned();
         self.update(|m| {
-            let count = m.attempts.len();
+            let count = m.submissions.len();
             let pos = m
-                .attempts
+                .submissions
                 .iter()
                 .rposition(|a| job_id.is_some() && a.job_id.as_deref() == job_id)
                 .or(count.checked_sub(1));
-            let Some(a) = pos.and_then(|i| m.attempts.get_mut(i)) else {
-                return Err(Error::NoSuchAttempt {
+            let Some(a) = pos.and_then(|i| m.submissions.get_mut(i)) else {
+                return Err(Error::NoSuchSubmission {
                     path,
-                    attempt: 1,
+                    submission: 1,
                     count,
                 });
             };
@@ -728,6 +757,8 @@ impl Experiment {
             });
         }
         let out = change(&mut m)?;
+        // Written in this herd's format (an older manifest's `attempts` are `submissions`).
+        m.format = MANIFEST_FORMAT;
         manifest::replace(&path, &m)?;
         drop(lock);
         Ok(out)

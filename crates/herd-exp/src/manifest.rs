@@ -13,12 +13,15 @@ use crate::text::LosslessText;
 use crate::{io_error, Error};
 
 /// The manifest format this crate writes; it refuses to change a manifest of a newer one.
-pub const MANIFEST_FORMAT: u32 = 1;
+/// Format 2 calls the submissions `submissions`; format 1 called them `attempts`, which
+/// this crate still reads (and rewrites as format 2 when it changes such a manifest).
+pub const MANIFEST_FORMAT: u32 = 2;
 
-/// `manifest.json`: what was submitted, from where, and every attempt.
+/// `manifest.json`: what was submitted, from where, and every submission.
 ///
-/// Written when the experiment is created; afterwards only [`Attempt`]s are appended and
-/// each attempt's job id is filled in once ([`crate::Experiment::add_attempt`],
+/// Written when the experiment is created; afterwards only [`Submission`]s are appended,
+/// each submission's job id is filled in once and its [`Run`]s appended
+/// ([`crate::Experiment::add_submission`], [`crate::Experiment::record_run`],
 /// [`crate::Experiment::record_job_id`]), every change a write to a temporary file and a
 /// rename over the old one.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -39,8 +42,10 @@ pub struct Manifest {
     pub snapshot: SnapshotSummary,
     /// The resolved job plan, as the plan crate gave it.
     pub plan: Value,
-    /// Every attempt, the first one made with the experiment, in order.
-    pub attempts: Vec<Attempt>,
+    /// Every submission (one sbatch, one job id), the first one made with the experiment,
+    /// in order. Format 1 named them `attempts`.
+    #[serde(alias = "attempts")]
+    pub submissions: Vec<Submission>,
     /// Fields this version does not know (written by a newer herd), kept as they are.
     #[serde(flatten)]
     pub other: Map<String, Value>,
@@ -86,10 +91,11 @@ pub struct SnapshotSummary {
     pub skipped: Vec<LosslessText>,
 }
 
-/// One submission of the experiment: the first, or one `herd submit --resume`.
+/// One submission of the experiment: the first, or one `herd submit --resume`; one sbatch
+/// and so one job id (a requeue keeps the id: same submission).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Attempt {
-    /// 1 for the first attempt, then 2, 3, …
+pub struct Submission {
+    /// 1 for the first submission, then 2, 3, …
     pub number: u32,
     /// When it was added, seconds since the Unix epoch.
     pub created_unix: u64,
@@ -99,9 +105,9 @@ pub struct Attempt {
     pub argv: Vec<LosslessText>,
     /// The scheduler's job id, once known; set once, never replaced.
     pub job_id: Option<String>,
-    /// Every run of its workers, in order: one per start inside an allocation (the first,
-    /// each restart) and so one more per requeue; appended by the leader agent as each
-    /// ends.
+    /// Every attempt of its workers, in order: one per start inside an allocation (the
+    /// first, each restart) and so one more per requeue; appended by the leader agent as
+    /// each ends.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub runs: Vec<Run>,
     /// Fields this version does not know (written by a newer herd), kept as they are.
@@ -109,9 +115,9 @@ pub struct Attempt {
     pub other: Map<String, Value>,
 }
 
-impl Attempt {
-    pub(crate) fn new(number: u32, herd_version: &str, argv: &[OsString]) -> Attempt {
-        Attempt {
+impl Submission {
+    pub(crate) fn new(number: u32, herd_version: &str, argv: &[OsString]) -> Submission {
+        Submission {
             number,
             created_unix: unix_now(),
             herd_version: herd_version.to_owned(),
@@ -126,7 +132,8 @@ impl Attempt {
     }
 }
 
-/// One run of a job's workers (a `logs/attempt-K` folder), as the leader agent saw it end.
+/// One attempt: one start of a job's workers (a `logs/attempt-K` folder), as the leader
+/// agent saw it end.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Run {
     /// K of `logs/attempt-K`: counted over the whole experiment, from 0.

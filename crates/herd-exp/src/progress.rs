@@ -81,11 +81,11 @@ impl Progress {
             source,
         })?;
         let job_id = manifest
-            .attempts
+            .submissions
             .iter()
             .rev()
             .find_map(|a| a.job_id.clone());
-        let mut p = Progress::from_events(job_id, manifest.attempts.len(), &events);
+        let mut p = Progress::from_events(job_id, manifest.submissions.len(), &events);
         p.created_unix = manifest.created_unix;
         Ok(p)
     }

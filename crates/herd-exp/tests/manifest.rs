@@ -1,4 +1,4 @@
-//! The manifest: plan, git commit and dirty diff, argv, herd version, attempts and job ids;
+//! The manifest: plan, git commit and dirty diff, argv, herd version, submissions and job ids;
 //! resuming; extra files.
 
 mod common;
@@ -38,7 +38,7 @@ fn git(dir: &Path, args: &[&str]) -> String {
 }
 
 #[test]
-fn manifest_records_plan_git_argv_version_and_attempts() {
+fn manifest_records_plan_git_argv_version_and_submissions() {
     let proj = TempDir::new().expect("tempdir");
     let p = proj.path();
     git(p, &["init", "-q"]);
@@ -88,8 +88,8 @@ fn manifest_records_plan_git_argv_version_and_attempts() {
         "untracked files are not in the diff"
     );
 
-    assert_eq!(m.attempts.len(), 1);
-    let a = &m.attempts[0];
+    assert_eq!(m.submissions.len(), 1);
+    let a = &m.submissions[0];
     assert_eq!((a.number, a.job_id.as_deref()), (1, None));
     assert_eq!(a.argv, m.argv);
     assert_eq!(a.herd_version, "9.9.9-test");
@@ -201,7 +201,7 @@ fn a_git_failure_is_an_error_with_gits_message() {
 }
 
 #[test]
-fn job_ids_are_recorded_once_and_resume_adds_attempts() {
+fn job_ids_are_recorded_once_and_resume_adds_submissions() {
     let proj = TempDir::new().expect("tempdir");
     write(proj.path(), "train.py", "x\n");
     let exp = TempDir::new().expect("tempdir");
@@ -217,7 +217,7 @@ fn job_ids_are_recorded_once_and_resume_adds_attempts() {
     assert!(err.to_string().contains("already has job id 4242"), "{err}");
     let err = e.record_job_id(2, "1").expect_err("no attempt 2 yet");
     assert!(
-        matches!(err, Error::NoSuchAttempt { count: 1, .. }),
+        matches!(err, Error::NoSuchSubmission { count: 1, .. }),
         "{err:?}"
     );
     for bad in ["", "12 34", "1;rm", "x".repeat(65).as_str(), "4\n2"] {
@@ -238,14 +238,14 @@ fn job_ids_are_recorded_once_and_resume_adds_attempts() {
             "run".into(),
         ],
     };
-    assert_eq!(resumed.add_attempt(&inv).expect("attempt"), 2);
+    assert_eq!(resumed.add_submission(&inv).expect("attempt"), 2);
     resumed.record_job_id(2, "5000_1").expect("record");
-    assert_eq!(resumed.add_attempt(&inv).expect("attempt"), 3);
+    assert_eq!(resumed.add_submission(&inv).expect("attempt"), 3);
     assert_eq!(fingerprint(&e.paths().code()), code_before);
 
     let m = resumed.manifest().expect("manifest");
     let ids: Vec<_> = m
-        .attempts
+        .submissions
         .iter()
         .map(|a| (a.number, a.job_id.as_deref(), a.herd_version.as_str()))
         .collect();
@@ -257,7 +257,7 @@ fn job_ids_are_recorded_once_and_resume_adds_attempts() {
             (3, None, "10.0.0")
         ]
     );
-    assert_eq!(m.attempts[1].argv[2], LosslessText::from("--resume"));
+    assert_eq!(m.submissions[1].argv[2], LosslessText::from("--resume"));
     // The creating command line stays the manifest's own.
     assert_eq!(m.herd_version, "9.9.9-test");
     // No temporary files left; the lock file exists after updates.
@@ -287,7 +287,7 @@ fn fields_of_a_newer_herd_are_kept_and_newer_formats_refused() {
     let mut raw: serde_json::Value =
         serde_json::from_slice(&fs::read(&path).expect("read")).expect("json");
     raw["future_field"] = serde_json::json!({"kept": true});
-    raw["attempts"][0]["future_attempt_field"] = serde_json::json!(7);
+    raw["submissions"][0]["future_submission_field"] = serde_json::json!(7);
     fs::write(&path, serde_json::to_vec(&raw).expect("json")).expect("write");
     fs::set_permissions(&path, fs::Permissions::from_mode(0o640)).expect("chmod");
 
@@ -295,8 +295,8 @@ fn fields_of_a_newer_herd_are_kept_and_newer_formats_refused() {
     let raw: serde_json::Value =
         serde_json::from_slice(&fs::read(&path).expect("read")).expect("json");
     assert_eq!(raw["future_field"], serde_json::json!({"kept": true}));
-    assert_eq!(raw["attempts"][0]["future_attempt_field"], 7);
-    assert_eq!(raw["attempts"][0]["job_id"], "77");
+    assert_eq!(raw["submissions"][0]["future_submission_field"], 7);
+    assert_eq!(raw["submissions"][0]["job_id"], "77");
     assert_eq!(
         fs::metadata(&path).expect("stat").permissions().mode() & 0o777,
         0o640,
@@ -309,7 +309,7 @@ fn fields_of_a_newer_herd_are_kept_and_newer_formats_refused() {
     let before = fs::read(&path).expect("read");
     let err = created
         .experiment
-        .add_attempt(&Invocation::current("1"))
+        .add_submission(&Invocation::current("1"))
         .expect_err("newer format");
     assert!(matches!(err, Error::ManifestFormat { .. }), "{err:?}");
     assert_eq!(fs::read(&path).expect("read"), before);
@@ -383,4 +383,66 @@ fn extra_files_are_written_with_the_folder_and_never_overwritten() {
     }];
     let err = req.create().expect_err("taken name");
     assert!(err.to_string().contains("herd uses itself"), "{err}");
+}
+
+#[test]
+fn a_format_1_manifest_reads_its_attempts_as_submissions_and_is_rewritten_as_format_2() {
+    let proj = TempDir::new().expect("tempdir");
+    write(proj.path(), "train.py", "x\n");
+    let exp = TempDir::new().expect("tempdir");
+    let created = request(exp.path(), "old", proj.path())
+        .create()
+        .expect("create");
+    let path = created.experiment.paths().manifest();
+    // What herd wrote before format 2: the submissions under `attempts`.
+    let mut raw: serde_json::Value =
+        serde_json::from_slice(&fs::read(&path).expect("read")).expect("json");
+    let obj = raw.as_object_mut().expect("object");
+    let submissions = obj.remove("submissions").expect("submissions");
+    obj.insert("attempts".into(), submissions);
+    obj.insert("format".into(), serde_json::json!(1));
+    raw["attempts"][0]["job_id"] = serde_json::json!("41");
+    fs::write(&path, serde_json::to_vec(&raw).expect("json")).expect("write");
+
+    let m = created.experiment.manifest().expect("format 1 reads");
+    assert_eq!(m.submissions.len(), 1);
+    assert_eq!(m.submissions[0].job_id.as_deref(), Some("41"));
+
+    let n = created
+        .experiment
+        .add_submission(&Invocation::current("1"))
+        .expect("a format-1 manifest takes a submission");
+    assert_eq!(n, 2);
+    let raw: serde_json::Value =
+        serde_json::from_slice(&fs::read(&path).expect("read")).expect("json");
+    assert_eq!(raw["format"], MANIFEST_FORMAT);
+    assert_eq!(MANIFEST_FORMAT, 2);
+    assert!(raw.get("attempts").is_none(), "{raw:#}");
+    assert_eq!(raw["submissions"][0]["job_id"], "41");
+    assert_eq!(raw["submissions"][1]["number"], 2);
+}
+
+#[test]
+fn the_next_free_name_counts_up_from_the_base_past_anything_taken() {
+    let root = TempDir::new().expect("tempdir");
+    let free = |base: &str, max: usize| herd_exp::next_free_name(root.path(), base, max);
+    assert_eq!(free("train", 128), "train", "nothing there yet");
+    fs::create_dir(root.path().join("train")).expect("mkdir");
+    assert_eq!(free("train", 128), "train-2");
+    fs::create_dir(root.path().join("train-2")).expect("mkdir");
+    // Any entry takes a name, not only an experiment folder.
+    fs::write(root.path().join("train-3"), "").expect("file");
+    assert_eq!(free("train", 128), "train-4");
+    // Another base is not counted: `train-eval` is not a number.
+    fs::create_dir(root.path().join("train-eval")).expect("mkdir");
+    assert_eq!(free("train-eval", 128), "train-eval-2");
+    // A base at the length limit is shortened to make room for its suffix.
+    let long = "a".repeat(12);
+    fs::create_dir(root.path().join(&long)).expect("mkdir");
+    assert_eq!(free(&long, 12), format!("{}-2", "a".repeat(10)));
+    // No experiment root yet: the base is free.
+    assert_eq!(
+        herd_exp::next_free_name(&root.path().join("missing"), "train", 128),
+        "train"
+    );
 }

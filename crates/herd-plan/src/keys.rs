@@ -80,7 +80,8 @@ macro_rules! plan_keys {
 }
 
 plan_keys! {
-    /// `--job-name`: also the experiment folder's name.
+    /// `--job-name`: also the experiment folder's name. Default: the job file's name, else
+    /// the script's (`train` for `python train.py`), made free as `train-2`, `train-3`, …
     #[key(JobName, example = r#""swav""#)]
     #[arg(long, short = 'J', value_name = "NAME")]
     pub job_name: Option<String>,

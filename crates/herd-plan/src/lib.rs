@@ -99,7 +99,7 @@ pub use keys::{JobKeys, Key, PlanArgs, Source};
 pub use launch::{
     AgentOptions, GpuBindArg, HangTimeout, KeepAlive, OnHang, Preflight, Seconds, StopSignal,
 };
-pub use plan::{Mode, Plan, Problem, ResolveError, DEFAULT_EXP_ROOT};
+pub use plan::{Mode, Plan, Problem, ResolveError, DEFAULT_EXP_ROOT, MAX_JOB_NAME};
 pub use quote::{quote, quote_if_needed, quote_words, NulError};
 pub use ranks::{format_rank_table, rank_table, RankRow};
 pub use render::{render_script, RenderError, ScriptParams};

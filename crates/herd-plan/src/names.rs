@@ -92,6 +92,32 @@ pub(crate) fn job_name(s: &str) -> Result<String, ValueError> {
     }
 }
 
+/// What a command is called, for a default job name: the stem of the first word that names
+/// a script (`python -u train.py`, `torchrun --nproc-per-node 8 tools/train.py CFG.py`,
+/// `bash run.sh`: `train`, `train`, `run`), else the last part of the module after `-m`
+/// (`python -m mypkg.pretrain`: `pretrain`), else the program's file name (`/opt/bin/fit`:
+/// `fit`). `None` for an empty command.
+pub(crate) fn command_stem(command: &[String]) -> Option<String> {
+    const SCRIPTS: [&str; 3] = [".py", ".sh", ".bash"];
+    let file_name = |w: &str| w.rsplit('/').next().unwrap_or(w).to_owned();
+    let script = command.iter().find_map(|w| {
+        let name = file_name(w);
+        SCRIPTS
+            .iter()
+            .find_map(|ext| name.strip_suffix(ext).filter(|stem| !stem.is_empty()))
+            .map(str::to_owned)
+    });
+    let module = || {
+        let at = command.iter().position(|w| w == "-m")?;
+        let module = command.get(at + 1)?;
+        module.rsplit('.').next().map(str::to_owned)
+    };
+    script
+        .or_else(module)
+        .or_else(|| command.first().map(|p| file_name(p)))
+        .filter(|n| !n.is_empty())
+}
+
 /// A default job name made from a file or program name.
 pub(crate) fn sanitize_job_name(base: &str) -> String {
     let mut name: String = base

@@ -20,7 +20,9 @@ use crate::job::{JobFile, Profile};
 use crate::keep::resolve_keep;
 use crate::keys::{JobKeys, Key, Source};
 use crate::layers::Layers;
-use crate::names::{job_name, sanitize_job_name, sbatch_arg, sbatch_safe, simple_name};
+use crate::names::{
+    command_stem, job_name, sanitize_job_name, sbatch_arg, sbatch_safe, simple_name,
+};
 use crate::plan::{
     Mode, Plan, ResolveError, DEFAULT_AVOID_BAD_NODES, DEFAULT_EXCLUDE, DEFAULT_EXP_ROOT,
     MAX_ARG_BYTES, MAX_RANKS,
@@ -339,7 +341,8 @@ fn lists(l: &mut Layers<'_>) -> (Vec<String>, Vec<String>) {
     (sbatch_args, exclude)
 }
 
-/// The job name: given, else the job file's name, else the program's.
+/// The job name: given, else the job file's name, else the command's script's
+/// ([`command_stem`]). A default name is where `herd submit` starts looking for a free one.
 fn job_name_of(l: &mut Layers<'_>, job: Option<&JobFile>, command: &[String]) -> String {
     match l.take(Key::JobName, |k| k.job_name.as_deref(), job_name) {
         Some(n) => n,
@@ -349,11 +352,7 @@ fn job_name_of(l: &mut Layers<'_>, job: Option<&JobFile>, command: &[String]) ->
             let base = job
                 .and_then(|j| j.stem())
                 .map(str::to_owned)
-                .or_else(|| {
-                    command
-                        .first()
-                        .map(|p| p.rsplit('/').next().unwrap_or(p).to_owned())
-                })
+                .or_else(|| command_stem(command))
                 .unwrap_or_else(|| "job".to_owned());
             sanitize_job_name(&base)
         }

@@ -99,7 +99,7 @@ fn batch_path(ctx: &Ctx<'_>, job: &str, stream: Stream) -> PathBuf {
 fn job_ids(exp: &herd_exp::Experiment) -> Result<Vec<(u32, String)>, CliError> {
     Ok(exp
         .manifest()?
-        .attempts
+        .submissions
         .iter()
         .filter_map(|a| a.job_id.clone().map(|j| (a.number, j)))
         .collect())

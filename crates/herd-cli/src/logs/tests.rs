@@ -340,7 +340,7 @@ fn batch_output_of_the_submission() {
     // A resume's job: --all-attempts shows every submission.
     let exp = herd_exp::Experiment::open(&srun.root, "train").expect("opens");
     let n = exp
-        .add_attempt(&herd_exp::Invocation::current("test"))
+        .add_submission(&herd_exp::Invocation::current("test"))
         .expect("resume");
     exp.record_job_id(n, "4250").expect("id");
     std::fs::write(srun.dir.join("logs/4250.out"), "again\n").expect("out");

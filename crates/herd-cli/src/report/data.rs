@@ -78,7 +78,7 @@ pub fn load(exp: &Experiment) -> Result<ExpData, CliError> {
     }
     let runs = exp
         .manifest()
-        .map(|m| m.attempts.into_iter().flat_map(|a| a.runs).collect())
+        .map(|m| m.submissions.into_iter().flat_map(|a| a.runs).collect())
         .unwrap_or_default();
     let path = logs.failure_report();
     let failure = match FailureReport::read(&path) {

@@ -1,6 +1,6 @@
 //! `herd submit --resume NAME` of a sweep: the runs that did not finish, submitted again as
 //! one array job of those tasks only per resource shape (each shape's own array script),
-//! each run a new attempt of its experiment (its own folder, snapshot and script, as
+//! each run a new submission of its experiment (its own folder, snapshot and script, as
 //! `--resume` of one experiment).
 
 use std::io::Write;
@@ -148,12 +148,15 @@ pub fn resume(root: &Path, name: &str, out: &mut dyn Write) -> Result<ExitStatus
             continue;
         };
         let task = format!("{}_{}", array.job_id, run.index);
-        let recorded = run.experiment.add_attempt(&invocation).and_then(|attempt| {
-            run.experiment.record_job_id(attempt, &task)?;
-            Ok(attempt)
-        });
+        let recorded = run
+            .experiment
+            .add_submission(&invocation)
+            .and_then(|submission| {
+                run.experiment.record_job_id(submission, &task)?;
+                Ok(submission)
+            });
         match recorded {
-            Ok(attempt) => record_queued(&run.experiment, attempt, &task),
+            Ok(submission) => record_queued(&run.experiment, submission, &task),
             Err(source) => {
                 unrecorded.get_or_insert(CliError::RecordJobId {
                     job_id: task,

@@ -64,7 +64,7 @@ impl Answer {
 fn recorded_job_id(exp: &herd_exp::Experiment) -> Option<String> {
     exp.manifest()
         .ok()?
-        .attempts
+        .submissions
         .iter()
         .rev()
         .find_map(|a| a.job_id.clone())
@@ -142,12 +142,12 @@ pub fn folder(sweep: &Sweep, run: &SweepRun) -> Result<Folder, String> {
     let events = herd_exp::timeline::read(exp.dir())
         .map_err(|e| format!("cannot read {}: {e}", exp.paths().timeline().display()))?;
     let recorded = manifest
-        .attempts
+        .submissions
         .iter()
         .rev()
         .find_map(|a| a.job_id.clone());
     let id = task_id(recorded.as_deref(), sweep.array_of(run.index), run.index);
-    let mut progress = Progress::from_events(id, manifest.attempts.len(), &events);
+    let mut progress = Progress::from_events(id, manifest.submissions.len(), &events);
     progress.created_unix = manifest.created_unix;
     Ok(Folder { progress, events })
 }

@@ -146,6 +146,9 @@ fn prepare(args: &SweepArgs, plan_args: &herd_plan::PlanArgs) -> Result<Prepared
     // first run's plan: the keys a sweep may set per run are none of these).
     let mut template = plan_with(job.as_ref(), run_keys.first().unwrap_or(flags))?;
     crate::nodes::avoid_bad_nodes(&mut template);
+    if let Some(taken) = crate::submit::free_default_name(&mut template) {
+        eprintln!("{}", crate::submit::taken_note(&taken, &template));
+    }
     let name = template.job_name.clone();
     let sweep_dir =
         herd_exp::experiment_dir(&template.exp_root, &name).map_err(herd_exp::Error::from)?;

@@ -441,8 +441,12 @@ impl Reader {
         let manifest = self.exp.manifest();
         let (job_id, submissions) = match &manifest {
             Ok(m) => {
-                t.job_ids = m.attempts.iter().filter_map(|a| a.job_id.clone()).collect();
-                (t.job_ids.last().cloned(), m.attempts.len())
+                t.job_ids = m
+                    .submissions
+                    .iter()
+                    .filter_map(|a| a.job_id.clone())
+                    .collect();
+                (t.job_ids.last().cloned(), m.submissions.len())
             }
             Err(e) => {
                 t.error = Some(e.to_string());

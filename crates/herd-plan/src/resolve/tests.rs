@@ -419,6 +419,45 @@ fn command_rules() {
 }
 
 #[test]
+fn without_a_name_or_job_file_the_job_is_named_after_its_script() {
+    let named = |command: &[&str]| {
+        let flags = JobKeys {
+            command: Some(command.iter().map(|w| (*w).to_owned()).collect()),
+            ..JobKeys::default()
+        };
+        let plan = ok(None, &flags, &[], "h");
+        assert_eq!(plan.source(Key::JobName), Some(&Source::Default));
+        plan.job_name
+    };
+    assert_eq!(named(&["python", "train.py", "--lr", "3e-4"]), "train");
+    assert_eq!(named(&["python3", "-u", "src/pretrain.py"]), "pretrain");
+    assert_eq!(
+        named(&[
+            "torchrun",
+            "--nproc-per-node",
+            "8",
+            "tools/train.py",
+            "cfg.py"
+        ]),
+        "train"
+    );
+    assert_eq!(
+        named(&["python", "-m", "mypkg.finetune", "--x"]),
+        "finetune"
+    );
+    // A launcher module is not the script: the script after it is.
+    assert_eq!(
+        named(&["python", "-m", "torch.distributed.run", "main.py"]),
+        "main"
+    );
+    assert_eq!(named(&["bash", "scripts/run.sh"]), "run");
+    assert_eq!(named(&["/opt/bin/fit", "--epochs", "3"]), "fit");
+    // Only the file name counts, and it is made a job name.
+    assert_eq!(named(&["python", "my model.py"]), "my_model");
+    assert_eq!(named(&["python", ".py"]), "python");
+}
+
+#[test]
 fn params_fill_placeholders() {
     let job = file(
         "params = [\"CHECKPOINT\"]\ncommand = [\"python\", \"test.py\", \"{CHECKPOINT}\", \"--out={CHECKPOINT}.pkl\", \"{OTHER}\"]\n",

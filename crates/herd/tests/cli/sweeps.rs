@@ -221,7 +221,7 @@ fn a_sweep_is_one_array_job_and_each_run_records_its_task() {
             serde_json::from_slice(&std::fs::read(exp.join("manifest.json")).expect("manifest"))
                 .expect("json");
         let task = format!("4242_{i}");
-        assert_eq!(m["attempts"][0]["job_id"], task.as_str(), "{run}");
+        assert_eq!(m["submissions"][0]["job_id"], task.as_str(), "{run}");
         assert_eq!(m["plan"]["exp_root"], sweep.display().to_string().as_str());
         assert_eq!(
             m["plan"]["command"],
@@ -424,7 +424,7 @@ fn a_sweep_over_nodes_is_one_array_job_per_shape() {
             &std::fs::read(sweep.join(run).join("manifest.json")).expect("manifest"),
         )
         .expect("json");
-        assert_eq!(m["attempts"][0]["job_id"], task, "{run}");
+        assert_eq!(m["submissions"][0]["job_id"], task, "{run}");
         assert_eq!(m["plan"]["nodes"], nodes, "{run}");
     }
 }

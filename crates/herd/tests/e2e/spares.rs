@@ -117,7 +117,7 @@ fn a_frozen_node_is_replaced_by_a_spare_in_the_same_job() {
     );
     let manifest: Value =
         serde_json::from_str(&read_lossy(exp.join("manifest.json"))).expect("manifest");
-    let runs = manifest["attempts"][0]["runs"].as_array().expect("runs");
+    let runs = manifest["submissions"][0]["runs"].as_array().expect("runs");
     let ends: Vec<(Value, Value)> = runs
         .iter()
         .map(|r| (r["cause"].clone(), r["then"].clone()))

@@ -305,7 +305,7 @@ fn time_limits_requeue_within_budget_and_the_job_finishes_with_no_lost_step() {
     // The manifest has one run per attempt, each with its cause.
     let manifest: Value =
         serde_json::from_str(&read_lossy(exp.join("manifest.json"))).expect("manifest");
-    let runs = manifest["attempts"][0]["runs"].as_array().expect("runs");
+    let runs = manifest["submissions"][0]["runs"].as_array().expect("runs");
     assert_eq!(runs.len(), dirs.len(), "{runs:#?}");
     for (k, run) in runs.iter().enumerate() {
         assert_eq!(run["attempt"], k as u64);
@@ -744,7 +744,7 @@ fn frozen_node(node: usize) {
     );
     let manifest: Value =
         serde_json::from_str(&read_lossy(exp.join("manifest.json"))).expect("manifest");
-    let runs = manifest["attempts"][0]["runs"].as_array().expect("runs");
+    let runs = manifest["submissions"][0]["runs"].as_array().expect("runs");
     let ends: Vec<(Value, Value)> = runs
         .iter()
         .map(|r| (r["cause"].clone(), r["then"].clone()))

@@ -783,7 +783,7 @@ fn tree_digest(dir: &Path) -> String {
 /// `herd submit pretrain.toml --then eval.toml`: one command, two jobs, the second held until
 /// the first succeeds; `--resume NAME` adds an attempt in the same folder with a new job id.
 #[test]
-fn then_chains_in_one_command_and_resume_adds_an_attempt() {
+fn then_chains_in_one_command_and_resume_adds_a_submission_whose_attempt_all_views_agree_on() {
     let bed = Bed::require();
     let (project, exps) = project(&bed, "submit_then");
     let exp_root = exps.display().to_string();
@@ -832,7 +832,9 @@ fn then_chains_in_one_command_and_resume_adds_an_attempt() {
     assert!(pre_info.succeeded() && eval_info.succeeded());
     assert!(eval_info.fields["StartTime"] >= pre_info.fields["EndTime"]);
 
-    // A second attempt of the finished eval experiment, in the same folder.
+    // A second submission of the finished eval experiment, in the same folder: its workers'
+    // start is attempt 1 (the first submission's was attempt 0), and the message, the
+    // folder, `herd status` and `herd logs` all say so.
     let again = submit(
         &bed,
         &project,
@@ -840,7 +842,55 @@ fn then_chains_in_one_command_and_resume_adds_an_attempt() {
     );
     let second = job_id(&again);
     assert_ne!(second, ids[1]);
+    let said = String::from_utf8_lossy(&again.stderr).into_owned();
+    let attempt_dir = exps.join("then-eval/logs/attempt-1");
+    assert!(
+        said.contains(&format!(
+            "submitted job {second}: submission 2 of experiment {}; its workers start as attempt 1 ({})",
+            exps.join("then-eval").display(),
+            attempt_dir.display()
+        )),
+        "{said}"
+    );
     wait_ok(&bed, second, &exps.join("then-eval"));
+    assert!(
+        attempt_dir.is_dir(),
+        "the resumed workers log to {attempt_dir:?}"
+    );
+    assert!(!exps.join("then-eval/logs/attempt-2").exists());
+    let status = herd_with_path(
+        "status",
+        &project,
+        &["--json", "--exp-root", &exp_root, "then-eval"],
+        &std::env::var("PATH").unwrap_or_default(),
+    );
+    let status: Value = serde_json::from_slice(&status.stdout).expect("status --json");
+    let eval = &status["experiments"][0];
+    assert_eq!(eval["name"], "then-eval", "{status:#}");
+    assert_eq!(eval["submissions"], 2, "{status:#}");
+    assert_eq!(eval["attempts"], 2, "attempts 0 and 1: {status:#}");
+    let logs = herd_with_path(
+        "logs",
+        &project,
+        &["then-eval", "--all-attempts", "--exp-root", &exp_root],
+        &std::env::var("PATH").unwrap_or_default(),
+    );
+    let logs = String::from_utf8_lossy(&logs.stdout).into_owned();
+    assert!(
+        logs.contains(&format!(
+            "── attempt 1 (resumed: submission 2, job {second}) ──"
+        )),
+        "{logs}"
+    );
+    let manifest: Value = serde_json::from_str(
+        &std::fs::read_to_string(exps.join("then-eval/manifest.json")).expect("manifest"),
+    )
+    .expect("json");
+    assert_eq!(manifest["submissions"][1]["number"], 2, "{manifest:#}");
+    assert_eq!(
+        manifest["submissions"][1]["runs"][0]["attempt"], 1,
+        "{manifest:#}"
+    );
     let manifest = std::fs::read_to_string(exps.join("then-eval/manifest.json")).expect("manifest");
     assert!(
         manifest.contains(&format!("\"{}\"", ids[1]))
@@ -852,4 +902,86 @@ fn then_chains_in_one_command_and_resume_adds_an_attempt() {
             .is_file(),
         "attempt 1's log kept"
     );
+}
+
+/// A newcomer's loop: the same script submitted twice without `-J`, a report written into
+/// the project folder as the README's tour does, then a third submit.
+#[test]
+fn submits_without_a_name_never_collide_and_reports_stay_out_of_snapshots() {
+    let bed = Bed::require();
+    let (project, exps) = project_with(
+        &bed,
+        "submit_unnamed",
+        &[("examples/train_ddp.py", "train.py")],
+    );
+    let exp_root = exps.display().to_string();
+    let args = [
+        "--exp-root",
+        &exp_root,
+        "--nodes",
+        "1",
+        "--gpus-per-node",
+        "2",
+        "--",
+        "python",
+        "train.py",
+        "--steps",
+        "30",
+    ];
+    let first = submit(&bed, &project, &args);
+    let second = submit(&bed, &project, &args);
+    let (a, b) = (job_id(&first), job_id(&second));
+    assert_ne!(a, b);
+    let said = String::from_utf8_lossy(&second.stderr).into_owned();
+    assert!(
+        said.contains(&format!(
+            "{} exists, so this job is named train-2 (give --job-name NAME to choose)",
+            exps.join("train").display()
+        )),
+        "{said}"
+    );
+    // Both queued, each in its own experiment, named after the script.
+    for (id, name) in [(a, "train"), (b, "train-2")] {
+        let job = bed.job(id).expect("queued");
+        assert_eq!(job.fields.get("JobName").map(String::as_str), Some(name));
+        assert!(exps.join(name).join("manifest.json").is_file(), "{name}");
+    }
+    wait_ok(&bed, a, &exps.join("train"));
+    wait_ok(&bed, b, &exps.join("train-2"));
+
+    // The tour's report, written into the project folder.
+    let report = herd_with_path(
+        "report",
+        &project,
+        &[
+            "train",
+            "--exp-root",
+            &exp_root,
+            "--plots",
+            "plots",
+            "--html",
+            "report.html",
+        ],
+        &std::env::var("PATH").unwrap_or_default(),
+    );
+    assert!(
+        report.status.success(),
+        "{}",
+        String::from_utf8_lossy(&report.stderr)
+    );
+    assert!(project.join("report.html").is_file() && project.join("plots").is_dir());
+
+    let third = submit(&bed, &project, &args);
+    let c = job_id(&third);
+    let code = exps.join("train-3/code");
+    assert!(code.join("train.py").is_file(), "the script is snapshotted");
+    assert!(
+        !code.join("report.html").exists(),
+        "the report page is not snapshotted"
+    );
+    assert!(
+        !code.join("plots").exists(),
+        "the report's plots are not snapshotted"
+    );
+    wait_ok(&bed, c, &exps.join("train-3"));
 }

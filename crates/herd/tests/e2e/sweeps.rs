@@ -151,7 +151,7 @@ fn a_grid_is_one_array_job_with_one_experiment_per_run() {
         );
         let run: Value =
             serde_json::from_str(&read_lossy(exp.join("manifest.json"))).expect("manifest");
-        assert_eq!(run["attempts"][0]["job_id"], Value::from(task.clone()));
+        assert_eq!(run["submissions"][0]["job_id"], Value::from(task.clone()));
         assert_eq!(
             events(&all, "queued")[0]["job_id"],
             Value::from(task.clone())
