@@ -138,19 +138,35 @@ fn run_traced(
             });
         }
     };
-    // Both pipes read on threads, so a chatty command never blocks on a full pipe.
+    // Both pipes read on threads, so a chatty command never blocks on a full pipe. Each
+    // thread says when its pipe closed: the command exits then (they are its only copies),
+    // so waiting for that, not polling, learns of the exit at once. A poll of the exit
+    // alone, backing off to 50 ms, added up to 50 ms to every command (and so to a
+    // launch, which waits for `scontrol show job`).
+    let (closed_tx, closed) = std::sync::mpsc::channel::<()>();
     let drain = |pipe: Option<Box<dyn Read + Send>>| {
+        let closed_tx = closed_tx.clone();
         std::thread::spawn(move || {
             let mut buf = Vec::new();
             if let Some(mut p) = pipe {
                 let _ = p.read_to_end(&mut buf);
             }
+            let _ = closed_tx.send(());
             buf
         })
     };
     let out = drain(child.stdout.take().map(|p| Box::new(p) as _));
     let err = drain(child.stderr.take().map(|p| Box::new(p) as _));
+    drop(closed_tx);
     let deadline = started + timeout;
+    for _ in 0..2 {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if closed.recv_timeout(left).is_err() {
+            // The deadline, or a pipe a child of the command keeps open: the poll below
+            // decides.
+            break;
+        }
+    }
     let mut pause = Duration::from_millis(1);
     let status = loop {
         match child.try_wait() {
