@@ -25,6 +25,8 @@ pub mod sweep;
 pub mod top;
 
 #[cfg(test)]
+mod doc_refs;
+#[cfg(test)]
 mod test_support;
 
 /// Exit codes of `herd`, documented in `docs/cli.md`.
