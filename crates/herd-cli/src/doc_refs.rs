@@ -9,14 +9,18 @@
 //!   upper-case part like `NAME`) are patterns, not paths. Paths of a user's project or of
 //!   an experiment folder (`herd-exp/NAME/…`, `logs/attempt-K`) start elsewhere and are not
 //!   repository paths.
-//! - A `herd` word is a herd command line when the word after it is written like a command
-//!   (lower case letters and `-`); after `import`/`from` it is the Python module. Words in
-//!   capitals (`herd SUBCOMMAND`) are placeholders.
+//! - A `herd` word is a herd command line where a command stands: first on the line (after
+//!   a `$` prompt and `VAR=value`s), after a shell operator, `(`, `$(` or a launcher and its
+//!   flags (`srun -N3 herd env`). So `cargo … -p herd`, `import herd` and prose in a
+//!   command's output (`worker environment herd sets:`) are not. The words after it that
+//!   are written like a command (lower case letters and `-`) must be its subcommands;
+//!   words in capitals (`herd SUBCOMMAND`) are placeholders.
 //! - Flags are checked up to the end of the command: `--` (what follows is the user's
 //!   program: torchrun's, srun's, the script's flags), a shell operator (`|`, `;`, `&&`,
 //!   `>`, `#`…), or the first argument of a command whose arguments run to the end
 //!   (`herd submit … python train.py --lr 1`).
-//! - [`NOT_FLAGS`]: the few words that look like flags but are text in the docs.
+//! - Two short lists, each entry with its reason: [`FOREIGN_PATHS`] (another repository's
+//!   path, named as such) and [`WRONG_ON_PURPOSE`] (an example of a mistake).
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -47,9 +51,6 @@ const WRONG_ON_PURPOSE: &[(&str, &str)] = &[
     // How herd answers a mistyped command.
     ("docs/cli.md", "`herd stauts`"),
 ];
-
-/// Words after `herd …` that look like flags and are not (none today: keep it short).
-const NOT_FLAGS: &[&str] = &[];
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -442,7 +443,7 @@ fn one_command(root: &clap::Command, words: &[&str]) -> Vec<String> {
         let word = bare(raw);
         let value_follows = |arg: &clap::Arg, inline: bool| takes_value(arg) && !inline;
         if let Some(long) = word.strip_prefix("--") {
-            if long.is_empty() || NOT_FLAGS.contains(&word) || is_pattern(long) {
+            if long.is_empty() || is_pattern(long) {
                 continue;
             }
             let (name, inline) = match long.split_once('=') {
@@ -476,7 +477,7 @@ fn one_command(root: &clap::Command, words: &[&str]) -> Vec<String> {
                         break;
                     }
                     Some(_) => {}
-                    None if c == 'h' || c == 'V' && path.len() == 1 => {}
+                    None if c == 'h' || c == 'V' => {}
                     None => {
                         misses.push(format!("`{shown} -{c}`: `{shown}` has no flag -{c}"));
                         break;
