@@ -316,6 +316,17 @@ impl OutputSink {
     }
 }
 
+/// The worker's program and arguments in the agent's environment, `spec.env` on top and
+/// the variables workers never get ([`herd_slurm::worker::vars::WITHHELD`]) taken out.
+fn worker_command(program: &OsString, args: &[OsString], spec: &WorkerSpec) -> Command {
+    let mut cmd = Command::new(program);
+    cmd.args(args).envs(&spec.env);
+    for var in herd_slurm::worker::vars::WITHHELD {
+        cmd.env_remove(var);
+    }
+    cmd
+}
+
 /// Start `argv` as worker `spec`: own process group, parent-death signal, stdin closed,
 /// output carried to `sink`. Returns the handle and the child to wait on.
 pub fn spawn(
@@ -326,10 +337,8 @@ pub fn spawn(
     let (program, args) = argv.split_first().ok_or_else(|| {
         std::io::Error::new(std::io::ErrorKind::InvalidInput, "no command to run")
     })?;
-    let mut cmd = Command::new(program);
-    cmd.args(args)
-        .envs(&spec.env)
-        .stdin(std::process::Stdio::null())
+    let mut cmd = worker_command(program, args, spec);
+    cmd.stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .process_group(0)
@@ -410,6 +419,33 @@ mod tests {
             .filter(|l| !l.is_empty())
             .map(|l| parse_mark(l).expect("a mark"))
             .collect()
+    }
+
+    #[test]
+    fn a_worker_gets_its_variables_but_never_the_job_secret() {
+        let spec = WorkerSpec {
+            rank: 3,
+            local_rank: 1,
+            env: BTreeMap::from([
+                ("RANK".to_owned(), "3".to_owned()),
+                // Even when asked for, the secret is not given.
+                (
+                    herd_slurm::worker::vars::HERD_JOB_SECRET.to_owned(),
+                    "s".to_owned(),
+                ),
+            ]),
+        };
+        let cmd = worker_command(&"python".into(), &["train.py".into()], &spec);
+        let envs: BTreeMap<_, _> = cmd.as_std().get_envs().collect();
+        assert_eq!(
+            envs.get(std::ffi::OsStr::new("RANK")),
+            Some(&Some("3".as_ref()))
+        );
+        assert_eq!(
+            envs.get(std::ffi::OsStr::new("HERD_JOB_SECRET")),
+            Some(&None),
+            "removed from what the agent passes on"
+        );
     }
 
     #[tokio::test]

@@ -88,12 +88,43 @@ pub fn run(args: ExecArgs) -> Result<ExitStatus, CliError> {
         .command
         .split_first()
         .ok_or_else(|| CliError::Usage("no command given after `--`".into()))?;
-    let err = std::process::Command::new(program)
-        .args(rest)
-        .envs(&env)
-        .exec();
+    let err = worker_command(program, rest, &env).exec();
     Err(CliError::System {
         action: format!("cannot run `{}`", program.to_string_lossy()),
         source: err,
     })
+}
+
+/// The worker's program and arguments in this task's environment, `env` on top and the
+/// variables workers never get ([`herd_slurm::worker::vars::WITHHELD`]) taken out.
+fn worker_command(
+    program: &OsString,
+    args: &[OsString],
+    env: &std::collections::BTreeMap<String, String>,
+) -> std::process::Command {
+    let mut cmd = std::process::Command::new(program);
+    cmd.args(args).envs(env);
+    for var in herd_slurm::worker::vars::WITHHELD {
+        cmd.env_remove(var);
+    }
+    cmd
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+    use std::ffi::OsStr;
+
+    #[test]
+    fn an_srun_task_gets_its_variables_but_never_the_job_secret() {
+        let env = BTreeMap::from([
+            ("RANK".to_owned(), "2".to_owned()),
+            ("HERD_JOB_SECRET".to_owned(), "s".to_owned()),
+        ]);
+        let cmd = worker_command(&"python".into(), &["train.py".into()], &env);
+        let envs: BTreeMap<_, _> = cmd.get_envs().collect();
+        assert_eq!(envs.get(OsStr::new("RANK")), Some(&Some(OsStr::new("2"))));
+        assert_eq!(envs.get(OsStr::new("HERD_JOB_SECRET")), Some(&None));
+    }
 }

@@ -25,6 +25,8 @@ pub mod sweep;
 pub mod top;
 
 #[cfg(test)]
+mod doc_refs;
+#[cfg(test)]
 mod test_support;
 
 /// Exit codes of `herd`, documented in `docs/cli.md`.
@@ -121,6 +123,10 @@ pub enum CliError {
         /// How many findings are errors.
         errors: usize,
     },
+    /// `herd submit` or `herd check` refused before writing anything: the error, which
+    /// keeps its own exit code; [`CliError::report`] adds what was not written.
+    #[error("{0}")]
+    Refused(Box<CliError>),
     /// Creating, opening or updating an experiment folder failed.
     #[error("{0}")]
     Experiment(#[from] herd_exp::Error),
@@ -229,6 +235,7 @@ impl CliError {
                 // `herd_exp::Error` is non-exhaustive: what it may add is a failure.
                 _ => ExitStatus::Failure,
             },
+            CliError::Refused(inner) => inner.exit_status(),
             CliError::CheckFailed { .. }
             | CliError::RecordJobId { .. }
             | CliError::Sbatch { .. }
@@ -242,6 +249,26 @@ impl CliError {
         }
     }
 
+    /// How many errors this is: one per problem of a plan or sweep, else one.
+    fn count(&self) -> usize {
+        match self {
+            CliError::Plan(e) => e.problems.len().max(1),
+            CliError::Sweep(problems) => problems.len().max(1),
+            CliError::Refused(inner) => inner.count(),
+            _ => 1,
+        }
+    }
+
+    /// `herd submit`/`herd check` stopped by this error before writing anything: the error
+    /// as [`CliError::Refused`], which says so (a failed check says so already; output that
+    /// could not be written is no refusal).
+    pub(crate) fn refused(self) -> CliError {
+        match self {
+            CliError::CheckFailed { .. } | CliError::Refused(_) | CliError::Output(_) => self,
+            other => CliError::Refused(Box::new(other)),
+        }
+    }
+
     /// What `herd` prints on stderr for this error, without the trailing newline: the
     /// message, then each source whose text the message does not already contain (most
     /// library messages include their source).
@@ -249,6 +276,23 @@ impl CliError {
         let mut text = match self {
             // The findings are printed; this is their summary line, as before.
             CliError::CheckFailed { .. } => format!("herd: {self}"),
+            CliError::Refused(inner) => {
+                let errors = inner.count();
+                return format!(
+                    "{}\nherd: {errors} error{}: nothing written, nothing submitted",
+                    inner.report(),
+                    if errors == 1 { "" } else { "s" }
+                );
+            }
+            // One line per problem, each an error of its own (the source is these lines).
+            CliError::Plan(e) => {
+                return e
+                    .problems
+                    .iter()
+                    .map(|p| format!("herd: error: {p}"))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            }
             _ => format!("herd: error: {self}"),
         };
         let mut source = std::error::Error::source(self);
@@ -349,7 +393,7 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
         Command::Launch(args) => launch::launch(args),
         Command::Run(args) => launch::run(args),
         Command::Exec(args) => exec::run(args),
-        Command::Check(args) => submit::run_check(args, out),
+        Command::Check(args) => submit::run_check(args, out).map_err(CliError::refused),
         Command::Submit(args) if args.sweep_args().is_sweep() => sweep::run(&args, out),
         Command::Submit(args) if sweep::resume::applies(&args) => sweep::resume::run(&args, out),
         Command::Submit(args) => submit::run_submit(args, out),
@@ -371,12 +415,24 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
     }
 }
 
+/// What goes before clap's text of `err` so that its errors read as herd's
+/// (`herd: error: unrecognized subcommand …`): `herd: ` before an error, nothing before help.
+fn usage_prefix(err: &clap::Error) -> &'static str {
+    if err.use_stderr() && err.render().to_string().starts_with("error:") {
+        "herd: "
+    } else {
+        ""
+    }
+}
+
 /// Parse `std::env::args_os`, run, report errors on stderr and return the process exit code.
 pub fn main() -> std::process::ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(err) => {
-            // clap prints help/version to stdout (exit 0) and usage errors to stderr (exit 2).
+            // clap prints help/version to stdout (exit 0) and usage errors to stderr (exit 2),
+            // those as `herd: error: …` like every other error, clap's tip and usage after.
+            eprint!("{}", usage_prefix(&err));
             let _ = err.print();
             return std::process::ExitCode::from(if err.use_stderr() {
                 ExitStatus::Usage.code()
@@ -438,6 +494,117 @@ mod tests {
             argv.extend(rest);
             Cli::try_parse_from(argv)
                 .unwrap_or_else(|e| panic!("`herd {name}` does not parse: {e}"));
+        }
+    }
+
+    /// What `herd ARGS` fails with (it must fail: a command that got this far would write).
+    fn refusal(args: &[&str]) -> CliError {
+        let cli = Cli::try_parse_from(args).unwrap_or_else(|e| panic!("{args:?}: {e}"));
+        match run(cli, &mut Vec::new()) {
+            Ok(status) => panic!("{args:?} was not refused: {status:?}"),
+            Err(e) => e,
+        }
+    }
+
+    /// Each staying-alive refusal of `herd submit` and `herd check`: exit 2 (the plan does
+    /// not resolve), its message, then what was not written.
+    fn refused_as_usage(flags: &[&str], says: &str) {
+        let root = tempfile::tempdir().expect("tempdir");
+        let exp_root = root.path().join("exps");
+        let exp_root = exp_root.to_str().expect("utf-8");
+        for command in [&["herd", "submit", "--dry-run"][..], &["herd", "check"]] {
+            let mut args = command.to_vec();
+            args.extend(["-J", "keep", "--exp-root", exp_root]);
+            args.extend(flags);
+            args.extend(["--", "true"]);
+            let err = refusal(&args);
+            assert_eq!(err.exit_status(), ExitStatus::Usage, "{args:?}: {err}");
+            let report = err.report();
+            let lines: Vec<&str> = report.lines().collect();
+            assert_eq!(lines.len(), 2, "{args:?}: {report}");
+            assert!(
+                lines[0].starts_with("herd: error: ") && lines[0].contains(says),
+                "{args:?}: {report}"
+            );
+            assert_eq!(
+                lines[1], "herd: 1 error: nothing written, nothing submitted",
+                "{args:?}"
+            );
+        }
+        assert!(!root.path().join("exps").exists(), "nothing written");
+    }
+
+    #[test]
+    fn max_requeues_with_no_requeue_is_refused_with_exit_2_and_nothing_written() {
+        refused_as_usage(
+            &["--max-requeues", "2", "--no-requeue"],
+            "2 requeues asked for, but `requeue = false` forbids them",
+        );
+    }
+
+    #[test]
+    fn stop_signal_kill_is_refused_with_exit_2_and_nothing_written() {
+        refused_as_usage(
+            &["--stop-signal", "KILL"],
+            "`KILL` is not a signal a worker can checkpoint on",
+        );
+    }
+
+    #[test]
+    fn a_refusal_counts_each_problem_of_the_plan_once() {
+        let err = refusal(&[
+            "herd",
+            "check",
+            "-J",
+            "keep",
+            "--stop-signal",
+            "KILL",
+            "--max-requeues",
+            "2",
+            "--no-requeue",
+            "--",
+            "true",
+        ]);
+        let report = err.report();
+        let lines: Vec<&str> = report.lines().collect();
+        assert_eq!(lines.len(), 3, "{report}");
+        assert!(
+            lines[..2].iter().all(|l| l.starts_with("herd: error: ")),
+            "{report}"
+        );
+        assert_eq!(
+            lines[2],
+            "herd: 2 errors: nothing written, nothing submitted"
+        );
+        assert_eq!(err.exit_status(), ExitStatus::Usage);
+    }
+
+    #[test]
+    fn a_failed_check_is_not_wrapped_twice() {
+        let failed = CliError::CheckFailed { errors: 3 }.refused();
+        assert!(matches!(failed, CliError::CheckFailed { errors: 3 }));
+        assert_eq!(failed.exit_status(), ExitStatus::Failure);
+    }
+
+    #[test]
+    fn clap_errors_read_as_herds_and_keep_their_tips() {
+        let err = Cli::try_parse_from(["herd", "stauts"]).expect_err("no such command");
+        let text = format!("{}{}", usage_prefix(&err), err.render());
+        assert!(
+            text.starts_with("herd: error: unrecognized subcommand 'stauts'"),
+            "{text}"
+        );
+        assert!(
+            text.contains("a similar subcommand exists: 'status'"),
+            "{text}"
+        );
+        assert!(err.use_stderr(), "an error: exit 2");
+        let err = Cli::try_parse_from(["herd", "status", "--wach"]).expect_err("no such flag");
+        assert_eq!(usage_prefix(&err), "herd: ");
+        // Help (asked for, or shown for a missing command) is no error message.
+        for args in [&["herd", "--help"][..], &["herd"], &["herd", "hostlist"]] {
+            let err = Cli::try_parse_from(args).expect_err("help");
+            assert_eq!(usage_prefix(&err), "", "{args:?}: {}", err.render());
         }
     }
 

@@ -545,8 +545,10 @@ fn create_named(
 
 /// `herd submit --resume NAME`: a new submission of an existing experiment.
 fn resume(args: &SubmitArgs, name: &str, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
-    let exp_root = crate::site::exp_root(args.plan.flags.exp_root.as_deref())?;
-    let exp = crate::site::open_experiment(&exp_root, name)?;
+    let exp_root =
+        crate::site::exp_root(args.plan.flags.exp_root.as_deref()).map_err(CliError::refused)?;
+    let exp =
+        crate::site::open_experiment(&exp_root, name).map_err(|e| CliError::from(e).refused())?;
     let submission =
         exp.add_submission(&herd_exp::Invocation::current(env!("CARGO_PKG_VERSION")))?;
     let id = sbatch(&exp).map_err(|source| CliError::Sbatch {
@@ -596,12 +598,13 @@ pub fn run_submit(args: SubmitArgs, out: &mut dyn Write) -> Result<ExitStatus, C
     if let Some(p) = args.sweep.max_parallel {
         return Err(CliError::Usage(format!(
             "--max-parallel {p} limits a sweep's runs at once: give --sweep KEY=V1,V2 or --sweep-file FILE, or drop --max-parallel"
-        )));
+        ))
+        .refused());
     }
     if let Some(name) = &args.resume {
         return resume(&args, name, out);
     }
-    let checked = prepare(&args.plan, false)?;
+    let checked = prepare(&args.plan, false).map_err(CliError::refused)?;
     if let Some(taken) = &checked.taken {
         eprintln!("{}", taken_note(taken, &checked.plan));
     }
@@ -633,7 +636,7 @@ pub fn run_submit(args: SubmitArgs, out: &mut dyn Write) -> Result<ExitStatus, C
         .collect();
     let mut findings = checked.findings.clone();
     for next in &chain {
-        findings.extend(prepare(next, false)?.findings);
+        findings.extend(prepare(next, false).map_err(CliError::refused)?.findings);
     }
     report(&findings, &mut std::io::sink())?;
     let (mut id, exp) = create_named(checked, &args.plan)?;

@@ -38,6 +38,8 @@ pub struct ExpData {
     pub name: String,
     /// Nodes and workers of the newest rendezvous (`None`: the agents never met).
     pub size: Option<(u32, u32)>,
+    /// Whether its workers are GPUs: its plan asked for GPUs ([`on_gpus`]).
+    pub on_gpus: bool,
     /// Every attempt with a log folder, in order.
     pub attempts: Vec<AttemptData>,
     /// The timeline's events, in order.
@@ -64,6 +66,14 @@ pub fn size(events: &[Map<String, Value>]) -> Option<(u32, u32)> {
     Some((nodes, world))
 }
 
+/// Whether a manifest's plan asked for GPUs (`gpus_per_node` or `gpus` above 0); a plan
+/// this herd cannot read counts as none, so its workers are called workers.
+pub fn on_gpus(plan: &Value) -> bool {
+    ["gpus_per_node", "gpus"]
+        .iter()
+        .any(|k| plan.get(k).and_then(Value::as_u64).is_some_and(|n| n > 0))
+}
+
 /// Reads `exp`. A timeline or manifest that cannot be read counts as empty (the report
 /// says what it can); metrics that cannot be read are an error.
 pub fn load(exp: &Experiment) -> Result<ExpData, CliError> {
@@ -76,8 +86,9 @@ pub fn load(exp: &Experiment) -> Result<ExpData, CliError> {
         let ranks = store::read_attempt(dir.path()).map_err(|e| CliError::Input(e.to_string()))?;
         attempts.push(AttemptData { number: k, ranks });
     }
-    let runs = exp
-        .manifest()
+    let manifest = exp.manifest().ok();
+    let on_gpus = manifest.as_ref().is_some_and(|m| on_gpus(&m.plan));
+    let runs = manifest
         .map(|m| m.submissions.into_iter().flat_map(|a| a.runs).collect())
         .unwrap_or_default();
     let path = logs.failure_report();
@@ -100,6 +111,7 @@ pub fn load(exp: &Experiment) -> Result<ExpData, CliError> {
         goodput,
         name: exp.name().to_owned(),
         size: size(&events),
+        on_gpus,
         attempts,
         events,
         history,

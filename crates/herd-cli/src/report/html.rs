@@ -157,9 +157,10 @@ fn failure(exp: &ExpData, html: &mut String) {
 
 /// The scaling table as an HTML table (the markdown table's columns).
 pub fn scaling_table(rows: &[Row], epochs: Option<u32>) -> String {
-    let mut s = String::from(
-        "<table class=\"scaling\"><tr><th>run</th><th>nodes</th><th>GPUs</th>\
-         <th>samples/s</th><th>per GPU</th><th>efficiency</th><th>time/epoch</th>",
+    let (workers, per) = super::table::worker_words(rows);
+    let mut s = format!(
+        "<table class=\"scaling\"><tr><th>run</th><th>nodes</th><th>{workers}</th>\
+         <th>samples/s</th><th>{per}</th><th>efficiency</th><th>time/epoch</th>",
     );
     if let Some(e) = epochs {
         s.push_str(&format!("<th>{e} epochs</th>"));

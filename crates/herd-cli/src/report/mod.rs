@@ -68,7 +68,7 @@ pub fn run(args: ReportArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError
         exps.iter()
             .map(|e| {
                 let (nodes, gpus) = e.size.unwrap_or((1, 1));
-                (e.name.clone(), nodes, gpus, e.rank_series())
+                (e.name.clone(), nodes, gpus, e.on_gpus, e.rank_series())
             })
             .collect(),
     );

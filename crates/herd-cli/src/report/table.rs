@@ -15,6 +15,8 @@ pub struct Row {
     pub nodes: u32,
     /// Workers (GPUs) over all nodes.
     pub gpus: u32,
+    /// Whether its workers were GPUs (the plan asked for GPUs); else CPU workers.
+    pub on_gpus: bool,
     /// Samples per second of the whole job: the sum over ranks of each rank's median rate.
     pub samples_per_s: f64,
     /// Per GPU: `samples_per_s / gpus`.
@@ -55,19 +57,21 @@ pub fn measure<S: Borrow<Series>>(ranks: &[S]) -> (Option<f64>, Option<f64>, usi
     (any.then_some(total), median(epochs), readings)
 }
 
-/// The table's rows, efficiency against the run with the fewest GPUs.
+/// The table's rows from each run's (name, nodes, workers, whether they were GPUs, ranks'
+/// series), efficiency against the run with the fewest GPUs.
 #[allow(clippy::type_complexity)]
-pub fn rows<S: Borrow<Series>>(mut runs: Vec<(String, u32, u32, Vec<S>)>) -> Vec<Row> {
-    runs.sort_by_key(|(name, nodes, gpus, _)| (*gpus, *nodes, name.clone()));
+pub fn rows<S: Borrow<Series>>(mut runs: Vec<(String, u32, u32, bool, Vec<S>)>) -> Vec<Row> {
+    runs.sort_by_key(|(name, nodes, gpus, _, _)| (*gpus, *nodes, name.clone()));
     let mut out: Vec<Row> = runs
         .into_iter()
-        .map(|(name, nodes, gpus, ranks)| {
+        .map(|(name, nodes, gpus, on_gpus, ranks)| {
             let (rate, epoch, readings) = measure(&ranks);
             let rate = rate.unwrap_or(f64::NAN);
             Row {
                 name,
                 nodes,
                 gpus,
+                on_gpus,
                 samples_per_s: rate,
                 per_gpu: rate / f64::from(gpus.max(1)),
                 efficiency: f64::NAN,
@@ -97,10 +101,21 @@ pub(crate) fn num(v: f64, digits: usize) -> String {
     }
 }
 
+/// What the table calls its workers: `GPUs` (`per GPU`) when every run's workers were
+/// GPUs, else `workers` (`per worker`).
+pub fn worker_words(rows: &[Row]) -> (&'static str, &'static str) {
+    if rows.iter().all(|r| r.on_gpus) {
+        ("GPUs", "per GPU")
+    } else {
+        ("workers", "per worker")
+    }
+}
+
 /// The markdown table.
 pub fn markdown(rows: &[Row], epochs: Option<u32>) -> String {
+    let (workers, per) = worker_words(rows);
     let mut s =
-        String::from("| run | nodes | GPUs | samples/s | per GPU | efficiency | time/epoch |");
+        format!("| run | nodes | {workers} | samples/s | {per} | efficiency | time/epoch |");
     if let Some(e) = epochs {
         s.push_str(&format!(" {e} epochs |"));
     }
@@ -189,6 +204,7 @@ mod tests {
                 "two".into(),
                 2,
                 4,
+                true,
                 // warm-up first, then 90 per rank
                 (0..4)
                     .map(|_| series(&[10.0, 90.0, 90.0], Some(12.0)))
@@ -198,6 +214,7 @@ mod tests {
                 "one".into(),
                 1,
                 2,
+                true,
                 (0..2)
                     .map(|_| series(&[5.0, 100.0, 100.0, 100.0], Some(20.0)))
                     .collect(),
@@ -223,11 +240,38 @@ mod tests {
 
     #[test]
     fn a_run_without_rates_has_dashes_not_zeros() {
-        let rows = rows(vec![("quiet".into(), 1, 1, vec![Series::default()])]);
+        let rows = rows(vec![("quiet".into(), 1, 1, true, vec![Series::default()])]);
         let table = markdown(&rows, None);
         assert!(
             table.ends_with("| quiet | 1 | 1 | — | — | — | — |\n"),
             "{table}"
         );
+    }
+
+    #[test]
+    fn cpu_workers_are_called_workers_not_gpus() {
+        let run = |name: &str, on_gpus| {
+            (
+                name.to_owned(),
+                1,
+                2,
+                on_gpus,
+                vec![series(&[5.0, 10.0], None), series(&[5.0, 10.0], None)],
+            )
+        };
+        let cpu = markdown(&rows(vec![run("cpu", false)]), None);
+        assert!(
+            cpu.starts_with("| run | nodes | workers | samples/s | per worker | efficiency |"),
+            "{cpu}"
+        );
+        assert!(!cpu.contains("GPU"), "{cpu}");
+        let gpu = markdown(&rows(vec![run("gpu", true)]), None);
+        assert!(
+            gpu.starts_with("| run | nodes | GPUs | samples/s | per GPU | efficiency |"),
+            "{gpu}"
+        );
+        // A table with any CPU run counts workers: GPUs would be wrong for that run.
+        let mixed = markdown(&rows(vec![run("cpu", false), run("gpu", true)]), None);
+        assert!(mixed.starts_with("| run | nodes | workers |"), "{mixed}");
     }
 }

@@ -249,7 +249,7 @@ impl SweepReport {
             met.iter()
                 .map(|d| {
                     let (nodes, gpus) = d.size.unwrap_or((1, 1));
-                    (d.name.clone(), nodes, gpus, d.rank_series())
+                    (d.name.clone(), nodes, gpus, d.on_gpus, d.rank_series())
                 })
                 .collect(),
         ))

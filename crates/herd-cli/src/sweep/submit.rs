@@ -252,10 +252,11 @@ pub fn run(submit: &SubmitArgs, out: &mut dyn Write) -> Result<ExitStatus, CliEr
     if submit.wait() {
         return Err(CliError::Usage(
             "--wait does not watch a sweep yet: submit without --wait, then follow its runs with `herd status`".into(),
-        ));
+        )
+        .refused());
     }
     let dry_run = submit.dry_run();
-    let p = prepare(args, submit.plan_args())?;
+    let p = prepare(args, submit.plan_args()).map_err(CliError::refused)?;
     if dry_run {
         let specs: Vec<SweepRunSpec> = p.runs.iter().map(|(r, _, _)| r.clone()).collect();
         write!(out, "{}", grid_table(&p.keys, &specs))?;

@@ -616,10 +616,11 @@ fn a_scaling_sweep_reads_as_a_scaling_table() {
     report::run(&sweep, &Answer::none(), &Options::default(), &mut out).expect("report");
     let out = String::from_utf8(out).expect("utf-8");
     assert!(out.starts_with("| nodes | final loss |"), "{out}");
-    // Both read the same losses; the scaling table follows, by GPUs.
+    // Both read the same losses; the scaling table follows, by workers (the runs' plans
+    // ask for no GPUs).
     assert!(
         out.contains(
-            "\n| run | nodes | GPUs | samples/s | per GPU | efficiency | time/epoch |\n\
+            "\n| run | nodes | workers | samples/s | per worker | efficiency | time/epoch |\n\
              |---|---:|---:|---:|---:|---:|---:|\n\
              | nodes=1 | 1 | 2 | 200.0 | 100.0 | 100% | — |\n"
         ),

@@ -164,6 +164,15 @@ fn states_come_from_the_files_and_the_timeline() {
     // 3, 5 and 6 at 100; 4 and 7 never reported one).
     assert_eq!(frame.median_rate, Some(100.0));
     assert_eq!(frame.total_rate, Some(540.0), "{:?}", frame.rows);
+
+    // Once `herd status` recorded SLURM's word on the job, the header says that instead
+    // (docs/top.md, "The header").
+    e.record(
+        "ended",
+        json!({"job_id": "4242", "state": "COMPLETED", "exit_code": 0, "reason": "None"}),
+    );
+    let frame = reader.frame(NOW);
+    assert_eq!(frame.ended.as_deref(), Some("ended COMPLETED (exit 0)"));
 }
 
 #[test]

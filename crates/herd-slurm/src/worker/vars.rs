@@ -39,5 +39,10 @@ pub const HERD_JOB_SECRET: &str = "HERD_JOB_SECRET";
 /// (`herd: debug: squeue … (12 ms)`).
 pub const HERD_LOG: &str = "HERD_LOG";
 
+/// Variables of herd's own environment that no worker gets: the job's secret is the
+/// agents' proof that they belong to the job, and nothing a worker runs needs it (a worker
+/// that could read it could pose as an agent).
+pub const WITHHELD: [&str; 1] = [HERD_JOB_SECRET];
+
 /// The variables a worker gets as they are set where herd runs.
 pub const PASSED_THROUGH: [&str; 3] = [HERD_EXP_DIR, HERD_CHECKPOINT_DIR, HERD_RESUME_FROM];

@@ -405,6 +405,36 @@ fn the_man_page_has_a_section_per_command_with_its_options() {
     );
 }
 
+/// `herd run` gives its agents the job's secret; the workers they start get their own
+/// variables and never the secret (docs/env.md).
+#[test]
+fn a_worker_never_sees_the_job_secret() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = Command::new(env!("CARGO_BIN_EXE_herd"))
+        .args(["run", "--nodes", "2", "--log-dir"])
+        .arg(dir.path().join("logs"))
+        .args(["--", "sh", "-c", "env > env-$RANK"])
+        .env_remove("SLURM_JOB_ID")
+        .env_remove("HERD_JOB_SECRET")
+        .current_dir(dir.path())
+        .output()
+        .expect("herd run");
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    for rank in 0..2 {
+        let env = std::fs::read_to_string(dir.path().join(format!("env-{rank}")))
+            .expect("the worker's environment");
+        assert!(env.lines().any(|l| l == format!("RANK={rank}")), "{env}");
+        assert!(
+            env.lines().any(|l| l.starts_with("HERD_NODE_RANK=")),
+            "{env}"
+        );
+        assert!(
+            !env.lines().any(|l| l.starts_with("HERD_JOB_SECRET=")),
+            "rank {rank} got the secret:\n{env}"
+        );
+    }
+}
+
 /// A worker whose stderr shows a failure herd knows: the agent's report says the likely
 /// cause and its fix after the headline, and `failure.json` keeps it as `hint`.
 #[test]

@@ -28,15 +28,20 @@ impl Root {
         Root { tmp, root }
     }
 
-    /// A new experiment `name`.
+    /// A new experiment `name` (its plan asks for 2 nodes, no GPUs).
     fn exp(&self, name: &str) -> Exp {
+        self.exp_with_plan(name, json!({"nodes": 2}))
+    }
+
+    /// A new experiment `name` of `plan`.
+    fn exp_with_plan(&self, name: &str, plan: serde_json::Value) -> Exp {
         let project = self.tmp.path().join("project");
         std::fs::create_dir_all(&project).expect("project");
         let created = herd_exp::NewExperiment::new(
             &self.root,
             name,
             &project,
-            json!({"nodes": 2}),
+            plan,
             herd_exp::Invocation::current("test"),
         )
         .create()
@@ -334,6 +339,7 @@ fn big(ranks: u32, steps: u64) -> ExpData {
     ExpData {
         name: "big".into(),
         size: Some((ranks.div_ceil(8), ranks)),
+        on_gpus: true,
         attempts: vec![attempt],
         events: Vec::new(),
         history: Default::default(),
@@ -559,3 +565,35 @@ fn a_restarted_rank_counts_once_in_the_rate() {
 }
 
 mod attempts;
+
+#[test]
+fn a_plan_that_asked_for_gpus_runs_on_gpus() {
+    assert!(data::on_gpus(&json!({"nodes": 2, "gpus_per_node": 4})));
+    assert!(data::on_gpus(
+        &json!({"nodes": 2, "gpus": 8, "gpus_per_node": null})
+    ));
+    assert!(!data::on_gpus(
+        &json!({"nodes": 2, "gpus_per_node": null, "gpus": null})
+    ));
+    assert!(!data::on_gpus(&json!({"nodes": 2})));
+    assert!(!data::on_gpus(&json!({"gpus_per_node": 0})));
+}
+
+/// `herd report` of a CPU job says workers; of a job that asked for GPUs, GPUs.
+#[test]
+fn a_cpu_jobs_report_counts_workers_and_a_gpu_jobs_gpus() {
+    let root = Root::new();
+    two_attempts(&root, "cpu");
+    let mut out = Vec::new();
+    run(root.args(&["cpu"]), &mut out).expect("report");
+    let out = String::from_utf8(out).expect("utf-8");
+    assert!(
+        out.starts_with("| run | nodes | workers | samples/s | per worker |"),
+        "{out}"
+    );
+    assert!(!out.contains("GPU"), "{out}");
+
+    let gpu = root.exp_with_plan("gpu", json!({"nodes": 2, "gpus_per_node": 2}));
+    assert!(gpu.data().on_gpus, "the plan asked for GPUs");
+    assert!(!root.exp("cpu-2").data().on_gpus);
+}
