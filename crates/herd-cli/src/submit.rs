@@ -351,10 +351,19 @@ pub(crate) fn report(findings: &[Finding], out: &mut dyn Write) -> Result<(), Cl
 pub struct CheckArgs {
     #[command(flatten)]
     plan: PlanArgs,
+    /// Print a complete, commented cluster profile (every key a profile may hold) to start
+    /// yours from, and check nothing: `herd check --example-profile >
+    /// ~/.config/herd/profiles/10-mycluster.toml` (docs/submit.md, "A cluster profile").
+    #[arg(long, exclusive = true)]
+    example_profile: bool,
 }
 
 /// Run `herd check`.
 pub fn run_check(args: CheckArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
+    if args.example_profile {
+        out.write_all(herd_plan::EXAMPLE_PROFILE.as_bytes())?;
+        return Ok(ExitStatus::Success);
+    }
     let checked = prepare(&args.plan, false)?;
     report(&checked.findings, out)?;
     Ok(ExitStatus::Success)

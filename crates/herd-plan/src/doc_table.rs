@@ -1,5 +1,6 @@
 //! Test support: a table of docs/ kept equal to the definition it is made from (the keys of
-//! docs/submit.md, the options of docs/launch.md). `HERD_UPDATE_DOCS=1` rewrites it.
+//! docs/submit.md, the options of docs/launch.md, the example profile of docs/submit.md).
+//! `HERD_UPDATE_DOCS=1` rewrites it.
 
 /// The table between `<!-- NAME: begin -->` and `<!-- NAME: end -->` of `docs/FILE`: `None`
 /// when it differed from `want` and `HERD_UPDATE_DOCS` rewrote it, else what it says now.
@@ -17,8 +18,12 @@ pub(crate) fn shown(file: &str, name: &str, want: &str) -> Option<String> {
         .split_once(&end)
         .unwrap_or_else(|| panic!("{path} has no {end:?}"));
     if table != want && std::env::var_os("HERD_UPDATE_DOCS").is_some() {
+        // Written beside and renamed over it: tests that read it meanwhile (nextest runs
+        // each in a process of its own) see the old text or the new, never a part.
         let updated = format!("{before}{start}{want}{end}{after}");
-        std::fs::write(&path, updated).unwrap_or_else(|e| panic!("{path}: {e}"));
+        let tmp = format!("{path}.{}.tmp", std::process::id());
+        std::fs::write(&tmp, updated).unwrap_or_else(|e| panic!("{tmp}: {e}"));
+        std::fs::rename(&tmp, &path).unwrap_or_else(|e| panic!("{path}: {e}"));
         return None;
     }
     Some(table.to_owned())

@@ -71,6 +71,12 @@ impl JobFile {
     }
 }
 
+/// A complete, commented cluster profile: every key a profile may set, with realistic
+/// values, and the ones that belong to each job rather than to a cluster commented out.
+/// `herd check --example-profile` prints it; docs/submit.md shows it (a test parses the
+/// doc's copy with [`Profile::parse`] and resolves it into a plan).
+pub const EXAMPLE_PROFILE: &str = include_str!("job/example_profile.toml");
+
 /// Keys that belong to one job and that a profile may not set.
 pub const JOB_ONLY_KEYS: [&str; 4] = ["job_name", "command", "params", "after"];
 
@@ -275,6 +281,9 @@ pub enum LoadError {
         message: String,
     },
 }
+
+#[cfg(test)]
+mod example;
 
 #[cfg(test)]
 mod tests {

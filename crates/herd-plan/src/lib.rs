@@ -94,7 +94,9 @@ pub use check::{
     check, check_script, has_errors, CheckContext, Finding, MemoryPolicy, ProgramLookup, Severity,
 };
 pub use herd_slurm::{Memory, TimeLimit};
-pub use job::{load_profiles, profile_dir, select_profile, JobFile, LoadError, Profile};
+pub use job::{
+    load_profiles, profile_dir, select_profile, JobFile, LoadError, Profile, EXAMPLE_PROFILE,
+};
 pub use keys::{JobKeys, Key, PlanArgs, Source};
 pub use launch::{
     AgentOptions, GpuBindArg, HangTimeout, KeepAlive, OnHang, Preflight, Seconds, StopSignal,

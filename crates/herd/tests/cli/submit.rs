@@ -158,6 +158,47 @@ fn check_names_the_key_to_change_and_fails() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `herd check --example-profile` prints the complete cluster profile of docs/submit.md and
+/// asks SLURM nothing; installed where profiles go (its `match` made to fit this host),
+/// `herd submit --dry-run` takes its defaults. With any other argument it is a usage error.
+#[test]
+fn check_prints_the_example_profile_that_submit_then_uses() {
+    let dir = submit_project(&[("train.py", 10)]);
+    let out = herd_here(dir.path(), &["check", "--example-profile"], &[]);
+    let profile = stdout_of(&out);
+    assert!(profile.contains("\nmatch = \"login*\""), "{profile}");
+    assert_eq!(slurm_called(dir.path()), "", "checks nothing");
+    let profiles = dir.path().join("config/herd/profiles");
+    std::fs::create_dir_all(&profiles).expect("profiles folder");
+    std::fs::write(
+        profiles.join("10-mycluster.toml"),
+        profile.replacen("\nmatch = \"login*\"", "\nmatch = \"*\"", 1),
+    )
+    .expect("profile");
+    let out = submit_here(
+        dir.path(),
+        &["--dry-run", "-J", "demo", "--", "sh", "train.py"],
+    );
+    let script = stdout_of(&out);
+    for line in [
+        "#SBATCH --partition=gpu\n",
+        "#SBATCH --constraint=ib\n",
+        "#SBATCH --gres=gpu:a100:8\n",
+        "#SBATCH --time=2-00:00:00\n",
+        "#SBATCH --account=vision\n",
+        "#SBATCH --qos=normal\n",
+    ] {
+        assert!(script.contains(line), "{line}: {script}");
+    }
+    assert!(script.contains(" --hang-timeout auto "), "{script}");
+    assert!(script.contains("/scratch/alice/herd-exp/demo"), "{script}");
+
+    let out = herd_here(dir.path(), &["check", "--example-profile", "-J", "x"], &[]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("cannot be used with"), "{stderr}");
+}
+
 #[test]
 fn the_snapshot_store_commands_are_gone() {
     // The code folder is made at submit and freed with its experiment: no `materialize`,
@@ -436,7 +477,7 @@ fn submit_and_check_help_list_every_key() {
                 "--version",
             ][..],
         ),
-        ("check", &["--help", "--version"][..]),
+        ("check", &["--example-profile", "--help", "--version"][..]),
     ] {
         let out = herd(&[command, "--help"]);
         assert!(out.status.success(), "herd {command} --help: {out:?}");

@@ -2,7 +2,9 @@
 //!
 //! One test binary; nextest runs its tests one at a time (test group `bed` in
 //! `.config/nextest.toml`) because the bed has 2 real cores. A test that cannot reach the
-//! bed fails with a message saying how to bring it up; none of them skips.
+//! bed fails with a message saying how to bring it up; none of them skips. The wheel's
+//! tests (`wheel`, `quickstart`) also need what `scripts/test-all` builds (`HERD_WHEEL_*`);
+//! `quickstart`, README.md's quick start run as written, and two of `wheel`'s need no bed.
 
 mod avoid_bad_nodes;
 mod checkpoints;
@@ -15,6 +17,7 @@ mod herd_env;
 mod hostlist_differential;
 mod launch;
 mod logs;
+mod quickstart;
 mod report;
 mod report_plots;
 mod spares;

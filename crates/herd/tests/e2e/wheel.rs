@@ -11,7 +11,7 @@ use herd_testbed::Bed;
 
 use crate::support::{job_id, wait_ok, waiter_project};
 
-fn from_env(var: &str) -> PathBuf {
+pub(crate) fn from_env(var: &str) -> PathBuf {
     let path = std::env::var_os(var).map(PathBuf::from).unwrap_or_else(|| {
         panic!(
             "{var} is not set: scripts/test-all builds the wheels (scripts/wheel), installs \
