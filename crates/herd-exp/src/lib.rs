@@ -95,7 +95,7 @@ pub use manifest::{Attempt, GitState, Manifest, Project, Run, SnapshotSummary, M
 pub use name::{validate_name, NameError, NameProblem, MAX_NAME_BYTES};
 pub use outputs::HerdOutput;
 pub use snapshot::{
-    PreviousSize, SnapshotOptions, SnapshotReport, ALWAYS_EXCLUDED, BIGGEST, RACY_SECS,
+    PreviousSize, SnapshotOptions, SnapshotReport, TopEntry, ALWAYS_EXCLUDED, BIGGEST, RACY_SECS,
 };
 pub use text::{BadEscape, LosslessText};
 

@@ -110,10 +110,22 @@ pub struct SnapshotReport {
     /// from), when there is one and its manifest says its size.
     pub previous: Option<PreviousSize>,
     /// The top-level files and folders of the snapshot holding the most bytes, largest
-    /// first, at most [`BIGGEST`] (a folder's bytes are those of all files under it).
-    pub biggest: Vec<(PathBuf, u64)>,
+    /// first, at most [`BIGGEST`].
+    pub biggest: Vec<TopEntry>,
     /// How long the snapshot took.
     pub elapsed: Duration,
+}
+
+/// A top-level file or folder of a snapshot, with its bytes (a folder's: those of all the
+/// files under it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopEntry {
+    /// Its name in the project root.
+    pub path: PathBuf,
+    /// Whether it is a folder.
+    pub folder: bool,
+    /// Its bytes.
+    pub bytes: u64,
 }
 
 /// The size of the previous snapshot of the same project, from its manifest.
@@ -418,14 +430,18 @@ impl Prepared {
             report.warnings.extend(r.warnings);
             report.herd_outputs.extend(r.herd_outputs);
         }
-        let mut tops: Vec<(PathBuf, u64)> = job
+        let mut tops: Vec<TopEntry> = job
             .tops
             .into_inner()
             .unwrap_or_else(|e| e.into_inner())
             .into_iter()
-            .map(|(name, bytes)| (PathBuf::from(name), bytes))
+            .map(|(name, (bytes, folder))| TopEntry {
+                path: name.into(),
+                folder,
+                bytes,
+            })
             .collect();
-        tops.sort_unstable_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        tops.sort_unstable_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.path.cmp(&b.path)));
         tops.truncate(BIGGEST);
         report.biggest = tops;
         leave_out_emptied(dest, &mut report);
@@ -453,9 +469,9 @@ struct Job<'a> {
     first_error: Mutex<Option<Error>>,
     /// Each thread's counts, pushed when it ends.
     parts: Mutex<Vec<SnapshotReport>>,
-    /// Bytes of the files under each top-level entry of the project, added by each thread
-    /// when it ends.
-    tops: Mutex<HashMap<OsString, u64>>,
+    /// Bytes of the files under each top-level entry of the project (and whether it is a
+    /// folder), added by each thread when it ends.
+    tops: Mutex<HashMap<OsString, (u64, bool)>>,
 }
 
 /// Leaves out of the snapshot `dest` the folders that leaving out herd's outputs left empty
@@ -536,8 +552,9 @@ struct Visitor<'a> {
     job: &'a Job<'a>,
     report: SnapshotReport,
     dirs: Vec<OpenDir>,
-    /// Bytes of the files this thread took under each top-level entry of the project.
-    tops: HashMap<OsString, u64>,
+    /// Bytes of the files this thread took under each top-level entry of the project (and
+    /// whether it is a folder).
+    tops: HashMap<OsString, (u64, bool)>,
 }
 
 impl Drop for Visitor<'_> {
@@ -549,8 +566,8 @@ impl Drop for Visitor<'_> {
             .unwrap_or_else(|e| e.into_inner())
             .push(report);
         let mut tops = self.job.tops.lock().unwrap_or_else(|e| e.into_inner());
-        for (name, bytes) in self.tops.drain() {
-            *tops.entry(name).or_default() += bytes;
+        for (name, (bytes, folder)) in self.tops.drain() {
+            tops.entry(name).or_insert((0, folder)).0 += bytes;
         }
     }
 }
@@ -710,9 +727,10 @@ impl Visitor<'_> {
         };
         let top = rel.iter().next().unwrap_or(rel.as_os_str());
         match self.tops.get_mut(top) {
-            Some(bytes) => *bytes += stat.size,
+            Some((bytes, _)) => *bytes += stat.size,
             None => {
-                self.tops.insert(top.to_owned(), stat.size);
+                let folder = top.len() != rel.as_os_str().len();
+                self.tops.insert(top.to_owned(), (stat.size, folder));
             }
         }
         let report = &mut self.report;

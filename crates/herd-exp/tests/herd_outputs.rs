@@ -261,12 +261,18 @@ fn a_snapshot_says_its_biggest_entries_and_the_previous_snapshots_size() {
     let exp = TempDir::new().expect("tempdir");
     let first = request(exp.path(), "one", p).create().expect("create");
     assert_eq!(first.snapshot.previous, None);
+    let biggest: Vec<(String, bool, u64)> = first
+        .snapshot
+        .biggest
+        .iter()
+        .map(|e| (e.path.display().to_string(), e.folder, e.bytes))
+        .collect();
     assert_eq!(
-        first.snapshot.biggest,
+        biggest,
         [
-            ("data".into(), 5000),
-            ("ckpt.pt".into(), 1000),
-            ("train.py".into(), 2)
+            ("data".into(), true, 5000),
+            ("ckpt.pt".into(), false, 1000),
+            ("train.py".into(), false, 2)
         ]
     );
     write(p, "more.txt", "more\n");
