@@ -1,13 +1,14 @@
 //! herd's own outputs in a project folder, and how a code snapshot knows them: they are
 //! never snapshotted (docs/submit.md, "The code snapshot").
 //!
-//! - **Folders herd makes**, known by what they hold, never by their name alone: an
+//! - **Folders herd makes**, known by what they hold, never by a name a user might give: an
 //!   experiment folder (its `manifest.json` begins as herd writes one: `format`,
 //!   `created_unix`, `herd_version` in its first [`HEAD_BYTES`]), a sweep folder (its
 //!   `sweep.json` reads as herd's), a logs folder of `herd run` or `herd launch --log-dir`
 //!   (it holds `attempt-0/rank-0.times`, the agent's time marks) and the temporary folder of
-//!   a submit in progress or killed (`.herd-new-*`). A folder left empty by leaving these
-//!   out (an experiment root, `herd-logs/`) is left out with them.
+//!   a submit in progress or killed (`.herd-new-*`: `.herd-` names are herd's own, no job
+//!   may take one). A folder left empty by leaving these out (an experiment root,
+//!   `herd-logs/`) is left out with them.
 //! - **Files `herd report` writes** (`--plots DIR`, `--html FILE`), wherever they were put:
 //!   each carries a mark near its start, the usual way a file names the program that made
 //!   it: the page a `<meta name="generator">` ([`HTML_MARK`]), an SVG a comment before its
