@@ -19,6 +19,7 @@ pub mod nodes;
 pub mod report;
 pub mod settle;
 pub mod site;
+mod snapshot_lines;
 pub mod status;
 pub mod submit;
 pub mod sweep;

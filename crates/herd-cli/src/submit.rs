@@ -483,6 +483,13 @@ fn create_and_submit(checked: &Checked) -> Result<(String, herd_exp::Experiment)
         snap.copied,
         snap.elapsed.as_secs_f64() * 1e3
     );
+    let said = [
+        crate::snapshot_lines::left_out_line(&snap.herd_outputs),
+        crate::snapshot_lines::size_line(snap),
+    ];
+    for line in said.into_iter().flatten() {
+        eprintln!("{line}");
+    }
     for warning in &snap.warnings {
         eprintln!("herd: warning: snapshot: {warning}");
     }

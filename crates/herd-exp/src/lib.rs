@@ -50,7 +50,8 @@
 //!   `.git/info/exclude` and git's global excludes (ignore files of folders above the root
 //!   only inside a git work tree), hidden files included, `.git` left out, `*.out` and
 //!   [`SnapshotOptions::exclude`] left out, and an experiment root inside the project left
-//!   out. Symlinks are recreated as symlinks (never followed); files keep their permission
+//!   out, as is whatever else herd wrote there ([`outputs`]: other experiment roots, logs
+//!   folders, `herd report`'s pages and plots, listed in [`SnapshotReport::herd_outputs`]). Symlinks are recreated as symlinks (never followed); files keep their permission
 //!   bits less write permission and their modification time; sockets, FIFOs and devices
 //!   are skipped and listed.
 //! - **Unchanged files are linked, not copied.** A file whose size, mtime and mode equal
@@ -75,6 +76,7 @@ pub mod logs;
 mod manifest;
 mod name;
 pub mod nodes;
+pub mod outputs;
 pub mod progress;
 mod snapshot;
 pub mod sweep;
@@ -93,7 +95,10 @@ pub use manifest::{
     GitState, Manifest, Project, Run, SnapshotSummary, Submission, MANIFEST_FORMAT,
 };
 pub use name::{validate_name, NameError, NameProblem, MAX_NAME_BYTES};
-pub use snapshot::{SnapshotOptions, SnapshotReport, ALWAYS_EXCLUDED, RACY_SECS};
+pub use outputs::HerdOutput;
+pub use snapshot::{
+    PreviousSize, SnapshotOptions, SnapshotReport, TopEntry, ALWAYS_EXCLUDED, BIGGEST, RACY_SECS,
+};
 pub use text::{BadEscape, LosslessText};
 
 /// Longest job id [`Experiment::record_job_id`] accepts, in bytes.
@@ -493,6 +498,11 @@ impl NewExperiment {
                 linked: report.linked,
                 linked_from: report.linked_from.clone(),
                 skipped: report.skipped.iter().map(|p| p.as_path().into()).collect(),
+                herd_outputs: report
+                    .herd_outputs
+                    .iter()
+                    .map(|o| o.as_os_string().as_os_str().into())
+                    .collect(),
             },
             plan: self.plan.clone(),
             submissions: vec![Submission::new(1, &inv.herd_version, &inv.argv)],

@@ -89,6 +89,11 @@ pub struct SnapshotSummary {
     pub linked_from: Option<String>,
     /// Sockets, FIFOs and devices left out, relative to the project root.
     pub skipped: Vec<LosslessText>,
+    /// What herd wrote itself and the snapshot left out, relative to the project root, a
+    /// folder's path ending in `/` ([`crate::SnapshotReport::herd_outputs`]); absent from
+    /// manifests written before herd left these out, and when there was none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub herd_outputs: Vec<LosslessText>,
 }
 
 /// One submission of the experiment: the first, or one `herd submit --resume`; one sbatch

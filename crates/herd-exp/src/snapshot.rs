@@ -13,11 +13,15 @@
 //! copy's ctime) is copied again even when it looks unchanged: it may have changed again
 //! within the file system's timestamp granularity (git's "racily clean" problem).
 //!
+//! What herd wrote itself (other experiment roots, logs folders, `herd report`'s pages and
+//! plots) is left out and listed ([`crate::outputs`]).
+//!
 //! Each walking thread keeps the folders it works in open (`O_PATH`): the project's, the
 //! new snapshot's and the previous snapshot's, so the per-file system calls (`statx`,
 //! `linkat`, `openat`) name a file relative to its folder instead of walking its whole path.
 
-use std::ffi::OsStr;
+use std::collections::HashMap;
+use std::ffi::{OsStr, OsString};
 use std::fs;
 use std::io;
 use std::num::NonZeroUsize;
@@ -33,6 +37,7 @@ use ignore::{DirEntry, ParallelVisitor, ParallelVisitorBuilder, WalkBuilder, Wal
 use rustix::fs::{AtFlags, Mode, OFlags, StatxFlags};
 
 use crate::layout::ExperimentDir;
+use crate::outputs::{self, HerdOutput, MarkedKind};
 use crate::{io_error, Error};
 
 /// A file modified this close (in seconds) to the moment its previous copy was written is
@@ -41,6 +46,9 @@ pub const RACY_SECS: i64 = 2;
 
 /// Folders each thread keeps open (most recently used first).
 const OPEN_DIRS: usize = 4;
+
+/// How many of the project's biggest top-level files and folders a report names.
+pub const BIGGEST: usize = 3;
 
 /// The glob every snapshot excludes (SLURM's `%j.out` files).
 pub const ALWAYS_EXCLUDED: &str = "*.out";
@@ -93,8 +101,42 @@ pub struct SnapshotReport {
     pub warnings: Vec<String>,
     /// The experiment whose snapshot unchanged files were linked from, if any.
     pub linked_from: Option<String>,
+    /// What herd wrote itself and the snapshot left out, sorted ([`crate::outputs`]):
+    /// another experiment root, an experiment, a sweep or logs folder, a page or plot of
+    /// `herd report`. The experiment root the new experiment goes to is left out too, but
+    /// not listed.
+    pub herd_outputs: Vec<HerdOutput>,
+    /// The previous snapshot of the same project (the one unchanged files are linked
+    /// from), when there is one and its manifest says its size.
+    pub previous: Option<PreviousSize>,
+    /// The top-level files and folders of the snapshot holding the most bytes, largest
+    /// first, at most [`BIGGEST`].
+    pub biggest: Vec<TopEntry>,
     /// How long the snapshot took.
     pub elapsed: Duration,
+}
+
+/// A top-level file or folder of a snapshot, with its bytes (a folder's: those of all the
+/// files under it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopEntry {
+    /// Its name in the project root.
+    pub path: PathBuf,
+    /// Whether it is a folder.
+    pub folder: bool,
+    /// Its bytes.
+    pub bytes: u64,
+}
+
+/// The size of the previous snapshot of the same project, from its manifest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PreviousSize {
+    /// Its experiment's name.
+    pub name: String,
+    /// Its regular files.
+    pub files: u64,
+    /// Their total size in bytes.
+    pub bytes: u64,
 }
 
 /// What a `statx` tells about a file.
@@ -194,6 +236,8 @@ struct Previous {
     name: String,
     /// Its `code/` folder.
     code: PathBuf,
+    /// Its size, when its manifest says it.
+    size: Option<(u64, u64)>,
 }
 
 /// The newest experiment under `exp_root` (newest `code/` folder) whose manifest names the
@@ -201,8 +245,15 @@ struct Previous {
 /// are passed over; one that is not valid is passed over with a warning.
 fn find_previous(exp_root: &Path, root: &Path, warnings: &mut Vec<String>) -> Option<Previous> {
     #[derive(serde::Deserialize)]
+    struct Size {
+        files: u64,
+        bytes: u64,
+    }
+    #[derive(serde::Deserialize)]
     struct Head {
         project: crate::Project,
+        #[serde(default)]
+        snapshot: Option<Size>,
     }
     use std::os::unix::fs::MetadataExt;
     let mut candidates = Vec::new();
@@ -234,6 +285,7 @@ fn find_previous(exp_root: &Path, root: &Path, warnings: &mut Vec<String>) -> Op
                 return Some(Previous {
                     name: dir.file_name()?.to_string_lossy().into_owned(),
                     code: exp.code(),
+                    size: head.snapshot.map(|s| (s.files, s.bytes)),
                 });
             }
             Ok(_) => {}
@@ -351,6 +403,7 @@ impl Prepared {
             failed: AtomicBool::new(false),
             first_error: Mutex::new(None),
             parts: Mutex::new(Vec::new()),
+            tops: Mutex::new(HashMap::new()),
         };
         walk.build_parallel()
             .visit(&mut VisitorBuilder { job: &job });
@@ -375,9 +428,32 @@ impl Prepared {
             report.dirs += r.dirs;
             report.skipped.extend(r.skipped);
             report.warnings.extend(r.warnings);
+            report.herd_outputs.extend(r.herd_outputs);
         }
-        if report.linked > 0 {
-            report.linked_from = self.prev.map(|p| p.name);
+        let mut tops: Vec<TopEntry> = job
+            .tops
+            .into_inner()
+            .unwrap_or_else(|e| e.into_inner())
+            .into_iter()
+            .map(|(name, (bytes, folder))| TopEntry {
+                path: name.into(),
+                folder,
+                bytes,
+            })
+            .collect();
+        tops.sort_unstable_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.path.cmp(&b.path)));
+        tops.truncate(BIGGEST);
+        report.biggest = tops;
+        leave_out_emptied(dest, &mut report);
+        if let Some(prev) = self.prev {
+            report.previous = prev.size.map(|(files, bytes)| PreviousSize {
+                name: prev.name.clone(),
+                files,
+                bytes,
+            });
+            if report.linked > 0 {
+                report.linked_from = Some(prev.name);
+            }
         }
         report.skipped.sort();
         report.elapsed = start.elapsed();
@@ -393,6 +469,49 @@ struct Job<'a> {
     first_error: Mutex<Option<Error>>,
     /// Each thread's counts, pushed when it ends.
     parts: Mutex<Vec<SnapshotReport>>,
+    /// Bytes of the files under each top-level entry of the project (and whether it is a
+    /// folder), added by each thread when it ends.
+    tops: Mutex<HashMap<OsString, (u64, bool)>>,
+}
+
+/// Leaves out of the snapshot `dest` the folders that leaving out herd's outputs left empty
+/// (an experiment root, `herd-logs/`, a folder of plots): each is removed from `dest` (only
+/// when empty) and listed in place of what it held. Never the snapshot's root.
+fn leave_out_emptied(dest: &Path, report: &mut SnapshotReport) {
+    loop {
+        let mut parents: Vec<PathBuf> = report
+            .herd_outputs
+            .iter()
+            .filter_map(|o| o.path.parent())
+            .filter(|p| !p.as_os_str().is_empty())
+            .map(Path::to_owned)
+            .collect();
+        parents.sort_unstable_by(|a, b| {
+            b.components()
+                .count()
+                .cmp(&a.components().count())
+                .then_with(|| a.cmp(b))
+        });
+        parents.dedup();
+        let mut emptied = false;
+        for parent in parents {
+            if fs::remove_dir(dest.join(&parent)).is_ok() {
+                report.dirs = report.dirs.saturating_sub(1);
+                report
+                    .herd_outputs
+                    .retain(|o| o.path.parent() != Some(parent.as_path()));
+                report.herd_outputs.push(HerdOutput {
+                    path: parent,
+                    folder: true,
+                });
+                emptied = true;
+            }
+        }
+        if !emptied {
+            break;
+        }
+    }
+    report.herd_outputs.sort();
 }
 
 impl Job<'_> {
@@ -415,6 +534,7 @@ impl<'s> ParallelVisitorBuilder<'s> for VisitorBuilder<'s> {
             job: self.job,
             report: SnapshotReport::default(),
             dirs: Vec::with_capacity(OPEN_DIRS),
+            tops: HashMap::new(),
         })
     }
 }
@@ -432,6 +552,9 @@ struct Visitor<'a> {
     job: &'a Job<'a>,
     report: SnapshotReport,
     dirs: Vec<OpenDir>,
+    /// Bytes of the files this thread took under each top-level entry of the project (and
+    /// whether it is a folder).
+    tops: HashMap<OsString, (u64, bool)>,
 }
 
 impl Drop for Visitor<'_> {
@@ -442,6 +565,10 @@ impl Drop for Visitor<'_> {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push(report);
+        let mut tops = self.job.tops.lock().unwrap_or_else(|e| e.into_inner());
+        for (name, (bytes, folder)) in self.tops.drain() {
+            tops.entry(name).or_insert((0, folder)).0 += bytes;
+        }
     }
 }
 
@@ -451,7 +578,7 @@ impl ParallelVisitor for Visitor<'_> {
             return WalkState::Quit;
         }
         match self.handle(entry) {
-            Ok(()) => WalkState::Continue,
+            Ok(state) => state,
             Err(err) => {
                 self.job.fail(err);
                 WalkState::Quit
@@ -461,7 +588,8 @@ impl ParallelVisitor for Visitor<'_> {
 }
 
 impl Visitor<'_> {
-    fn handle(&mut self, entry: Result<DirEntry, ignore::Error>) -> Result<(), Error> {
+    /// Takes one entry of the walk; [`WalkState::Skip`] for a folder herd made (not entered).
+    fn handle(&mut self, entry: Result<DirEntry, ignore::Error>) -> Result<WalkState, Error> {
         let root = self.job.root;
         let entry = entry.map_err(|e| walk_error(root, &e))?;
         if let Some(err) = entry.error() {
@@ -475,20 +603,31 @@ impl Visitor<'_> {
         }
         let path = entry.path();
         let Ok(rel) = path.strip_prefix(root) else {
-            return Ok(());
+            return Ok(WalkState::Continue);
         };
         if rel.as_os_str().is_empty() {
-            return Ok(()); // the root: `dest` exists already
+            // The root: `dest` exists already, and it is never one of herd's folders.
+            return Ok(WalkState::Continue);
         }
         let Some(kind) = entry.file_type() else {
-            return Ok(());
+            return Ok(WalkState::Continue);
         };
         if kind.is_file() {
-            return self.file(path, rel);
+            self.file(path, rel)?;
+            return Ok(WalkState::Continue);
         }
         // The walk visits a folder before anything in it.
         let dst = self.job.dest.join(rel);
         if kind.is_dir() {
+            let name = path.file_name().unwrap_or(path.as_os_str());
+            let parent = self.dir_of(rel.parent().unwrap_or(Path::new("")))?;
+            if outputs::herd_folder(&parent.src, name).is_some() {
+                self.report.herd_outputs.push(HerdOutput {
+                    path: rel.to_owned(),
+                    folder: true,
+                });
+                return Ok(WalkState::Skip);
+            }
             fs::create_dir(&dst).map_err(|e| io_error("cannot create folder", &dst, e))?;
             self.report.dirs += 1;
         } else if kind.is_symlink() {
@@ -500,7 +639,7 @@ impl Visitor<'_> {
         } else {
             self.report.skipped.push(rel.to_owned());
         }
-        Ok(())
+        Ok(WalkState::Continue)
     }
 
     /// The open folders of `rel_parent` (opened now unless among the last few used).
@@ -544,6 +683,23 @@ impl Visitor<'_> {
                 io::Error::other("it stopped being a regular file during the snapshot"),
             ));
         }
+        // A page or plot of `herd report` is left out; a user's own is taken as any file
+        // (and the file opened to look is the one copied).
+        let mut opened = None;
+        if let Some(kind) = MarkedKind::of_name(name) {
+            let src = open_src(&dir.src, name).map_err(|e| io_error("cannot read", path, e))?;
+            let mut head = [0u8; outputs::HEAD_BYTES];
+            let n = outputs::read_head(&src, &mut head)
+                .map_err(|e| io_error("cannot read", path, e))?;
+            if kind.is_marked(&head[..n]) {
+                self.report.herd_outputs.push(HerdOutput {
+                    path: rel.to_owned(),
+                    folder: false,
+                });
+                return Ok(());
+            }
+            opened = Some(src);
+        }
         // Linked when unchanged; any failure to link (the old experiment deleted meanwhile,
         // too many links, another user's file under `protected_hardlinks`) means a copy.
         let linked = dir.prev.as_ref().is_some_and(|prev| {
@@ -557,15 +713,10 @@ impl Visitor<'_> {
         let copied = if linked {
             None
         } else {
-            // O_NONBLOCK: a FIFO put in the file's place since the `statx` fails the copy
-            // instead of blocking the open until someone writes to it.
-            let src = rustix::fs::openat(
-                &dir.src,
-                name,
-                OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
-                Mode::empty(),
-            )
-            .map_err(|e| io_error("cannot read", path, e.into()))?;
+            let src = match opened {
+                Some(src) => src,
+                None => open_src(&dir.src, name).map_err(|e| io_error("cannot read", path, e))?,
+            };
             Some(
                 copy_file(src, &dir.dst, name, &stat).map_err(|source| Error::Copy {
                     from: path.to_owned(),
@@ -574,6 +725,14 @@ impl Visitor<'_> {
                 })?,
             )
         };
+        let top = rel.iter().next().unwrap_or(rel.as_os_str());
+        match self.tops.get_mut(top) {
+            Some((bytes, _)) => *bytes += stat.size,
+            None => {
+                let folder = top.len() != rel.as_os_str().len();
+                self.tops.insert(top.to_owned(), (stat.size, folder));
+            }
+        }
         let report = &mut self.report;
         report.files += 1;
         report.bytes += stat.size;
@@ -586,6 +745,13 @@ impl Visitor<'_> {
         }
         Ok(())
     }
+}
+
+/// Opens the project file `name` of the folder `dir` to read it. O_NONBLOCK: a FIFO put in
+/// the file's place since its `statx` fails the copy instead of blocking the open until
+/// someone writes to it.
+fn open_src(dir: &OwnedFd, name: &OsStr) -> io::Result<OwnedFd> {
+    outputs::open_in(dir, Path::new(name))
 }
 
 /// This process's umask, from `/proc/self/status` (read once; `None` where that line is

@@ -194,12 +194,15 @@ pub fn scaling_table(rows: &[Row], epochs: Option<u32>) -> String {
     s
 }
 
-/// A whole page titled `title` around `body`: the doctype, the inline style, the title as
-/// its heading. `title` is escaped here; `body` is HTML as it is.
+/// A whole page titled `title` around `body`: the doctype, herd's mark (a `generator` meta
+/// tag in the first bytes, by which a code snapshot knows the page is herd's and leaves it
+/// out: [`herd_exp::outputs`]), the inline style, the title as its heading. `title` is
+/// escaped here; `body` is HTML as it is.
 pub fn document(title: &str, body: &str) -> String {
     let title = escape(title);
+    let mark = herd_exp::outputs::HTML_MARK;
     format!(
-        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n{mark}\n\
          <title>{title}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n<h1>{title}</h1>\n\
          {body}</body>\n</html>\n"
     )

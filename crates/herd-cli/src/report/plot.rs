@@ -709,9 +709,11 @@ fn draw<DB: DrawingBackend>(
     Ok(())
 }
 
-/// `plot` as an SVG document.
+/// `plot` as an SVG document, herd's mark (a comment, [`herd_exp::outputs::SVG_MARK`]) on
+/// its first line, before the `<svg>`: a code snapshot knows the file by it and leaves it
+/// out. (The page inlines the SVG from its `<svg>` on, without the comment.)
 pub fn svg(plot: &Plot) -> Result<String, PlotError> {
-    let mut out = String::new();
+    let mut out = format!("{}\n", herd_exp::outputs::SVG_MARK);
     {
         let root = SVGBackend::with_string(&mut out, (WIDTH, HEIGHT)).into_drawing_area();
         draw(&root, plot, false).map_err(|why| PlotError {
@@ -735,7 +737,9 @@ pub fn pixels(plot: &Plot) -> Result<Vec<u8>, PlotError> {
     Ok(buf)
 }
 
-/// `plot` as a PNG file's bytes.
+/// `plot` as a PNG file's bytes, with herd's mark: a `tEXt` chunk `Software` right after
+/// the header ([`herd_exp::outputs::PNG_KEYWORD`]), by which a code snapshot knows the
+/// file and leaves it out.
 pub fn png(plot: &Plot) -> Result<Vec<u8>, PlotError> {
     let rgb = pixels(plot)?;
     let err = |e: png::EncodingError| PlotError {
@@ -747,6 +751,11 @@ pub fn png(plot: &Plot) -> Result<Vec<u8>, PlotError> {
         let mut enc = png::Encoder::new(&mut out, WIDTH, HEIGHT);
         enc.set_color(png::ColorType::Rgb);
         enc.set_depth(png::BitDepth::Eight);
+        enc.add_text_chunk(
+            herd_exp::outputs::PNG_KEYWORD.into(),
+            herd_exp::outputs::GENERATOR.into(),
+        )
+        .map_err(err)?;
         let mut w = enc.write_header().map_err(err)?;
         w.write_image_data(&rgb).map_err(err)?;
         w.finish().map_err(err)?;

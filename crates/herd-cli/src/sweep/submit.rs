@@ -330,6 +330,14 @@ pub fn run(submit: &SubmitArgs, out: &mut dyn Write) -> Result<ExitStatus, CliEr
             if first.files == 1 { "" } else { "s" },
             first.bytes as f64 / 1e6,
         );
+        // Every run's walk finds the same project: its lines once, from the first run.
+        let said = [
+            crate::snapshot_lines::left_out_line(&first.herd_outputs),
+            crate::snapshot_lines::size_line(first),
+        ];
+        for line in said.into_iter().flatten() {
+            eprintln!("{line}");
+        }
         // Every run's walk finds the same: each warning once.
         let mut said = std::collections::BTreeSet::new();
         for warning in created.snapshots.iter().flat_map(|s| &s.warnings) {

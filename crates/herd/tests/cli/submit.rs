@@ -637,3 +637,85 @@ EOF",
         "{called}"
     );
 }
+
+/// `herd submit` from a project where `herd report` wrote its page and plots and an earlier
+/// experiment root holds an experiment: the snapshot leaves them out and one line says so
+/// (the user's own page is taken); a later snapshot with 12 MB of data added says it is
+/// larger than usual and which `--exclude` leaves the data out.
+#[test]
+fn submit_leaves_out_what_herd_wrote_and_says_when_the_snapshot_grew() {
+    let dir = submit_project(&[("train.sh", 100)]);
+    let sbatch = dir.path().join("bin/sbatch");
+    std::fs::write(&sbatch, "#!/bin/sh\necho 77\n").expect("a fake sbatch that queues");
+    let project = dir.path().join("project");
+    std::fs::write(
+        project.join("report.html"),
+        format!(
+            "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n{}\n",
+            herd_exp::outputs::HTML_MARK
+        ),
+    )
+    .expect("report.html");
+    std::fs::create_dir(project.join("plots")).expect("plots");
+    std::fs::write(
+        project.join("plots/one.loss.svg"),
+        format!("{}\n<svg></svg>\n", herd_exp::outputs::SVG_MARK),
+    )
+    .expect("svg");
+    std::fs::write(project.join("index.html"), "<!DOCTYPE html>\n<p>mine</p>\n").expect("mine");
+    herd_exp::NewExperiment::new(
+        project.join("old-exps"),
+        "old",
+        &project,
+        serde_json::json!({}),
+        herd_exp::Invocation::current("test"),
+    )
+    .create()
+    .expect("an earlier experiment root");
+    let exps = dir.path().join("exps");
+    let exp_root = exps.to_str().expect("utf-8");
+
+    let out = submit_here(
+        dir.path(),
+        &["-J", "one", "--exp-root", exp_root, "--", "sh", "train.sh"],
+    );
+    assert!(out.status.success(), "{out:?}");
+    let stderr = stderr_less_note(&out);
+    assert!(
+        stderr.contains(": 2 files, 0.0 MB, 2 copied in "),
+        "index.html and train.sh: {stderr}"
+    );
+    assert!(
+        stderr.contains("\nherd: code snapshot: left out 3 things herd wrote (experiments, logs, report pages and plots are never snapshotted): old-exps/, plots/ and report.html\n"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("herd: note: this code snapshot"),
+        "{stderr}"
+    );
+    let mut code: Vec<String> = std::fs::read_dir(exps.join("one/code"))
+        .expect("code")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    code.sort();
+    assert_eq!(code, ["index.html", "train.sh"]);
+
+    std::fs::create_dir(project.join("data")).expect("data");
+    let bytes: Vec<u8> = (0..12_000_000u32).map(|i| (i % 251) as u8).collect();
+    std::fs::write(project.join("data/train.bin"), bytes).expect("data");
+    let out = submit_here(
+        dir.path(),
+        &["-J", "two", "--exp-root", exp_root, "--", "sh", "train.sh"],
+    );
+    assert!(out.status.success(), "{out:?}");
+    let stderr = stderr_less_note(&out);
+    let note = stderr
+        .lines()
+        .find(|l| l.starts_with("herd: note: this code snapshot is larger than usual: "))
+        .unwrap_or_else(|| panic!("no line about the size: {stderr}"));
+    assert!(
+        note.contains("against 0.0 MB in 2 files for one; biggest: data/ 12.0 MB")
+            && note.contains("`--exclude /data/`"),
+        "{note}"
+    );
+}

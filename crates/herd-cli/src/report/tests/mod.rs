@@ -597,3 +597,80 @@ fn a_cpu_jobs_report_counts_workers_and_a_gpu_jobs_gpus() {
     assert!(gpu.data().on_gpus, "the plan asked for GPUs");
     assert!(!root.exp("cpu-2").data().on_gpus);
 }
+
+/// Every file `--plots` and `--html` write carries herd's mark where a code snapshot looks
+/// for it, so the next `herd submit` of the project leaves them out, and says so; the
+/// user's own pages and images beside them are snapshotted.
+#[test]
+fn what_the_report_writes_is_marked_and_left_out_of_the_next_snapshot() {
+    use herd_exp::outputs::{MarkedKind, HEAD_BYTES, SVG_MARK};
+    let root = Root::new();
+    two_attempts(&root, "train");
+    let project = root.tmp.path().join("project");
+    std::fs::write(project.join("train.py"), "print('train')\n").expect("train.py");
+    std::fs::create_dir_all(project.join("figures")).expect("figures");
+    std::fs::write(project.join("figures/mine.svg"), "<svg></svg>\n").expect("svg");
+    std::fs::write(project.join("index.html"), "<!DOCTYPE html>\n<p>mine</p>\n").expect("html");
+    let plots = project.join("plots");
+    let page = project.join("report.html");
+    let args = root.args(&[
+        "train",
+        "--plots",
+        plots.to_str().expect("utf-8"),
+        "--html",
+        page.to_str().expect("utf-8"),
+    ]);
+    run(args, &mut Vec::new()).expect("report");
+
+    let mut written: Vec<PathBuf> = std::fs::read_dir(&plots)
+        .expect("plots")
+        .map(|e| e.expect("entry").path())
+        .collect();
+    written.sort();
+    assert_eq!(written.len(), 4, "{written:?}");
+    written.push(page.clone());
+    for path in &written {
+        let bytes = std::fs::read(path).expect("read");
+        let kind = MarkedKind::of_name(path.file_name().expect("name")).expect("a marked kind");
+        assert!(
+            kind.is_marked(&bytes[..bytes.len().min(HEAD_BYTES)]),
+            "{} carries no mark in its first {HEAD_BYTES} bytes",
+            path.display()
+        );
+    }
+    let (w, h, _) = decode_png(&std::fs::read(&written[0]).expect("png"));
+    assert_eq!(
+        (w, h),
+        (plot::WIDTH, plot::HEIGHT),
+        "the marked PNG still reads"
+    );
+    let svg = std::fs::read_to_string(&written[1]).expect("svg");
+    roxmltree::Document::parse(&svg).expect("the marked SVG still parses as XML");
+    let html = std::fs::read_to_string(&page).expect("page");
+    assert!(
+        !html.contains(SVG_MARK),
+        "the page's inline plots start at their <svg>"
+    );
+
+    let created = herd_exp::NewExperiment::new(
+        &root.root,
+        "next",
+        &project,
+        json!({}),
+        herd_exp::Invocation::current("test"),
+    )
+    .create()
+    .expect("the next experiment");
+    let code = created.experiment.paths().code();
+    let mut names: Vec<String> = std::fs::read_dir(&code)
+        .expect("code")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["figures", "index.html", "train.py"]);
+    assert!(code.join("figures/mine.svg").is_file());
+    assert_eq!(
+        crate::snapshot_lines::left_out_line(&created.snapshot.herd_outputs).as_deref(),
+        Some("herd: code snapshot: left out 2 things herd wrote (experiments, logs, report pages and plots are never snapshotted): plots/ and report.html")
+    );
+}
