@@ -152,7 +152,11 @@ fn the_scaling_table_of_swav_mini_at_one_two_and_three_nodes() {
         );
         assert!(said[2 * i + 1].starts_with("  training "), "{text}");
     }
-    assert!(rows[0].starts_with("| run | nodes | GPUs | samples/s | per GPU | efficiency |"));
+    // The jobs asked for no GPUs: their workers are counted as workers.
+    assert!(
+        rows[0].starts_with("| run | nodes | workers | samples/s | per worker | efficiency |"),
+        "{text}"
+    );
     assert!(
         rows[2].starts_with("| swav-1n | 1 | 1 | ") && rows[2].contains(" | 100% | "),
         "{text}"

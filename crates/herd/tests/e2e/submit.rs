@@ -973,6 +973,11 @@ fn submits_without_a_name_never_collide_and_reports_stay_out_of_snapshots() {
 
     let third = submit(&bed, &project, &args);
     let c = job_id(&third);
+    let said = String::from_utf8_lossy(&third.stderr).into_owned();
+    assert!(
+        said.contains("herd: code snapshot: left out 2 things herd wrote (experiments, logs, report pages and plots are never snapshotted): plots/ and report.html"),
+        "{said}"
+    );
     let code = exps.join("train-3/code");
     assert!(code.join("train.py").is_file(), "the script is snapshotted");
     assert!(
