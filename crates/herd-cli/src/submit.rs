@@ -531,6 +531,31 @@ pub(crate) fn record_queued(exp: &herd_exp::Experiment, submission: u32, job_id:
     }
 }
 
+/// A sweep's run queued as array task `task`: its submission (`submission` makes it: the
+/// first, or a new one for a resume) gets that job id and a `queued` event. The task is
+/// queued whatever happens here, so the first failure is kept in `unrecorded` and the other
+/// runs are recorded all the same.
+pub(crate) fn record_task(
+    exp: &herd_exp::Experiment,
+    submission: impl FnOnce() -> Result<u32, herd_exp::Error>,
+    task: String,
+    unrecorded: &mut Option<CliError>,
+) {
+    let recorded = submission().and_then(|n| {
+        exp.record_job_id(n, &task)?;
+        Ok(n)
+    });
+    match recorded {
+        Ok(n) => record_queued(exp, n, &task),
+        Err(source) => {
+            unrecorded.get_or_insert(CliError::RecordJobId {
+                job_id: task,
+                source,
+            });
+        }
+    }
+}
+
 /// `sbatch --parsable` the experiment's script from its folder; the job id or why not.
 fn sbatch(exp: &herd_exp::Experiment) -> Result<String, herd_slurm::SlurmError> {
     herd_slurm::scheduler::command::sbatch(&exp.paths().job_script(), exp.dir())

@@ -132,14 +132,7 @@ pub fn load(sweep: &Sweep, answer: &Answer) -> SweepReport {
     });
     SweepReport {
         name: sweep.name.clone(),
-        columns: sweep
-            .columns()
-            .into_iter()
-            .map(|k| {
-                let n = sweep.is_numeric(&k);
-                (k, n)
-            })
-            .collect(),
+        columns: sweep.value_columns(),
         rows,
         notes,
     }

@@ -8,7 +8,7 @@ use std::path::Path;
 
 use super::run::Sweep;
 use super::state::Answer;
-use crate::submit::record_queued;
+use crate::submit::record_task;
 use crate::{CliError, ExitStatus};
 
 /// A run's state (`herd status`'s word) that `--resume` runs again: it ended without
@@ -148,22 +148,12 @@ pub fn resume(root: &Path, name: &str, out: &mut dyn Write) -> Result<ExitStatus
             continue;
         };
         let task = format!("{}_{}", array.job_id, run.index);
-        let recorded = run
-            .experiment
-            .add_submission(&invocation)
-            .and_then(|submission| {
-                run.experiment.record_job_id(submission, &task)?;
-                Ok(submission)
-            });
-        match recorded {
-            Ok(submission) => record_queued(&run.experiment, submission, &task),
-            Err(source) => {
-                unrecorded.get_or_insert(CliError::RecordJobId {
-                    job_id: task,
-                    source,
-                });
-            }
-        }
+        record_task(
+            &run.experiment,
+            || run.experiment.add_submission(&invocation),
+            task,
+            &mut unrecorded,
+        );
     }
     for id in &ids {
         writeln!(out, "{id}")?;

@@ -151,6 +151,17 @@ impl Sweep {
                 .is_some_and(|v| v.parse::<f64>().is_ok_and(f64::is_finite))
         })
     }
+
+    /// [`Sweep::columns`], each with [`Sweep::is_numeric`]: the value columns of a table.
+    pub fn value_columns(&self) -> Vec<(String, bool)> {
+        self.columns()
+            .into_iter()
+            .map(|k| {
+                let n = self.is_numeric(&k);
+                (k, n)
+            })
+            .collect()
+    }
 }
 
 /// Values as a JSON object, key → value (strings, as given; the sweep's `keys` say their

@@ -50,14 +50,7 @@ pub fn status(sweep: &Sweep, answer: &Answer) -> SweepStatus {
     SweepStatus {
         name: sweep.name.clone(),
         job_ids: sweep.job_ids(),
-        columns: sweep
-            .columns()
-            .into_iter()
-            .map(|k| {
-                let n = sweep.is_numeric(&k);
-                (k, n)
-            })
-            .collect(),
+        columns: sweep.value_columns(),
         runs: sweep
             .by_index()
             .into_iter()

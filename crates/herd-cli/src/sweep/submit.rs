@@ -21,7 +21,7 @@ use herd_plan::{
 };
 
 use crate::submit::{
-    dependency, plan_with, record_queued, render_and_check, report, submit_error, Site, SubmitArgs,
+    dependency, plan_with, record_task, render_and_check, report, submit_error, Site, SubmitArgs,
     SweepArgs,
 };
 use crate::{CliError, ExitStatus};
@@ -398,15 +398,7 @@ pub fn run(submit: &SubmitArgs, out: &mut dyn Write) -> Result<ExitStatus, CliEr
             continue;
         };
         let task = format!("{}_{}", array.job_id, run.index);
-        match exp.record_job_id(1, &task) {
-            Ok(()) => record_queued(&exp, 1, &task),
-            Err(source) => {
-                unrecorded.get_or_insert(CliError::RecordJobId {
-                    job_id: task,
-                    source,
-                });
-            }
-        }
+        record_task(&exp, || Ok(1), task, &mut unrecorded);
     }
     for id in &ids {
         writeln!(out, "{id}")?;
