@@ -6,10 +6,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use herd_slurm::worker::vars::{
-    HERD_HEARTBEAT_FILE, HERD_LOG_DIR, HERD_METRICS_FILE, HERD_STOP_SIGNAL,
-};
-use herd_slurm::{worker_env, LaunchInfo, Layout, Position};
+use herd_slurm::{LaunchInfo, Layout, Position};
 use nix::sys::signal::Signal;
 use tokio::sync::mpsc;
 
@@ -19,7 +16,9 @@ use crate::exit::exit_of;
 use crate::message::{RankProgress, RankStack};
 use crate::pace::Pace;
 use crate::procs;
-use crate::workers::{spawn, unix_ms, HighestStep, OutputConfig, OutputSink, Running, WorkerSpec};
+use crate::workers::{
+    agent_worker_env, spawn, unix_ms, HighestStep, OutputConfig, OutputSink, Running, WorkerSpec,
+};
 use herd_exp::failure::{Exit, FailureReport, WorkerError};
 use herd_exp::layout::AttemptDir;
 
@@ -97,35 +96,22 @@ impl Attempt {
                 local_rank,
                 node_rank: slot as u32,
             };
-            let mut env = attempt.env_of(layout, pos, &info).map_err(&failed)?;
-            env.insert(HERD_STOP_SIGNAL.into(), cfg.keep.stop_signal.to_string());
+            let env = attempt.env_of(cfg, layout, pos, &info).map_err(&failed)?;
             attempt.spawn_worker(cfg, pos, env, tx).map_err(&failed)?;
         }
         Ok(attempt)
     }
 
-    /// Worker `pos`'s variables: the rank variables ([`worker_env`]) and where its logs,
-    /// heartbeat, metrics and torch error file are. A stale error file left by an earlier
-    /// run in the same folder is removed, so it is never taken for this run's.
+    /// Worker `pos`'s variables ([`agent_worker_env`]). A stale error file left by an
+    /// earlier run in the same folder is removed first, so it is never taken for this run's.
     fn env_of(
         &self,
+        cfg: &Config,
         layout: &Layout,
         pos: Position,
         info: &LaunchInfo,
     ) -> Result<BTreeMap<String, String>, String> {
-        let dir = &self.dir;
-        let mut env = worker_env(layout, pos, info);
-        env.insert(HERD_LOG_DIR.into(), dir.path().display().to_string());
-        env.insert(
-            HERD_HEARTBEAT_FILE.into(),
-            dir.heartbeat(pos.rank).display().to_string(),
-        );
-        env.insert(
-            HERD_METRICS_FILE.into(),
-            dir.worker_metrics(pos.rank).display().to_string(),
-        );
-        // torch's @record writes the exception here, as under torchrun.
-        let error_file = dir.error_file(pos.rank);
+        let error_file = self.dir.error_file(pos.rank);
         match std::fs::remove_file(&error_file) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -136,11 +122,8 @@ impl Attempt {
                 ))
             }
         }
-        env.insert(
-            "TORCHELASTIC_ERROR_FILE".into(),
-            error_file.display().to_string(),
-        );
-        Ok(env)
+        let stop = cfg.keep.stop_signal.to_string();
+        Ok(agent_worker_env(layout, pos, info, &self.dir, &stop))
     }
 
     /// Starts worker `pos` with `env`; its exit arrives on `tx` as [`Event::WorkerExited`].
@@ -358,7 +341,7 @@ fn find_py_spy(command: Option<PathBuf>) -> Option<PathBuf> {
 
 /// `py-spy dump --pid PID` (non-blocking: the process is not paused), within 10 s.
 async fn dump_stack(tool: &std::path::Path, pid: i32) -> String {
-    let run = tokio::process::Command::new(tool)
+    let run = tokio::process::Command::from(herd_slurm::user_program(tool, &Default::default()))
         .args(["dump", "--nonblocking", "--pid", &pid.to_string()])
         .stdin(std::process::Stdio::null())
         .kill_on_drop(true)

@@ -103,7 +103,7 @@ struct Follow {
     /// This agent got SIGTERM/SIGINT/SIGHUP and told the leader; if the leader says nothing
     /// by then, this node ends its workers by itself.
     on_my_own: Option<Instant>,
-    /// An attempt whose preflight this node passed: it starts at the leader's `Go`.
+    /// An attempt whose preflight this node ran: it starts at the leader's `Go`.
     pending: Option<Pending>,
 }
 
@@ -248,7 +248,8 @@ impl Follow {
     }
 
     /// Check this node before attempt `start` (the last attempt's workers are torn down
-    /// first) and tell the leader; a node that passed starts its workers at `Go`.
+    /// first) and tell the leader; the workers start at the leader's `Go`, whatever this
+    /// node's check found.
     async fn on_preflight(&mut self, start: Pending) {
         if let Some(a) = self.attempt.as_mut() {
             a.teardown(self.cfg.kill_grace).await;
@@ -263,10 +264,11 @@ impl Follow {
                 Some((f.check.to_owned(), f.detail))
             }
         };
+        // Kept whatever the check found: the leader decides for the whole job (a check every
+        // node fails alike is the job's, and the workers start everywhere at its `Go`; a node
+        // it blames gets `Teardown`, which drops this).
         let attempt = start.attempt;
-        if failed.is_none() {
-            self.pending = Some(start);
-        }
+        self.pending = Some(start);
         let _ = send(&mut self.w, &Msg::Preflight { attempt, failed }).await;
     }
 

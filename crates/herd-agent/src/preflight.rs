@@ -288,7 +288,8 @@ async fn find_modules(
     given: &OsStr,
 ) -> Result<(), Finding> {
     let shown = interpreter.display();
-    let mut cmd = tokio::process::Command::new(interpreter);
+    let mut cmd =
+        tokio::process::Command::from(herd_slurm::user_program(interpreter, &Default::default()));
     cmd.args(options)
         .arg("-c")
         .arg(FIND_MODULES)
@@ -631,7 +632,7 @@ async fn check_gpus(
     let Some(smi) = smi else {
         return Ok(());
     };
-    let run = tokio::process::Command::new(&smi)
+    let run = tokio::process::Command::from(herd_slurm::user_program(&smi, &Default::default()))
         .arg("-L")
         .stdin(std::process::Stdio::null())
         .kill_on_drop(true)

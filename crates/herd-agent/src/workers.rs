@@ -20,12 +20,49 @@ use std::ffi::OsString;
 use std::io::Write;
 
 use herd_exp::layout::{AttemptDir, Stream};
+use herd_slurm::worker::vars::{
+    HERD_HEARTBEAT_FILE, HERD_LOG_DIR, HERD_METRICS_FILE, HERD_STOP_SIGNAL, TORCHELASTIC_ERROR_FILE,
+};
+use herd_slurm::{worker_env, LaunchInfo, Layout, Position};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::{mpsc, oneshot};
+
+/// Every variable an agent sets for its worker at `pos` of `layout` in the attempt whose
+/// folder is `dir`: the rank variables ([`herd_slurm::worker_env`] of `info`), where the
+/// worker's logs, heartbeat, metrics and torch error file are, and the signal that asks it
+/// to stop. The worker gets them on top of the agent's environment, less what no user
+/// program gets ([`herd_slurm::user_program`]); `herd env --agent` shows the same.
+pub fn agent_worker_env(
+    layout: &Layout,
+    pos: Position,
+    info: &LaunchInfo,
+    dir: &AttemptDir,
+    stop_signal: &str,
+) -> BTreeMap<String, String> {
+    let mut env = worker_env(layout, pos, info);
+    let mut set = |k: &str, v: String| {
+        env.insert(k.to_owned(), v);
+    };
+    set(HERD_LOG_DIR, dir.path().display().to_string());
+    set(
+        HERD_HEARTBEAT_FILE,
+        dir.heartbeat(pos.rank).display().to_string(),
+    );
+    set(
+        HERD_METRICS_FILE,
+        dir.worker_metrics(pos.rank).display().to_string(),
+    );
+    set(
+        TORCHELASTIC_ERROR_FILE,
+        dir.error_file(pos.rank).display().to_string(),
+    );
+    set(HERD_STOP_SIGNAL, stop_signal.to_owned());
+    env
+}
 
 /// Longest line carried whole; longer ones are carried in pieces of this size.
 pub const MAX_LINE: usize = 1 << 20;
@@ -317,13 +354,10 @@ impl OutputSink {
 }
 
 /// The worker's program and arguments in the agent's environment, `spec.env` on top and
-/// the variables workers never get ([`herd_slurm::worker::vars::WITHHELD`]) taken out.
+/// the variables workers never get taken out ([`herd_slurm::user_program`]).
 fn worker_command(program: &OsString, args: &[OsString], spec: &WorkerSpec) -> Command {
-    let mut cmd = Command::new(program);
-    cmd.args(args).envs(&spec.env);
-    for var in herd_slurm::worker::vars::WITHHELD {
-        cmd.env_remove(var);
-    }
+    let mut cmd = Command::from(herd_slurm::user_program(program, &spec.env));
+    cmd.args(args);
     cmd
 }
 

@@ -3,11 +3,14 @@
 use std::io::Write;
 use std::path::PathBuf;
 
+use std::collections::BTreeMap;
+
 use clap::Args;
 use herd_hostlist::compress;
-use herd_plan::GpuBindArg;
+use herd_plan::{GpuBindArg, KeepAlive, StopSignal};
 use herd_slurm::allocation::addr;
-use herd_slurm::{format_counts, worker_env, Allocation, GpuBind, LaunchInfo, Position, Vars};
+use herd_slurm::worker::vars::WITHHELD;
+use herd_slurm::{format_counts, Allocation, GpuBind, LaunchInfo, Layout, Position, Vars};
 use serde_json::json;
 
 use crate::{CliError, ExitStatus};
@@ -25,6 +28,108 @@ pub struct EnvArgs {
     /// The GPU binding to show, as given to `herd submit`, `herd launch` or `herd exec`.
     #[command(flatten)]
     pub gpus: GpuBindArg,
+    /// Show the workers an agent on this node would start (`herd launch`, agent mode, as
+    /// `herd submit` runs jobs) instead of this task as a worker itself (`herd exec`, srun
+    /// mode). Give it the options you give `herd launch`.
+    #[arg(long)]
+    pub agent: bool,
+    /// Agent mode: workers per node, as `herd launch --nproc-per-node` (default: the
+    /// node's GPUs, else 1).
+    #[arg(long, value_name = "G", requires = "agent", value_parser = clap::value_parser!(u32).range(1..))]
+    pub nproc_per_node: Option<u32>,
+    /// Agent mode: as `herd launch --spare-nodes` (the last K nodes stand by).
+    #[arg(long, value_name = "K", requires = "agent", default_value_t = 0)]
+    pub spare_nodes: u32,
+    /// Agent mode: as `herd launch --max-restarts`.
+    #[arg(long, value_name = "N", requires = "agent", default_value_t = 0)]
+    pub max_restarts: u32,
+    /// Agent mode: as `herd launch --stop-signal`.
+    #[arg(long, value_name = "SIGNAL", requires = "agent", default_value_t = KeepAlive::LAUNCH.stop_signal)]
+    pub stop_signal: StopSignal,
+    /// Agent mode: as `herd launch --log-dir` (default: $HERD_EXP_DIR/logs, else
+    /// ./herd-logs/JOB_ID).
+    #[arg(long, value_name = "DIR", requires = "agent")]
+    pub log_dir: Option<PathBuf>,
+}
+
+/// What an agent on this node would give its workers (`herd env --agent`).
+struct AgentView {
+    /// This node's rank among the step's (or the job's) nodes.
+    node_rank: u32,
+    /// The nodes that run workers, and how many each.
+    layout: Layout,
+    /// The attempt the variables are shown for: the next of the log folder.
+    attempt: u32,
+    /// Its folder.
+    attempt_dir: PathBuf,
+    /// Each local rank's variables; none on a spare.
+    workers: Vec<BTreeMap<String, String>>,
+}
+
+/// The workers an agent of `alloc` on this node would start with `args`' options: the same
+/// reading of the allocation, the same log folder and the same variables
+/// ([`herd_agent::workers::agent_worker_env`]) as `herd launch`'s, for the attempt its log
+/// folder would hold next. The port is the leader's to claim when the attempt starts.
+fn agent_view(args: &EnvArgs, alloc: &Allocation, vars: &Vars) -> AgentView {
+    let nodes = &alloc.layout.nodes;
+    let node_rank = match &alloc.task {
+        Some(t) => t.node_rank,
+        // A batch or salloc shell runs on one of the job's nodes.
+        None => vars
+            .get("SLURMD_NODENAME")
+            .and_then(|me| nodes.iter().position(|n| n == me))
+            .unwrap_or(0) as u32,
+    };
+    let nproc = args
+        .nproc_per_node
+        .unwrap_or_else(|| alloc.gpus.count().unwrap_or(1));
+    let working = (nodes.len() as u32).saturating_sub(args.spare_nodes).max(1) as usize;
+    let layout = Layout {
+        nodes: nodes[..working.min(nodes.len())].to_vec(),
+        tasks_per_node: vec![nproc; working.min(nodes.len())],
+    };
+    let master_addr = if nodes.len() == 1 {
+        "127.0.0.1".to_owned()
+    } else {
+        // As `herd env` shows it above when the name does not resolve here (`--from`).
+        addr::reachable_addr(alloc.master_node())
+            .map_or_else(|_| alloc.master_node().to_owned(), |a| a.to_string())
+    };
+    let task_info = LaunchInfo::for_task(alloc, vars, master_addr, None);
+    let logs = crate::launch::agent_logs(args.log_dir.as_deref(), vars, &task_info.run_id);
+    let attempt = logs.next_attempt();
+    let dir = logs.attempt(attempt);
+    let info = LaunchInfo {
+        max_restarts: args.max_restarts,
+        gpu_bind: args.gpus.gpu_bind,
+        restart_count: 0,
+        attempt,
+        resume_from: task_info.newest_checkpoint().ok().flatten(),
+        ..task_info
+    };
+    let stop = args.stop_signal.to_string();
+    let workers = if (node_rank as usize) < layout.nodes.len() {
+        let first = layout.first_rank(node_rank as usize);
+        (0..nproc)
+            .map(|l| {
+                let pos = Position {
+                    rank: first + l,
+                    local_rank: l,
+                    node_rank,
+                };
+                herd_agent::workers::agent_worker_env(&layout, pos, &info, &dir, &stop)
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    AgentView {
+        node_rank,
+        layout,
+        attempt,
+        attempt_dir: dir.path().to_owned(),
+        workers,
+    }
 }
 
 /// Run `herd env`.
@@ -50,38 +155,34 @@ pub fn run(args: EnvArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
         .filter(|&p| p != 0),
     };
 
-    let worker = alloc.task.as_ref().map(|task| {
-        let info = LaunchInfo {
-            gpu_bind: args.gpus.gpu_bind,
-            ..LaunchInfo::for_task(
-                &alloc,
-                &vars,
-                master_addr
-                    .as_ref()
-                    .map_or_else(|_| master.clone(), |a| a.to_string()),
-                master_port,
-            )
-        };
-        let pos = Position {
-            rank: task.rank,
-            local_rank: task.local_rank,
-            node_rank: task.node_rank,
-        };
-        let mut env = worker_env(&alloc.layout, pos, &info);
-        for passthrough in herd_slurm::worker::vars::PASSED_THROUGH {
-            if let Some(v) = vars.get(passthrough) {
-                env.insert(passthrough.to_owned(), v.to_owned());
-            }
+    // srun mode: this task is the worker, with what `herd exec` would set.
+    let mut warning = None;
+    let worker = match (&alloc.task, args.agent) {
+        (Some(task), false) => {
+            let addr = crate::exec::task_master_addr(&alloc).unwrap_or_else(|_| master.clone());
+            let (env, w) =
+                crate::exec::task_env(&alloc, task, &vars, (addr, master_port), args.gpus.gpu_bind);
+            warning = w;
+            Some(env)
         }
-        env
-    });
+        _ => None,
+    };
+    let agent = if args.agent {
+        Some(agent_view(&args, &alloc, &vars))
+    } else {
+        None
+    };
+    if let Some(w) = &warning {
+        eprintln!("herd: warning: {w}");
+    }
 
     // What each worker of this node sees. In a task, every task of the node is a worker
     // (srun mode); in a batch or salloc shell, an agent would start one per GPU.
     let node_gpus = alloc.gpus.visible.clone().unwrap_or_default();
-    let workers = match &alloc.task {
-        Some(t) => t.local_world_size,
-        None => node_gpus.len() as u32,
+    let workers = match (&agent, &alloc.task) {
+        (Some(a), _) => a.workers.len() as u32,
+        (None, Some(t)) => t.local_world_size,
+        (None, None) => node_gpus.len() as u32,
     };
     let worker_gpus: Vec<Vec<String>> = (0..workers)
         .map(|l| args.gpus.gpu_bind.visible(&node_gpus, l, workers))
@@ -111,6 +212,15 @@ pub fn run(args: EnvArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
             "cpus_on_node": alloc.cpus_on_node,
             "het_groups": alloc.het_groups,
             "worker_env": worker,
+            "agent": agent.as_ref().map(|a| json!({
+                "node_rank": a.node_rank,
+                "nodes": a.layout.nodes,
+                "tasks_per_node": a.layout.tasks_per_node,
+                "attempt": a.attempt,
+                "attempt_dir": a.attempt_dir,
+                "workers": a.workers,
+            })),
+            "withheld": WITHHELD,
         });
         writeln!(out, "{value}")?;
         return Ok(ExitStatus::Success);
@@ -157,8 +267,40 @@ pub fn run(args: EnvArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
     for g in &alloc.het_groups {
         writeln!(out, "het group {} {}", g.index, compress(&g.nodes))?;
     }
-    match worker {
-        Some(env) => {
+    let withheld = WITHHELD.join(", ");
+    match (&agent, worker) {
+        (Some(a), _) => {
+            if a.workers.is_empty() {
+                writeln!(
+                    out,
+                    "\nagent mode: node rank {} stands by as a spare (the workers run on {})",
+                    a.node_rank,
+                    compress(&a.layout.nodes)
+                )?;
+            } else {
+                writeln!(
+                    out,
+                    "\nagent mode: {} workers on node rank {} of {} ({} in all), attempt {} in {}",
+                    a.workers.len(),
+                    a.node_rank,
+                    a.layout.nodes.len(),
+                    a.layout.world_size(),
+                    a.attempt,
+                    a.attempt_dir.display()
+                )?;
+            }
+            for (l, env) in a.workers.iter().enumerate() {
+                writeln!(out, "\nworker environment herd sets, local rank {l}:")?;
+                for (k, v) in env {
+                    writeln!(out, "  {k}={v}")?;
+                }
+            }
+            writeln!(
+                out,
+                "\n(MASTER_PORT: claimed by the leader when each attempt starts; every other variable is the agent's, less {withheld})"
+            )?;
+        }
+        (None, Some(env)) => {
             writeln!(out, "\nworker environment herd sets:")?;
             for (k, v) in &env {
                 writeln!(out, "  {k}={v}")?;
@@ -169,10 +311,11 @@ pub fn run(args: EnvArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
                     "  (MASTER_PORT: claimed by `herd launch` on the master when the job starts)"
                 )?;
             }
+            writeln!(out, "\n(every other variable is the task's, less {withheld})")?;
         }
-        None => writeln!(
+        (None, None) => writeln!(
             out,
-            "\n(run `srun herd env` to see a task's worker variables)"
+            "\n(run `srun herd env` to see a task's worker variables, `herd env --agent` an agent's workers')"
         )?,
     }
     Ok(ExitStatus::Success)

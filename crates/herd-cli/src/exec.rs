@@ -6,13 +6,16 @@
 //! its local rank's share) and replaces itself with CMD. SLURM then supervises the tasks
 //! directly (`--kill-on-bad-exit`).
 
+use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
 
 use clap::Args;
 use herd_plan::GpuBindArg;
-use herd_slurm::allocation::addr;
-use herd_slurm::{worker_env, Allocation, AllocationError, LaunchInfo, Position, Vars};
+use herd_slurm::allocation::addr::{self, AddrError};
+use herd_slurm::{
+    worker_env, Allocation, AllocationError, GpuBind, LaunchInfo, Position, Task, Vars,
+};
 
 use crate::{CliError, ExitStatus};
 
@@ -57,33 +60,17 @@ pub fn run(args: ExecArgs) -> Result<ExitStatus, CliError> {
             }
         },
     };
-    let master = alloc.master_node();
-    let master_addr = if alloc.layout.nodes.len() == 1 {
-        "127.0.0.1".to_owned()
-    } else {
-        addr::reachable_addr(master)?.to_string()
-    };
-    let mut info = LaunchInfo {
-        gpu_bind: args.gpus.gpu_bind,
-        ..LaunchInfo::for_task(&alloc, &vars, master_addr, Some(port))
-    };
-    // Each task looks for itself: nothing writes checkpoints before its job has started.
-    match info.newest_checkpoint() {
-        Ok(found) => info.resume_from = found,
-        Err(e) => eprintln!(
-            "herd: rank {}: cannot read the checkpoint folder: {e}; HERD_RESUME_FROM is not set",
-            task.rank
-        ),
-    }
-    let env = worker_env(
-        &alloc.layout,
-        Position {
-            rank: task.rank,
-            local_rank: task.local_rank,
-            node_rank: task.node_rank,
-        },
-        &info,
+    let master_addr = task_master_addr(&alloc)?;
+    let (env, warning) = task_env(
+        &alloc,
+        &task,
+        &vars,
+        (master_addr, Some(port)),
+        args.gpus.gpu_bind,
     );
+    if let Some(w) = warning {
+        eprintln!("herd: rank {}: {w}", task.rank);
+    }
     let (program, rest) = args
         .command
         .split_first()
@@ -95,18 +82,57 @@ pub fn run(args: ExecArgs) -> Result<ExitStatus, CliError> {
     })
 }
 
+/// The master's address as every task of `alloc` is given it: loopback when the step has
+/// one node, else an address of the master node that the other nodes reach.
+pub(crate) fn task_master_addr(alloc: &Allocation) -> Result<String, AddrError> {
+    if alloc.layout.nodes.len() == 1 {
+        return Ok("127.0.0.1".to_owned());
+    }
+    Ok(addr::reachable_addr(alloc.master_node())?.to_string())
+}
+
+/// What `herd exec` sets for `task` of `alloc` (srun mode) on top of the task's own
+/// environment: the rank variables, with the master at `master` (address, port), and the
+/// checkpoint to resume from, looked for by each task itself (nothing writes checkpoints
+/// before its job has started); with a warning when the checkpoint folder cannot be read.
+/// `herd env` shows the same.
+pub(crate) fn task_env(
+    alloc: &Allocation,
+    task: &Task,
+    vars: &Vars,
+    (master_addr, master_port): (String, Option<u16>),
+    gpu_bind: GpuBind,
+) -> (BTreeMap<String, String>, Option<String>) {
+    let mut info = LaunchInfo {
+        gpu_bind,
+        ..LaunchInfo::for_task(alloc, vars, master_addr, master_port)
+    };
+    let mut warning = None;
+    match info.newest_checkpoint() {
+        Ok(found) => info.resume_from = found,
+        Err(e) => {
+            warning = Some(format!(
+                "cannot read the checkpoint folder: {e}; HERD_RESUME_FROM is not set"
+            ))
+        }
+    }
+    let pos = Position {
+        rank: task.rank,
+        local_rank: task.local_rank,
+        node_rank: task.node_rank,
+    };
+    (worker_env(&alloc.layout, pos, &info), warning)
+}
+
 /// The worker's program and arguments in this task's environment, `env` on top and the
-/// variables workers never get ([`herd_slurm::worker::vars::WITHHELD`]) taken out.
+/// variables workers never get taken out ([`herd_slurm::user_program`]).
 fn worker_command(
     program: &OsString,
     args: &[OsString],
     env: &std::collections::BTreeMap<String, String>,
 ) -> std::process::Command {
-    let mut cmd = std::process::Command::new(program);
-    cmd.args(args).envs(env);
-    for var in herd_slurm::worker::vars::WITHHELD {
-        cmd.env_remove(var);
-    }
+    let mut cmd = herd_slurm::user_program(program, env);
+    cmd.args(args);
     cmd
 }
 

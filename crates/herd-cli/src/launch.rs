@@ -67,6 +67,16 @@ fn secret(vars: &Vars) -> Option<Vec<u8>> {
         .map(|s| s.as_bytes().to_vec())
 }
 
+/// An agent's log folder: `given` (`--log-dir`), else the experiment's `logs/`, else
+/// `herd-logs/RUN_ID` here.
+pub(crate) fn agent_logs(given: Option<&std::path::Path>, vars: &Vars, run_id: &str) -> LogsDir {
+    match (given, vars.get(HERD_EXP_DIR)) {
+        (Some(d), _) => LogsDir::new(d),
+        (None, Some(exp)) => ExperimentDir::new(exp).logs(),
+        (None, None) => LogsDir::new(PathBuf::from("herd-logs").join(run_id)),
+    }
+}
+
 /// The agent's configuration from the options and this node's `gpus` and `launch` (built
 /// once, from the allocation or, for a simulated node, from the same reading of `vars`).
 fn base_config(
@@ -79,11 +89,7 @@ fn base_config(
     let nproc = opts
         .nproc_per_node
         .unwrap_or_else(|| gpus.count().unwrap_or(1));
-    let log_dir = match (&run.log_dir, vars.get(HERD_EXP_DIR)) {
-        (Some(d), _) => LogsDir::new(d),
-        (None, Some(exp)) => ExperimentDir::new(exp).logs(),
-        (None, None) => LogsDir::new(PathBuf::from("herd-logs").join(&launch.run_id)),
-    };
+    let log_dir = agent_logs(run.log_dir.as_deref(), vars, &launch.run_id);
     Ok(Config {
         node_rank: 0,
         node_names: Vec::new(),

@@ -1,16 +1,17 @@
 //! What `herd submit` says about a code snapshot besides its counts, one line each and only
 //! when it matters (docs/submit.md, "The code snapshot"): what herd wrote into the project
-//! that the snapshot left out, and a snapshot larger than usual.
+//! that the snapshot left out, the Python environments it left out, and a snapshot larger
+//! than usual.
 //!
 //! **Larger than usual**: with a previous snapshot of the same project (the one unchanged
 //! files are linked from), at least [`GROWTH_FACTOR`] times its bytes and
 //! [`GROWTH_MIN_BYTES`] more, or [`GROWTH_FACTOR`] times its files and [`GROWTH_MIN_FILES`]
 //! more; without one (a project's first snapshot, a sweep's), [`LARGE_BYTES`] or
 //! [`LARGE_FILES`]. A project's code stays about the same size from one submit to the next,
-//! and a few MB; data, checkpoints, a virtual environment or outputs that got into it make
+//! and a few MB; data, checkpoints or outputs that got into it make
 //! it jump, and every experiment pays for them (the copy's time and disk).
 
-use herd_exp::{HerdOutput, SnapshotReport, TopEntry};
+use herd_exp::{HerdOutput, LeftOutEnv, PythonEnv, SnapshotReport, TopEntry};
 
 /// A snapshot this many times the previous one's bytes (or files) is larger than usual…
 pub(crate) const GROWTH_FACTOR: u64 = 2;
@@ -38,6 +39,34 @@ pub(crate) fn left_out_line(outputs: &[HerdOutput]) -> Option<String> {
         "herd: code snapshot: left out {n} thing{} herd wrote (experiments, logs, report pages and plots are never snapshotted): {}",
         if n == 1 { "" } else { "s" },
         examples(outputs.iter().map(ToString::to_string).collect())
+    ))
+}
+
+/// `herd: code snapshot: left out the Python environment .venv/ (…)`, when the snapshot
+/// left out any; `None` when it did not.
+pub(crate) fn envs_line(envs: &[LeftOutEnv]) -> Option<String> {
+    let what = match envs {
+        [] => return None,
+        [one] => format!("the Python environment {}/", one.path.display()),
+        many => format!("{} Python environments", many.len()),
+    };
+    let named: Vec<String> = envs
+        .iter()
+        .map(|e| {
+            let kind = match e.kind {
+                PythonEnv::Venv => "venv",
+                PythonEnv::Conda => "conda",
+            };
+            format!("{}/ ({kind}: {})", e.path.display(), e.kind.marker())
+        })
+        .collect();
+    let named = if envs.len() == 1 {
+        format!("it holds {}", envs[0].kind.marker().trim_end_matches('/'))
+    } else {
+        examples(named)
+    };
+    Some(format!(
+        "herd: code snapshot: left out {what} (a job runs its Python from where it is installed, never from code/): {named}"
     ))
 }
 
@@ -163,6 +192,24 @@ mod tests {
         assert_eq!(
             left_out_line(&many).as_deref(),
             Some("herd: code snapshot: left out 6 things herd wrote (experiments, logs, report pages and plots are never snapshotted): plots/run0.loss.png, plots/run1.loss.png and 4 more")
+        );
+    }
+
+    #[test]
+    fn the_environments_line_names_each_and_what_marks_it() {
+        let env = |path: &str, kind| LeftOutEnv {
+            path: PathBuf::from(path),
+            kind,
+        };
+        assert_eq!(envs_line(&[]), None);
+        assert_eq!(
+            envs_line(&[env(".venv", PythonEnv::Venv)]).as_deref(),
+            Some("herd: code snapshot: left out the Python environment .venv/ (a job runs its Python from where it is installed, never from code/): it holds pyvenv.cfg")
+        );
+        assert_eq!(
+            envs_line(&[env(".venv", PythonEnv::Venv), env("envs/dev", PythonEnv::Conda)])
+                .as_deref(),
+            Some("herd: code snapshot: left out 2 Python environments (a job runs its Python from where it is installed, never from code/): .venv/ (venv: pyvenv.cfg) and envs/dev/ (conda: conda-meta/)")
         );
     }
 

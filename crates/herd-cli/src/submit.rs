@@ -485,6 +485,7 @@ fn create_and_submit(checked: &Checked) -> Result<(String, herd_exp::Experiment)
     );
     let said = [
         crate::snapshot_lines::left_out_line(&snap.herd_outputs),
+        crate::snapshot_lines::envs_line(&snap.python_envs),
         crate::snapshot_lines::size_line(snap),
     ];
     for line in said.into_iter().flatten() {

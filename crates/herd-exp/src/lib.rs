@@ -51,8 +51,10 @@
 //!   only inside a git work tree), hidden files included, `.git` left out, `*.out` and
 //!   [`SnapshotOptions::exclude`] left out, and an experiment root inside the project left
 //!   out, as is whatever else herd wrote there ([`outputs`]: other experiment roots, logs
-//!   folders, `herd report`'s pages and plots, listed in [`SnapshotReport::herd_outputs`]). Symlinks are recreated as symlinks (never followed); files keep their permission
-//!   bits less write permission and their modification time; sockets, FIFOs and devices
+//!   folders, `herd report`'s pages and plots, listed in [`SnapshotReport::herd_outputs`]),
+//!   and Python environments (a folder holding `pyvenv.cfg` or `conda-meta/`, listed in
+//!   [`SnapshotReport::python_envs`]). Symlinks are recreated as symlinks (never followed);
+//!   files keep their permission bits less write permission and their modification time; sockets, FIFOs and devices
 //!   are skipped and listed.
 //! - **Unchanged files are linked, not copied.** A file whose size, mtime and mode equal
 //!   those of its copy in the newest earlier experiment of the same project (same
@@ -97,7 +99,8 @@ pub use manifest::{
 pub use name::{validate_name, NameError, NameProblem, MAX_NAME_BYTES};
 pub use outputs::HerdOutput;
 pub use snapshot::{
-    PreviousSize, SnapshotOptions, SnapshotReport, TopEntry, ALWAYS_EXCLUDED, BIGGEST, RACY_SECS,
+    LeftOutEnv, PreviousSize, PythonEnv, SnapshotOptions, SnapshotReport, TopEntry,
+    ALWAYS_EXCLUDED, BIGGEST, RACY_SECS,
 };
 pub use text::{BadEscape, LosslessText};
 
@@ -502,6 +505,11 @@ impl NewExperiment {
                     .herd_outputs
                     .iter()
                     .map(|o| o.as_os_string().as_os_str().into())
+                    .collect(),
+                python_envs: report
+                    .python_envs
+                    .iter()
+                    .map(|e| e.path.as_path().into())
                     .collect(),
             },
             plan: self.plan.clone(),

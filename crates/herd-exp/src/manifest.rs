@@ -94,6 +94,10 @@ pub struct SnapshotSummary {
     /// manifests written before herd left these out, and when there was none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub herd_outputs: Vec<LosslessText>,
+    /// The Python environments (venv, conda) the snapshot left out, relative to the project
+    /// root ([`crate::SnapshotReport::python_envs`]); absent when there was none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub python_envs: Vec<LosslessText>,
 }
 
 /// One submission of the experiment: the first, or one `herd submit --resume`; one sbatch

@@ -14,7 +14,8 @@
 //! within the file system's timestamp granularity (git's "racily clean" problem).
 //!
 //! What herd wrote itself (other experiment roots, logs folders, `herd report`'s pages and
-//! plots) is left out and listed ([`crate::outputs`]).
+//! plots) is left out and listed ([`crate::outputs`]), and so are Python environments
+//! ([`PythonEnv`]: a folder holding `pyvenv.cfg` or `conda-meta/`).
 //!
 //! Each walking thread keeps the folders it works in open (`O_PATH`): the project's, the
 //! new snapshot's and the previous snapshot's, so the per-file system calls (`statx`,
@@ -107,6 +108,9 @@ pub struct SnapshotReport {
     /// `herd report`. The experiment root the new experiment goes to is left out too, but
     /// not listed.
     pub herd_outputs: Vec<HerdOutput>,
+    /// The Python environments in the project the snapshot left out, sorted (see
+    /// [`PythonEnv`]).
+    pub python_envs: Vec<LeftOutEnv>,
     /// The previous snapshot of the same project (the one unchanged files are linked
     /// from), when there is one and its manifest says its size.
     pub previous: Option<PreviousSize>,
@@ -127,6 +131,60 @@ pub struct TopEntry {
     pub folder: bool,
     /// Its bytes.
     pub bytes: u64,
+}
+
+/// A kind of Python environment, as a snapshot knows one: by the file or folder its tool
+/// writes at its top, never by its name. A snapshot never copies one: the job runs the
+/// environment it was submitted with, at its own path (the interpreter on PATH, not a copy
+/// in `code/`), and a copy would cost every experiment thousands of files (a venv with
+/// torch holds about 5 GB).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum PythonEnv {
+    /// A venv, virtualenv or uv environment: it holds `pyvenv.cfg`.
+    Venv,
+    /// A conda, mamba or pixi environment: it holds `conda-meta/`.
+    Conda,
+}
+
+impl PythonEnv {
+    /// What marks this kind of environment, as a user would look for it.
+    pub fn marker(self) -> &'static str {
+        match self {
+            PythonEnv::Venv => "pyvenv.cfg",
+            PythonEnv::Conda => "conda-meta/",
+        }
+    }
+
+    /// The kind of environment the folder `name` of the open folder `parent` is; `None`
+    /// for any other folder. One or two `statx` calls, each for a name that is usually
+    /// missing.
+    fn of(parent: &impl std::os::fd::AsFd, name: &std::ffi::OsStr) -> Option<PythonEnv> {
+        let is = |file: &str, kind: u32| {
+            rustix::fs::statx(
+                parent,
+                Path::new(name).join(file),
+                AtFlags::SYMLINK_NOFOLLOW,
+                rustix::fs::StatxFlags::TYPE,
+            )
+            .is_ok_and(|st| u32::from(st.stx_mode) & 0o170_000 == kind)
+        };
+        if is("pyvenv.cfg", 0o100_000) {
+            Some(PythonEnv::Venv)
+        } else if is("conda-meta", 0o040_000) {
+            Some(PythonEnv::Conda)
+        } else {
+            None
+        }
+    }
+}
+
+/// A Python environment a snapshot left out.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct LeftOutEnv {
+    /// Its folder, relative to the project root.
+    pub path: PathBuf,
+    /// What kind it is.
+    pub kind: PythonEnv,
 }
 
 /// The size of the previous snapshot of the same project, from its manifest.
@@ -271,7 +329,9 @@ impl Prepared {
             report.skipped.extend(r.skipped);
             report.warnings.extend(r.warnings);
             report.herd_outputs.extend(r.herd_outputs);
+            report.python_envs.extend(r.python_envs);
         }
+        report.python_envs.sort();
         let mut tops: Vec<TopEntry> = job
             .tops
             .into_inner()
@@ -430,7 +490,8 @@ impl ParallelVisitor for Visitor<'_> {
 }
 
 impl Visitor<'_> {
-    /// Takes one entry of the walk; [`WalkState::Skip`] for a folder herd made (not entered).
+    /// Takes one entry of the walk; [`WalkState::Skip`] for a folder herd made or a Python
+    /// environment (not entered).
     fn handle(&mut self, entry: Result<DirEntry, ignore::Error>) -> Result<WalkState, Error> {
         let root = self.job.root;
         let entry = entry.map_err(|e| walk_error(root, &e))?;
@@ -467,6 +528,13 @@ impl Visitor<'_> {
                 self.report.herd_outputs.push(HerdOutput {
                     path: rel.to_owned(),
                     folder: true,
+                });
+                return Ok(WalkState::Skip);
+            }
+            if let Some(kind) = PythonEnv::of(&parent.src, name) {
+                self.report.python_envs.push(LeftOutEnv {
+                    path: rel.to_owned(),
+                    kind,
                 });
                 return Ok(WalkState::Skip);
             }

@@ -413,3 +413,70 @@ fn editing_the_project_after_the_snapshot_changes_nothing_in_it() {
         "lr = 0.1\n"
     );
 }
+
+/// Python environments are never copied, known by what their tools write at their top
+/// (`pyvenv.cfg`: venv, virtualenv, uv; `conda-meta/`: conda, mamba, pixi), whatever their
+/// name; a folder merely named like one, or a stray `pyvenv.cfg` file elsewhere, is copied.
+#[test]
+fn python_environments_are_left_out_and_listed() {
+    let proj = TempDir::new().expect("tempdir");
+    let p = proj.path();
+    write(p, "train.py", "x\n");
+    write(p, ".venv/pyvenv.cfg", "home = /usr/bin\n");
+    write(p, ".venv/bin/python", "");
+    write(
+        p,
+        ".venv/lib/python3.11/site-packages/torch/__init__.py",
+        "",
+    );
+    write(p, "tools/env-2/pyvenv.cfg", "home = /usr/bin\n");
+    write(p, "tools/env-2/bin/activate", "");
+    write(p, "envs/dev/conda-meta/history", "");
+    write(p, "envs/dev/bin/python", "");
+    write(p, "venv/notes.md", "a folder named venv, no environment\n");
+    write(p, "configs/pyvenv.cfg.example", "copied\n");
+    write(
+        p,
+        "pyvenv.cfg",
+        "at the project root: the project is no environment\n",
+    );
+    settle(p);
+    let exp = TempDir::new().expect("tempdir");
+    let created = request(exp.path(), "run", p).create().expect("create");
+    assert_eq!(
+        listing(&created.experiment.paths().code()),
+        [
+            "configs",
+            "configs/pyvenv.cfg.example",
+            "envs",
+            "pyvenv.cfg",
+            "tools",
+            "train.py",
+            "venv",
+            "venv/notes.md",
+        ]
+    );
+    let left: Vec<(String, herd_exp::PythonEnv)> = created
+        .snapshot
+        .python_envs
+        .iter()
+        .map(|e| (e.path.display().to_string(), e.kind))
+        .collect();
+    assert_eq!(
+        left,
+        [
+            (".venv".to_owned(), herd_exp::PythonEnv::Venv),
+            ("envs/dev".to_owned(), herd_exp::PythonEnv::Conda),
+            ("tools/env-2".to_owned(), herd_exp::PythonEnv::Venv),
+        ]
+    );
+    assert_eq!(created.snapshot.files, 4, "{:?}", created.snapshot);
+    let manifest = created.experiment.manifest().expect("manifest");
+    let recorded: Vec<String> = manifest
+        .snapshot
+        .python_envs
+        .iter()
+        .map(|t| t.to_string_lossy())
+        .collect();
+    assert_eq!(recorded, [".venv", "envs/dev", "tools/env-2"]);
+}

@@ -24,4 +24,4 @@ pub use allocation::counts::{format_counts, parse_counts};
 pub use allocation::{Allocation, AllocationError, Gpus, HetGroup, Layout, Task, Vars};
 pub use scheduler::command::SlurmError;
 pub use scheduler::values::{FormatError, Memory, TimeLimit};
-pub use worker::{worker_env, GpuBind, GpuBindError, LaunchInfo, Position};
+pub use worker::{user_program, worker_env, GpuBind, GpuBindError, LaunchInfo, Position};

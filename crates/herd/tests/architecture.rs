@@ -8,6 +8,8 @@
 //! - No source file over 1,000 lines; test files count separately.
 //! - The experiment folder's files and folders are named only in herd-exp's `layout.rs`:
 //!   no string literal elsewhere in the sources spells one.
+//! - Processes are started in a few named files only ([`STARTS_PROCESSES`]); every program
+//!   the user controls through `herd_slurm::user_program`, which withholds the job's secret.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -635,6 +637,63 @@ fn the_experiment_layout_is_named_only_in_herd_exp_layout() {
     assert!(
         found.is_empty(),
         "paths inside an experiment come from herd_exp::layout (ExperimentDir, LogsDir, AttemptDir, RankFile); these literals spell them elsewhere:\n{}",
+        found.join("\n")
+    );
+}
+
+/// The files that may start a process, each with what it starts. A program the user
+/// controls (a worker, the preflight's Python, py-spy, nvidia-smi) is started only through
+/// `herd_slurm::user_program`, which withholds the job's secret.
+const STARTS_PROCESSES: [(&str, &str); 5] = [
+    (
+        "crates/herd-slurm/src/worker/mod.rs",
+        "user_program: every user program",
+    ),
+    (
+        "crates/herd-slurm/src/scheduler/command.rs",
+        "SLURM's commands",
+    ),
+    (
+        "crates/herd-cli/src/launch.rs",
+        "herd run: herd's own agents, which need the secret",
+    ),
+    (
+        "crates/herd-cli/src/settle.rs",
+        "herd settle: the agents' srun step",
+    ),
+    (
+        "crates/herd-exp/src/manifest.rs",
+        "git, on the project being submitted",
+    ),
+];
+
+#[test]
+fn user_programs_are_started_only_through_user_program() {
+    let mut found = Vec::new();
+    for (name, files) in crates() {
+        if name == "herd-testbed" {
+            continue;
+        }
+        for f in files.iter().filter(|f| !f.test_only) {
+            if STARTS_PROCESSES
+                .iter()
+                .any(|(file, _)| f.shown.ends_with(file))
+            {
+                continue;
+            }
+            for (at, _) in f.code.match_indices("Command::new") {
+                // clap's commands start nothing.
+                if f.code[..at].ends_with("clap::") {
+                    continue;
+                }
+                let line = f.code[..at].matches('\n').count() + 1;
+                found.push(format!("{}:{line}", f.shown));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "start a user program with herd_slurm::user_program (it withholds HERD_JOB_SECRET), or add the file to STARTS_PROCESSES saying what it starts:\n{}",
         found.join("\n")
     );
 }

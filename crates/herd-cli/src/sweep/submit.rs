@@ -333,6 +333,7 @@ pub fn run(submit: &SubmitArgs, out: &mut dyn Write) -> Result<ExitStatus, CliEr
         // Every run's walk finds the same project: its lines once, from the first run.
         let said = [
             crate::snapshot_lines::left_out_line(&first.herd_outputs),
+            crate::snapshot_lines::envs_line(&first.python_envs),
             crate::snapshot_lines::size_line(first),
         ];
         for line in said.into_iter().flatten() {

@@ -209,6 +209,23 @@ impl LaunchInfo {
     }
 }
 
+/// A command for a program the user controls: a worker, the preflight's Python (whose
+/// `.pth` files and `sitecustomize` run user code), py-spy or nvidia-smi found on the
+/// user's PATH. It inherits herd's environment with `env` on top, less the variables no
+/// such program gets ([`vars::WITHHELD`]), even when `env` names one. Every user program
+/// herd starts is made here.
+pub fn user_program(
+    program: impl AsRef<std::ffi::OsStr>,
+    env: &BTreeMap<String, String>,
+) -> std::process::Command {
+    let mut cmd = std::process::Command::new(program);
+    cmd.envs(env);
+    for var in vars::WITHHELD {
+        cmd.env_remove(var);
+    }
+    cmd
+}
+
 /// Local rank `local_rank`'s share of `node_gpus` among `local_world_size` workers: an equal
 /// share when they divide; all of them otherwise (workers then share).
 fn gpu_share(node_gpus: &[String], local_rank: u32, local_world_size: u32) -> Vec<String> {
@@ -305,6 +322,23 @@ mod tests {
 
     fn gpus(ids: &[&str]) -> Vec<String> {
         ids.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn a_user_program_never_gets_the_job_secret() {
+        let env = BTreeMap::from([
+            ("RANK".to_owned(), "3".to_owned()),
+            (vars::HERD_JOB_SECRET.to_owned(), "asked for".to_owned()),
+        ]);
+        let cmd = user_program("python3", &env);
+        let envs: BTreeMap<_, _> = cmd.get_envs().collect();
+        let os = std::ffi::OsStr::new;
+        assert_eq!(
+            envs,
+            BTreeMap::from([(os("HERD_JOB_SECRET"), None), (os("RANK"), Some(os("3")))]),
+            "inherited or asked for, the secret is taken out"
+        );
+        assert_eq!(cmd.get_program(), "python3");
     }
 
     #[test]

@@ -31,6 +31,9 @@ pub const HERD_METRICS_FILE: &str = "HERD_METRICS_FILE";
 /// a time limit or at a preemption (`USR1`, `--stop-signal`), as SLURM's name without `SIG`;
 /// the `herd` Python module handles it (`herd.stop_requested()`).
 pub const HERD_STOP_SIGNAL: &str = "HERD_STOP_SIGNAL";
+/// Agent mode: where torch's `@record` writes a worker's exception (as under torchrun),
+/// `LOG_DIR/attempt-K/rank-R.error.json`, read for the failure report.
+pub const TORCHELASTIC_ERROR_FILE: &str = "TORCHELASTIC_ERROR_FILE";
 /// The job's secret, with which its agents prove to each other that they belong to it
 /// (set by `herd run` and by the batch script of `herd submit`).
 pub const HERD_JOB_SECRET: &str = "HERD_JOB_SECRET";
@@ -43,6 +46,3 @@ pub const HERD_LOG: &str = "HERD_LOG";
 /// agents' proof that they belong to the job, and nothing a worker runs needs it (a worker
 /// that could read it could pose as an agent).
 pub const WITHHELD: [&str; 1] = [HERD_JOB_SECRET];
-
-/// The variables a worker gets as they are set where herd runs.
-pub const PASSED_THROUGH: [&str; 3] = [HERD_EXP_DIR, HERD_CHECKPOINT_DIR, HERD_RESUME_FROM];

@@ -478,3 +478,66 @@ fn a_known_failure_is_explained_in_the_report() {
         "{json}"
     );
 }
+
+/// Three simulated nodes whose Python has no torch (a venv with nothing in it; the workers
+/// need none): every node's preflight finds the same, which is the job's, and the workers
+/// of every node start (they once started on node 0 only, and the job hung).
+#[test]
+fn a_run_whose_python_has_no_torch_starts_the_workers_of_every_node() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let venv = dir.path().join("venv");
+    let made = Command::new("python3")
+        .args(["-m", "venv", "--without-pip"])
+        .arg(&venv)
+        .status()
+        .expect("python3 runs (the CLI tests need python3 with its venv module)");
+    assert!(made.success(), "python3 -m venv --without-pip");
+    let script = dir.path().join("hello.py");
+    std::fs::write(
+        &script,
+        "import os\nprint('node', os.environ['GROUP_RANK'], 'rank', os.environ['RANK'], flush=True)\n",
+    )
+    .expect("write");
+    let python = venv.join("bin/python");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_herd"))
+        .args(["run", "-N", "3", "--nproc-per-node", "2", "--log-dir"])
+        .arg(dir.path().join("logs"))
+        .arg("--")
+        .arg(&python)
+        .arg(&script)
+        .current_dir(dir.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("herd runs");
+    // A run of a few workers that print one line each: 120 s tells a hang from a slow start.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while child.try_wait().expect("wait").is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("output");
+            panic!(
+                "herd run hangs: still running after 120 s\n{}\n{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().expect("output");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("every node fails check `python`"),
+        "{stderr}"
+    );
+    for rank in 0..6 {
+        assert!(
+            stdout.contains(&format!("node {} rank {rank}\n", rank / 2)),
+            "rank {rank} ran:\n{stdout}\n{stderr}"
+        );
+    }
+}

@@ -719,3 +719,58 @@ fn submit_leaves_out_what_herd_wrote_and_says_when_the_snapshot_grew() {
         "{note}"
     );
 }
+
+/// The README's flow: a venv made in the project (`python3 -m venv .venv`), then `herd
+/// submit`: the snapshot is the code alone, one line says the venv was left out, and the
+/// manifest records it.
+#[test]
+fn submit_leaves_a_venv_in_the_project_out_of_the_snapshot_and_says_so() {
+    let dir = submit_project(&[("train.py", 100)]);
+    let sbatch = dir.path().join("bin/sbatch");
+    std::fs::write(&sbatch, "#!/bin/sh\necho 78\n").expect("a fake sbatch that queues");
+    let project = dir.path().join("project");
+    let made = Command::new("python3")
+        .args(["-m", "venv", "--without-pip", ".venv"])
+        .current_dir(&project)
+        .status()
+        .expect("python3 runs (these tests need python3 with its venv module)");
+    assert!(made.success(), "python3 -m venv .venv");
+    let exps = dir.path().join("exps");
+    let exp_root = exps.to_str().expect("utf-8");
+    // The venv's own python, as `python` is once it is activated.
+    let python = project.join(".venv/bin/python");
+    let out = submit_here(
+        dir.path(),
+        &[
+            "-J",
+            "venv",
+            "--exp-root",
+            exp_root,
+            "--",
+            python.to_str().expect("utf-8"),
+            "train.py",
+        ],
+    );
+    assert!(out.status.success(), "{out:?}");
+    let stderr = stderr_less_note(&out);
+    assert!(
+        stderr.contains("\nherd: code snapshot: left out the Python environment .venv/ (a job runs its Python from where it is installed, never from code/): it holds pyvenv.cfg\n"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(": 1 file, 0.0 MB, 1 copied in "),
+        "{stderr}"
+    );
+    let code: Vec<String> = std::fs::read_dir(exps.join("venv/code"))
+        .expect("code")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(code, ["train.py"]);
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(exps.join("venv/manifest.json")).expect("manifest"))
+            .expect("json");
+    assert_eq!(
+        manifest["snapshot"]["python_envs"],
+        serde_json::json!([".venv"])
+    );
+}

@@ -159,3 +159,90 @@ fn herd_env_follows_the_step_not_the_job_inside_a_batch_script() {
     assert_eq!((job_nodes.len(), step_nodes.len()), (3, 2), "{env:#}");
     assert!(step_nodes.iter().all(|n| job_nodes.contains(n)), "{env:#}");
 }
+
+/// Each agent's task writes `herd env --agent --json` and its own environment, then becomes
+/// the agent with the same options; each worker writes the environment it got.
+const AGENT_SCRIPT: &str = r#"set -eu
+dir=$1 herd=$2 python=$3 dump=$4
+"$herd" env --json --agent --log-dir "$dir/logs" --stop-signal TERM --max-restarts 2 > "$dir/agent-env-$SLURM_NODEID.json"
+env -0 > "$dir/task-env-$SLURM_NODEID"
+exec "$herd" launch --log-dir "$dir/logs" --stop-signal TERM --max-restarts 2 -- "$python" "$dump" "$dir/out"
+"#;
+
+/// `herd env --agent` in the task that then becomes the agent shows exactly what each of
+/// its workers gets: the task's environment, the variables herd env lists for that local
+/// rank, and `MASTER_PORT` (the leader claims it at start), less the job's secret.
+#[test]
+fn herd_env_agent_shows_exactly_the_environment_each_worker_gets() {
+    let bed = Bed::require();
+    let dir = bed.scratch("herd_env_agent").expect("scratch");
+    std::fs::create_dir_all(dir.join("out")).expect("out");
+    run_cmd(
+        Command::new("srun")
+            .args(["--nodes=2", "--ntasks-per-node=1", "--gres=gpu:2"])
+            .args(["bash", "-c", AGENT_SCRIPT, "agent"])
+            .arg(&dir)
+            .arg(env!("CARGO_BIN_EXE_herd"))
+            .arg(bed.python())
+            .arg(crate::support::worker("env_dump.py"))
+            .env("HERD_JOB_SECRET", "agents-only-5d2e")
+            .current_dir(&dir),
+        Duration::from_secs(120),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let mut checked = 0;
+    for node in 0..2 {
+        let shown: Value =
+            serde_json::from_str(&read(&dir.join(format!("agent-env-{node}.json")))).expect("json");
+        let task: BTreeMap<String, String> = read(&dir.join(format!("task-env-{node}")))
+            .split('\0')
+            .filter_map(|kv| kv.split_once('='))
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect();
+        assert_eq!(
+            task["HERD_JOB_SECRET"], "agents-only-5d2e",
+            "the agent has it"
+        );
+        assert_eq!(shown["withheld"], serde_json::json!(["HERD_JOB_SECRET"]));
+        let workers = shown["agent"]["workers"].as_array().expect("workers");
+        assert_eq!(workers.len(), 2, "{shown:#}");
+        for (local, sets) in workers.iter().enumerate() {
+            let rank = node * 2 + local;
+            let got: Value =
+                serde_json::from_str(&read(&dir.join(format!("out/worker-{rank}.json"))))
+                    .expect("json");
+            let got: BTreeMap<String, String> =
+                serde_json::from_value(got["env"].clone()).expect("env");
+            let mut want = task.clone();
+            want.remove("HERD_JOB_SECRET");
+            let sets: BTreeMap<String, String> =
+                serde_json::from_value(sets.clone()).expect("variables");
+            want.extend(sets);
+            // `_` and `SHLVL` are the shell's (bash lowers SHLVL as it execs the agent); the
+            // port is claimed when the attempt starts.
+            let ignored = ["_", "SHLVL", "MASTER_PORT"];
+            let differ: Vec<String> = want
+                .keys()
+                .chain(got.keys())
+                .collect::<BTreeSet<_>>()
+                .into_iter()
+                .filter(|k| !ignored.contains(&k.as_str()) && want.get(*k) != got.get(*k))
+                .map(|k| {
+                    format!(
+                        "{k}: herd env {:?}, the worker {:?}",
+                        want.get(k),
+                        got.get(k)
+                    )
+                })
+                .collect();
+            assert!(
+                differ.is_empty(),
+                "rank {rank}: herd env --agent and the worker's environment differ:\n{}",
+                differ.join("\n")
+            );
+            assert!(got.contains_key("MASTER_PORT"), "rank {rank} has a port");
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 4);
+}

@@ -18,6 +18,7 @@ mod herd_env;
 mod hostlist_differential;
 mod launch;
 mod logs;
+mod preflight;
 mod quickstart;
 mod report;
 mod report_plots;

@@ -255,13 +255,13 @@ fn a_node_whose_workers_fail_twice_is_blamed_and_replaced() {
 /// Hides the venv's packages from one node (an empty folder bound over its site-packages
 /// in that node's mount namespace: the node's venv is broken, the others' are not); undone
 /// when dropped.
-struct BrokenVenv {
+pub(crate) struct BrokenVenv {
     slurmd: String,
     site: String,
 }
 
 impl BrokenVenv {
-    fn on(bed: &Bed, node: &str, empty: &std::path::Path) -> BrokenVenv {
+    pub(crate) fn on(bed: &Bed, node: &str, empty: &std::path::Path) -> BrokenVenv {
         let out = std::process::Command::new(bed.python())
             .args(["-c", "import site; print(site.getsitepackages()[0])"])
             .output()
