@@ -76,3 +76,21 @@ fn frameworks_python() -> PathBuf {
 fn herds_stop_handler_and_lightnings_real_signal_handlers_work_together() {
     unittest(&frameworks_python(), "lightning_*.py", 5);
 }
+
+/// The version has one source, the workspace's `Cargo.toml` (the wheel's comes from it
+/// through maturin); the module's `__version__` is a copy this keeps equal.
+#[test]
+fn the_python_modules_version_is_the_workspaces() {
+    let out = Command::new("python3")
+        .args(["-c", "import herd; print(herd.__version__)"])
+        .current_dir(repo_root().join("python"))
+        .env_remove("PYTHONPATH")
+        .output()
+        .expect("python3 runs");
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        env!("CARGO_PKG_VERSION"),
+        "python/herd/__init__.py's __version__ must be Cargo.toml's workspace version"
+    );
+}
