@@ -24,6 +24,8 @@ Callbacks for frameworks: ``herd.lightning.HerdCallback`` (PyTorch Lightning) an
 ``herd.transformers.HerdCallback`` (HF Transformers' Trainer); see docs/python.md.
 """
 
+from __future__ import annotations
+
 import contextlib
 import json
 import os
@@ -32,6 +34,8 @@ import signal
 import sys
 import threading
 import time
+from types import FrameType
+from typing import Any, Callable, Dict, Iterator, List, Optional, Union, cast
 
 __all__ = [
     "checkpoint_dir",
@@ -51,17 +55,17 @@ _lock = threading.Lock()
 _received = False
 # Every rank agreed that it did (sticky: once agreed, the answer stays true everywhere).
 _agreed = False
-# The handler ours replaced (called after ours).
-_previous = None
 _last_beat = 0.0
 
+_SignalHandler = Callable[[int, Optional[FrameType]], Any]
 
-def in_job():
+
+def in_job() -> bool:
     """Whether this process is a worker herd started (``HERD_ATTEMPT`` is set)."""
     return "HERD_ATTEMPT" in os.environ
 
 
-def stop_signal():
+def stop_signal() -> Optional[signal.Signals]:
     """The signal herd sends to ask this worker to checkpoint and stop
     (``HERD_STOP_SIGNAL``, default SIGUSR1); ``None`` outside a herd job."""
     if not in_job():
@@ -75,35 +79,69 @@ def stop_signal():
         return signal.SIGUSR1
 
 
-def _on_stop(signum, frame):
-    global _received
-    _received = True
-    previous = _previous
-    if callable(previous) and previous is not _on_stop:
-        previous(signum, frame)
+class _StopHandler:
+    """herd's handler of the stop signal: notes the stop, then calls the handler that was in
+    place when this one was installed (``previous``), once.
+
+    Each installation makes a new one and its ``previous`` never changes. That keeps the
+    chain finite: a handler installed later may chain to this one (Lightning's does), and
+    herd may then install a newer one in front of it, but a handler that keeps what it
+    replaced never chains to one installed after it, so the chain cannot loop back."""
+
+    def __init__(self, previous: Optional[_SignalHandler]) -> None:
+        self.previous = previous
+        self._running = False
+
+    def __call__(self, signum: int, frame: Optional[FrameType]) -> None:
+        global _received
+        _received = True
+        # Re-entered while calling `previous`: a chain that leads back here (a library
+        # that re-points its saved handler at a newer one of ours) or the signal again
+        # before the chain finished; the stop is noted, the chain is not run again.
+        if self._running or self.previous is None:
+            return
+        self._running = True
+        try:
+            self.previous(signum, frame)
+        finally:
+            self._running = False
 
 
-def _install():
-    """Install the stop handler in front of whatever handles the signal now (that one is
-    still called after ours). Only in a herd job, only from the main thread; safe to call
-    again: a handler installed over ours since is chained the same way."""
-    global _previous
+def _chainable(handler: Any) -> Optional[_SignalHandler]:
+    """The handler herd's calls after its own, or ``None``: never Python's default for
+    SIGINT (it raises KeyboardInterrupt), SIG_DFL (it ends the process), SIG_IGN or
+    ``None`` (a handler set outside Python, which Python cannot call): each would end or
+    break the step the signal arrived in, which is what herd's handler is there to avoid."""
+    if not callable(handler) or handler is signal.default_int_handler:
+        return None
+    return cast(_SignalHandler, handler)
+
+
+def _install() -> None:
+    """Put herd's stop handler in front of whatever handles the stop signal now, which it
+    then calls after its own (``_chainable``). Only in a herd job, only from the main
+    thread; called again at every ``stop_requested()``.
+
+    When the handler in place is one of herd's, nothing changes (a library that restored
+    the handler it found puts back one of herd's, with what that one chained). When it is
+    not, a library replaced herd's since: it may chain to herd's (Lightning does) or not
+    (Transformers' JIT checkpointing keeps herd's only to restore it later), and nothing
+    in a handler says which, so herd goes in front again and chains it. Either way every
+    handler runs once per signal and herd hears the stop; see ``_StopHandler``."""
     sig = stop_signal()
     if sig is None or threading.current_thread() is not threading.main_thread():
         return
     with _lock:
         current = signal.getsignal(sig)
-        if current is _on_stop:
+        if isinstance(current, _StopHandler):
             return
-        # SIG_DFL would end the process, SIG_IGN means nothing: neither is chained.
-        _previous = current if callable(current) else None
         try:
-            signal.signal(sig, _on_stop)
+            signal.signal(sig, _StopHandler(_chainable(current)))
         except (ValueError, OSError):
             pass
 
 
-def _distributed():
+def _distributed() -> Any:
     """torch.distributed when the program has imported it and initialised a process group
     of more than one rank; else ``None``."""
     dist = sys.modules.get("torch.distributed")
@@ -117,7 +155,7 @@ def _distributed():
     return None
 
 
-def stop_requested():
+def stop_requested() -> bool:
     """Whether herd asked this job to checkpoint and stop (a time limit or a preemption is
     near). Once torch.distributed is initialised the answer is agreed across ranks (an
     all-reduce of one number), so every rank stops at the same step: call it on **every**
@@ -141,13 +179,13 @@ def stop_requested():
     return _agreed
 
 
-def resume_from():
+def resume_from() -> Optional[str]:
     """The checkpoint this attempt resumes from (``HERD_RESUME_FROM``: the newest complete
     one in the checkpoint folder when the attempt started), or ``None``."""
     return os.environ.get("HERD_RESUME_FROM") or None
 
 
-def checkpoint_dir():
+def checkpoint_dir() -> Optional[str]:
     """Where this job writes its checkpoints (``HERD_CHECKPOINT_DIR``, created if missing),
     or ``None`` when herd was not given one."""
     path = os.environ.get("HERD_CHECKPOINT_DIR")
@@ -157,7 +195,7 @@ def checkpoint_dir():
     return path
 
 
-def _temporary(path):
+def _temporary(path: str) -> str:
     head, tail = os.path.split(os.path.abspath(path))
     # A leading `.` and a `.tmp` ending: a name herd never resumes from. The same on every
     # rank, so ranks that write one checkpoint together (torch.distributed.checkpoint,
@@ -167,7 +205,7 @@ def _temporary(path):
     return os.path.join(head, ".%s.%s.tmp" % (tail, attempt))
 
 
-def _leftovers(path):
+def _leftovers(path: str) -> List[str]:
     """What earlier attempts left half-written for ``path`` (their temporary paths)."""
     head, tail = os.path.split(os.path.abspath(path))
     prefix = ".%s." % tail
@@ -178,18 +216,18 @@ def _leftovers(path):
     return [os.path.join(head, n) for n in names if n.startswith(prefix) and n.endswith(".tmp")]
 
 
-def _rank():
+def _rank() -> int:
     """This process's global rank: torch.distributed's when initialised, else ``RANK``."""
     dist = _distributed()
     if dist is not None:
-        return dist.get_rank()
+        return int(dist.get_rank())
     try:
         return int(os.environ.get("RANK", "0"))
     except ValueError:
         return 0
 
 
-def _remove(path):
+def _remove(path: str) -> None:
     try:
         if os.path.isdir(path) and not os.path.islink(path):
             shutil.rmtree(path)
@@ -201,7 +239,7 @@ def _remove(path):
         shutil.rmtree(path, ignore_errors=True)
 
 
-def _fsync(path):
+def _fsync(path: str) -> None:
     flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) if os.path.isdir(path) else os.O_RDONLY
     try:
         fd = os.open(path, flags)
@@ -216,7 +254,7 @@ def _fsync(path):
 
 
 @contextlib.contextmanager
-def save_atomic(path):
+def save_atomic(path: Union[str, os.PathLike[str]]) -> Iterator[str]:
     """Write a checkpoint (a file or a folder) so that it appears under ``path`` only when
     complete: yields a temporary path beside it (``.NAME.ATTEMPT.tmp``: the same on every
     rank, new in every attempt, a name herd never resumes from); when the block ends without an exception, rank 0 renames what was
@@ -260,7 +298,7 @@ def save_atomic(path):
         _remove(stale)
 
 
-def heartbeat():
+def heartbeat() -> None:
     """Tell herd's hang watchdog this rank is making progress without printing a line
     (touches ``HERD_HEARTBEAT_FILE``; at most once a second, so it is cheap to call every
     step). Nothing outside a herd job."""
@@ -279,11 +317,11 @@ def heartbeat():
         pass
 
 
-def log(step, **values):
+def log(step: int, **values: Any) -> None:
     """Print one line of herd's metrics convention (docs/metrics.md), read by ``herd top``
     and ``herd report``: ``{"step": STEP, "loss": …}``. Non-finite numbers are left out
     (JSON has none); tensors and numpy numbers are turned into Python numbers."""
-    record = {"step": int(step)}
+    record: Dict[str, Union[int, float]] = {"step": int(step)}
     for key, value in values.items():
         if hasattr(value, "item"):
             try:

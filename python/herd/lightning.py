@@ -11,7 +11,10 @@ Importing this module imports Lightning (``lightning``, or the standalone
 ``pytorch_lightning``); ``import herd`` alone never does. See docs/python.md.
 """
 
+from __future__ import annotations
+
 import os
+from typing import Any, Optional
 
 import herd
 
@@ -31,22 +34,30 @@ class HerdCallback(Callback):
     (``trainer.should_stop``). Outside a herd job it does nothing.
 
     It also keeps Lightning's own SLURM auto-requeue out of the way: herd's stop handler is
-    installed when the callback is made, before ``fit``, and Lightning never replaces a
-    handler that is already set, so herd (not Lightning) saves and requeues, once.
+    installed when the callback is made, before ``fit``, and Lightning sets its requeue
+    handler (SIGUSR1) only where no handler is set, so herd (not Lightning) saves and
+    requeues, once. Lightning's SIGTERM handler, set at ``fit``, calls the one it found
+    (herd's); with ``--stop-signal TERM`` both hear the stop once and, after the step this
+    callback saved at, Lightning leaves ``fit`` with its ``SIGTERMException`` (a
+    ``SystemExit``). See docs/python.md.
     """
 
-    def __init__(self, dirpath=None, filename="herd-step={step}.ckpt"):
+    def __init__(
+        self, dirpath: Optional[str] = None, filename: str = "herd-step={step}.ckpt"
+    ) -> None:
         super().__init__()
         self.dirpath = dirpath
         self.filename = filename
         #: The global step the job stopped at for herd, or ``None``.
-        self.stopped_at = None
+        self.stopped_at: Optional[int] = None
         herd._install()
 
-    def setup(self, trainer, pl_module, stage):
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
         herd._install()
 
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+    def on_train_batch_end(
+        self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         if not herd.in_job() or not herd.stop_requested():
             return
         folder = self.dirpath or herd.checkpoint_dir()

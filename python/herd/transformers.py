@@ -12,6 +12,10 @@ Importing this module imports Transformers; ``import herd`` alone never does. Se
 docs/python.md.
 """
 
+from __future__ import annotations
+
+from typing import Any, Optional
+
 from transformers import TrainerCallback
 
 import herd
@@ -26,15 +30,15 @@ class HerdCallback(TrainerCallback):
     ``args.output_dir``: point that at ``HERD_CHECKPOINT_DIR``) and returns from
     ``train()``. Outside a herd job it does nothing."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         #: The global step the job stopped at for herd, or ``None``.
-        self.stopped_at = None
+        self.stopped_at: Optional[int] = None
         herd._install()
 
-    def on_train_begin(self, args, state, control, **kwargs):
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         herd._install()
 
-    def on_step_end(self, args, state, control, **kwargs):
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
         if herd.in_job() and herd.stop_requested():
             control.should_save = True
             control.should_training_stop = True

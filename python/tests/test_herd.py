@@ -120,6 +120,202 @@ class TheStop(unittest.TestCase):
         self.assertEqual(out.returncode, 0, out.stderr)
 
 
+# Every test below runs once per stop signal a user may pick (`--stop-signal`).
+STOP_SIGNALS = ("USR1", "TERM", "INT")
+
+# Put in front of each chaining test's code: `sig` is the stop signal, `lib_calls` counts
+# the library handler's calls, `step()` is one training step in which the signal arrives
+# (delivered the way `how` says), and `check(n)` asserts that herd saw the stop and the
+# library handler ran exactly `n` times in all.
+CHAINING_PRELUDE = """
+import os, signal, sys
+sig = getattr(signal, "SIG" + os.environ["HERD_STOP_SIGNAL"])
+lib_calls = []
+
+def deliver(how):
+    if how == "kill":
+        os.kill(os.getpid(), sig)
+    else:
+        signal.raise_signal(sig)
+
+def step(how):
+    # The rest of the step must run: the signal never raises in the middle of it.
+    try:
+        deliver(how)
+        done = sum(range(1000))
+    except BaseException as e:
+        print("raised mid-step:", type(e).__name__, e)
+        sys.exit(3)
+    assert done == 499500
+
+def check(n):
+    import herd
+    assert herd.stop_requested() is True, "herd saw the stop"
+    ran = len(lib_calls)
+    assert ran == n, "the library handler ran %d times, not %d" % (ran, n)
+"""
+
+
+def run_chaining(test, code, signame):
+    """Run `code` (after CHAINING_PRELUDE) with `signame` as herd's stop signal, for both
+    ways of delivering it; assert it ended well: no RecursionError, nothing raised mid-step."""
+    for how in ("kill", "raise_signal"):
+        with test.subTest(signal=signame, delivered_by=how):
+            out = run_python(
+                CHAINING_PRELUDE + textwrap.dedent(code).replace("HOW", repr(how)),
+                {"HERD_ATTEMPT": "0", "HERD_STOP_SIGNAL": signame},
+            )
+            test.assertNotIn("RecursionError", out.stdout + out.stderr)
+            test.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+            test.assertEqual(out.stdout.strip().splitlines()[-1:], ["ok"], out.stdout)
+
+
+class Chaining(unittest.TestCase):
+    """herd's handler and a library's (Lightning's, Transformers', the user's own) in front
+    of or behind each other, with herd re-installing at every `stop_requested()`."""
+
+    def test_a_library_handler_over_herds_that_chains_to_it_runs_once_never_recursing(self):
+        # What Lightning's _SignalConnector does with SIGTERM: keep the previous handler
+        # (herd's) and call it after its own.
+        code = """
+            import herd
+            previous = signal.getsignal(sig)
+            def library(signum, frame):
+                lib_calls.append(signum)
+                if callable(previous):
+                    previous(signum, frame)
+            signal.signal(sig, library)
+            for _ in range(3):                     # herd asks at every step
+                assert herd.stop_requested() is False
+            step(HOW)
+            check(1)
+            step(HOW)                              # a second signal: once more
+            check(2)
+            print("ok")
+            """
+        for name in STOP_SIGNALS:
+            run_chaining(self, code, name)
+
+    def test_a_library_handler_installed_before_herd_is_chained_once(self):
+        # The library was first; it chains only a Python handler before it (like
+        # Lightning, which never chains SIG_DFL), so it ends the chain.
+        code = """
+            previous = signal.getsignal(sig)
+            def library(signum, frame):
+                lib_calls.append(signum)
+                if callable(previous) and previous is not signal.default_int_handler:
+                    previous(signum, frame)
+            signal.signal(sig, library)
+            import herd
+            for _ in range(3):
+                assert herd.stop_requested() is False
+            step(HOW)
+            check(1)
+            print("ok")
+            """
+        for name in STOP_SIGNALS:
+            run_chaining(self, code, name)
+
+    def test_a_library_handler_over_herds_that_does_not_chain_does_not_silence_herd(self):
+        # What Transformers' JIT checkpointing does with SIGTERM: replace the handler and
+        # keep the previous one only to restore it after training.
+        code = """
+            import herd
+            original = signal.signal(sig, lambda signum, frame: lib_calls.append(signum))
+            assert herd.stop_requested() is False  # herd goes in front again, chaining it
+            assert herd.stop_requested() is False
+            step(HOW)
+            check(1)
+            signal.signal(sig, original)           # restored after training: herd's again
+            herd._agreed = herd._received = False
+            assert herd.stop_requested() is False
+            step(HOW)
+            check(1)
+            print("ok")
+            """
+        for name in STOP_SIGNALS:
+            run_chaining(self, code, name)
+
+    def test_herd_twice_in_the_chain_still_chains_the_first_handler_once(self):
+        # The user's handler, then herd, then a library that chains herd's, then herd in
+        # front again: every handler before herd is still called, once.
+        code = """
+            first = []
+            signal.signal(sig, lambda signum, frame: first.append(signum))
+            import herd
+            previous = signal.getsignal(sig)
+            def library(signum, frame):
+                lib_calls.append(signum)
+                previous(signum, frame)
+            signal.signal(sig, library)
+            assert herd.stop_requested() is False
+            step(HOW)
+            check(1)
+            assert first == [sig], first
+            print("ok")
+            """
+        for name in STOP_SIGNALS:
+            run_chaining(self, code, name)
+
+    def test_a_library_that_re_chains_itself_at_every_step_never_recurses(self):
+        # A library that, like herd, goes back in front at every step, and points its
+        # saved previous handler at whatever it found there (herd's, which chains it).
+        code = """
+            import herd
+            class Library:
+                previous = None
+                def install(self):
+                    current = signal.getsignal(sig)
+                    if current is not self.handler:
+                        self.previous = current
+                        signal.signal(sig, self.handler)
+                def handler(self, signum, frame):
+                    lib_calls.append(signum)
+                    if callable(self.previous):
+                        self.previous(signum, frame)
+            library = Library()
+            for _ in range(3):
+                library.install()
+                assert herd.stop_requested() is False
+            library.install()
+            step(HOW)
+            # Twice, never more: once by Python, once by herd's handler that the library's
+            # saved one points at (herd cannot know it leads back); that one ends there.
+            check(2)
+            print("ok")
+            """
+        for name in STOP_SIGNALS:
+            run_chaining(self, code, name)
+
+    def test_the_default_action_is_never_chained(self):
+        # No library: the stop signal's default (end the process; KeyboardInterrupt for
+        # INT) never runs, and the step goes on to its end.
+        code = """
+            import herd
+            assert signal.getsignal(sig) is not signal.default_int_handler
+            for _ in range(3):
+                assert herd.stop_requested() is False
+            step(HOW)
+            check(0)
+            step(HOW)
+            check(0)
+            print("ok")
+            """
+        for name in STOP_SIGNALS:
+            run_chaining(self, code, name)
+
+    def test_an_ignored_stop_signal_is_still_heard_and_never_chained(self):
+        code = """
+            signal.signal(sig, signal.SIG_IGN)
+            import herd
+            step(HOW)
+            check(0)
+            print("ok")
+            """
+        for name in STOP_SIGNALS:
+            run_chaining(self, code, name)
+
+
 class Variables(unittest.TestCase):
     def test_resume_from_and_checkpoint_dir_read_herds_variables(self):
         with tempfile.TemporaryDirectory() as d:

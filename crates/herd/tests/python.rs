@@ -1,19 +1,31 @@
-//! The `herd` Python module's own unit tests (`python/tests`, standard library only), run
-//! with the machine's `python3`: the stop handler, `save_atomic`, the variables, heartbeat
-//! and log lines. Its use by real training code under real jobs is in the e2e tests
+//! The `herd` Python module's own unit tests (`python/tests`): the standard-library ones
+//! (the stop handler and its chaining, `save_atomic`, the variables, heartbeat and log
+//! lines) with the machine's `python3`, and the ones beside PyTorch Lightning's real signal
+//! handlers with the venv's python that `testbed/venv` prints (Lightning pinned there).
+//! Its use by real training code under real jobs is in the e2e tests
 //! (`e2e/frameworks_stop.rs`).
 
-use std::path::Path;
-use std::process::Command;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 
-#[test]
-fn the_python_modules_unit_tests_pass() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let out = Command::new("python3")
-        .args(["-m", "unittest", "discover", "-v", "-s", "python/tests"])
-        .current_dir(&root)
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Runs `python -m unittest discover -v -s python/tests -p PATTERN`; asserts that it
+/// passed and ran at least `at_least` tests.
+fn unittest(python: &Path, pattern: &str, at_least: u32) {
+    let out = Command::new(python)
+        .args(["-m", "unittest", "discover", "-v"])
+        .args(["-s", "python/tests", "-p", pattern])
+        .current_dir(repo_root())
         .output()
-        .expect("python3 runs (install python3: the herd module's tests need it)");
+        .unwrap_or_else(|e| {
+            panic!(
+                "cannot run {} (install python3: the herd module's tests need it): {e}",
+                python.display()
+            )
+        });
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
@@ -30,5 +42,55 @@ fn the_python_modules_unit_tests_pass() {
                 .ok()
         })
         .unwrap_or(0);
-    assert!(ran >= 10, "the module's tests ran ({ran}):\n{text}");
+    assert!(ran >= at_least, "the module's tests ran ({ran}):\n{text}");
+}
+
+#[test]
+fn the_python_modules_unit_tests_pass() {
+    unittest(Path::new("python3"), "test*.py", 20);
+}
+
+/// The venv with the pinned frameworks, from `testbed/venv` (it makes the venv the first
+/// time). Never skipped: without it the test fails, saying how to make it.
+fn frameworks_python() -> PathBuf {
+    let script = repo_root().join("testbed/venv");
+    let out = Command::new(&script)
+        .stderr(Stdio::inherit())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", script.display()));
+    assert!(
+        out.status.success(),
+        "testbed/venv could not make the venv with Lightning ({}; its message is above): run it by hand",
+        out.status
+    );
+    let python = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    assert!(
+        python.is_file(),
+        "testbed/venv printed {}",
+        python.display()
+    );
+    python
+}
+
+#[test]
+fn herds_stop_handler_and_lightnings_real_signal_handlers_work_together() {
+    unittest(&frameworks_python(), "lightning_*.py", 5);
+}
+
+/// The version has one source, the workspace's `Cargo.toml` (the wheel's comes from it
+/// through maturin); the module's `__version__` is a copy this keeps equal.
+#[test]
+fn the_python_modules_version_is_the_workspaces() {
+    let out = Command::new("python3")
+        .args(["-c", "import herd; print(herd.__version__)"])
+        .current_dir(repo_root().join("python"))
+        .env_remove("PYTHONPATH")
+        .output()
+        .expect("python3 runs");
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        env!("CARGO_PKG_VERSION"),
+        "python/herd/__init__.py's __version__ must be Cargo.toml's workspace version"
+    );
 }

@@ -174,7 +174,7 @@ fn the_wheel_installs_the_herd_python_module() {
         file.display()
     );
     assert_eq!(lines.next(), Some("False None"), "{text}");
-    for name in ["__init__.py", "lightning.py", "transformers.py"] {
+    for name in ["__init__.py", "lightning.py", "transformers.py", "py.typed"] {
         let installed = std::fs::read_to_string(file.with_file_name(name)).expect(name);
         let ours =
             std::fs::read_to_string(herd_testbed::repo_root().join("python/herd").join(name))
