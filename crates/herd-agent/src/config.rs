@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use herd_exp::layout::LogsDir;
+use herd_exp::timeline::{Event, JobRef};
 pub use herd_plan::launch::{KeepAlive, OnHang};
 use herd_rendezvous::JobKey;
 use herd_slurm::LaunchInfo;
@@ -62,31 +63,30 @@ impl Config {
         &self.node_names[self.node_rank as usize]
     }
 
-    /// The job's id as the timeline's events give it: a number for a job of its own (as
-    /// ever), `"ARRAYID_TASK"` for a task of a job array: as `herd submit` recorded it, so
-    /// the views match the agents' events to the submission.
-    pub(crate) fn job_id_field(&self) -> serde_json::Value {
+    /// The job's id as the timeline's events give it: as `herd submit` recorded it (a job
+    /// of its own `"41"`, a task of a job array `"ARRAYID_TASK"`), so the views match the
+    /// agents' events to the submission.
+    pub(crate) fn job_id_field(&self) -> Option<JobRef> {
         match (&self.launch.job_ref, self.launch.job_id) {
-            (Some(r), Some(id)) if *r == id.to_string() => serde_json::json!(id),
-            (Some(r), _) => serde_json::json!(r),
-            (None, id) => serde_json::json!(id),
+            (Some(r), _) => Some(JobRef::from(r.as_str())),
+            (None, id) => id.map(JobRef::from),
         }
     }
 
     /// The leader's record of `event` in the experiment's timeline, when there is an
     /// experiment; a timeline that cannot be written is said once and never stops the job.
-    pub(crate) fn record(&self, event: &str, fields: serde_json::Value) {
+    pub(crate) fn record(&self, event: impl Into<Event>) {
         if self.node_rank == 0 {
-            self.record_here(event, fields);
+            self.record_here(event);
         }
     }
 
     /// This agent's record of `event`, whichever node it runs on: a follower that acts for
     /// a lost leader.
-    pub(crate) fn record_here(&self, event: &str, fields: serde_json::Value) {
+    pub(crate) fn record_here(&self, event: impl Into<Event>) {
         static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
         let Some(dir) = &self.exp_dir else { return };
-        if let Err(e) = herd_exp::timeline::append(dir, event, fields) {
+        if let Err(e) = herd_exp::timeline::append(dir, event) {
             if !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
                 say(format!(
                     "cannot write the timeline in {}: {e}; the job goes on",
@@ -131,17 +131,16 @@ mod tests {
     }
 
     /// The id the agents write into the timeline is the one `herd submit` recorded: a job
-    /// of its own as a number (as ever), an array task as `"ARRAYID_TASK"`.
+    /// of its own `"41"`, an array task `"ARRAYID_TASK"` (not its own `SLURM_JOB_ID`).
     #[test]
     fn the_timeline_names_the_job_as_submit_recorded_it() {
+        let id = |c: &Config| c.job_id_field().map(|j| j.as_str().to_owned());
+        assert_eq!(id(&config(Some(41), Some("41"))).as_deref(), Some("41"));
         assert_eq!(
-            config(Some(41), Some("41")).job_id_field(),
-            serde_json::json!(41)
+            id(&config(Some(1237), Some("1234_3"))).as_deref(),
+            Some("1234_3")
         );
-        assert_eq!(
-            config(Some(1237), Some("1234_3")).job_id_field(),
-            serde_json::json!("1234_3")
-        );
-        assert_eq!(config(None, None).job_id_field(), serde_json::Value::Null);
+        assert_eq!(id(&config(Some(41), None)).as_deref(), Some("41"));
+        assert_eq!(id(&config(None, None)), None);
     }
 }

@@ -26,6 +26,7 @@ use crate::protocol::{read_peer, send};
 use crate::signals::{self, Action};
 use crate::words::{cancelled, say};
 use herd_exp::failure::FailureReport;
+use herd_exp::timeline;
 
 /// Follow the leader to the end of the job.
 pub(crate) async fn follow(
@@ -530,10 +531,16 @@ async fn lost_leader(cfg: &Config, attempt: Option<&Attempt>, why: &str) -> Outc
     );
     eprint!("{}", report.human());
     report.write(&cfg.log_dir);
-    let record = |event: &str, fields: serde_json::Value| cfg.record_here(event, fields);
+    let record = |event: timeline::Event| cfg.record_here(event);
     record(
-        "failed",
-        serde_json::json!({"attempt": number, "cause": report.cause, "kind": Cause::NodeFailure, "node": cfg.node_rank}),
+        timeline::Failed {
+            attempt: number,
+            cause: report.cause.clone(),
+            kind: Some(Cause::NodeFailure.name().to_owned()),
+            node: Some(cfg.node_rank),
+            ..timeline::Failed::default()
+        }
+        .into(),
     );
     let requeued = requeue(
         cfg,
@@ -562,8 +569,12 @@ async fn lost_leader(cfg: &Config, attempt: Option<&Attempt>, why: &str) -> Outc
         Outcome::Requeued(Cause::NodeFailure)
     } else {
         record(
-            "finished",
-            serde_json::json!({"attempt": number, "ok": false, "cause": Cause::NodeFailure}),
+            timeline::Finished {
+                attempt: number,
+                ok: false,
+                cause: Some(Cause::NodeFailure.name().to_owned()),
+            }
+            .into(),
         );
         Outcome::Failed(Some(Box::new(report)))
     }

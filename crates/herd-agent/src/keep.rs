@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
+use herd_exp::timeline::{self, Event, RequeuedBy};
 use herd_slurm::scheduler::lifecycle::{self, Cause, JobFacts};
 use herd_slurm::Layout;
-use serde_json::json;
 
 use crate::config::Config;
 use crate::words::say;
@@ -43,8 +43,7 @@ pub(crate) fn requeues_so_far(cfg: &Config, cause: Cause) -> u32 {
     match herd_exp::timeline::read(dir) {
         Ok(events) => events
             .iter()
-            .filter(|e| e.get("event").and_then(|v| v.as_str()) == Some("requeue"))
-            .filter(|e| e.get("cause").and_then(|v| v.as_str()) == Some(cause.name()))
+            .filter(|e| matches!(&e.event, Event::Requeue(r) if r.cause == cause.name()))
             .count() as u32,
         Err(_) => slurm,
     }
@@ -82,7 +81,7 @@ pub(crate) async fn requeue(
     attempt: u32,
     cause: Cause,
     lost: &[String],
-    record: &dyn Fn(&str, serde_json::Value),
+    record: &dyn Fn(Event),
 ) -> bool {
     let Some(id) = job_id.map(str::to_owned) else {
         return false;
@@ -103,9 +102,15 @@ pub(crate) async fn requeue(
     let budget = cfg.keep.max_requeues;
     let exclude = exclusion(&id, lost, facts).await;
     record(
-        "requeue",
-        json!({"attempt": attempt, "cause": cause, "count": used + 1, "budget": budget,
-               "exclude": exclude}),
+        timeline::Requeue {
+            attempt,
+            cause: cause.name().to_owned(),
+            count: used + 1,
+            budget,
+            exclude: exclude.clone(),
+            by: None,
+        }
+        .into(),
     );
     say(format!(
         "{}: requeuing job {id} ({} of {budget} requeues for {}){}",
@@ -140,8 +145,11 @@ pub(crate) async fn requeue(
             }
             say(format!("cannot requeue job {id}: {e}"));
             record(
-                "requeue_failed",
-                json!({"attempt": attempt, "error": e.to_string()}),
+                timeline::RequeueFailed {
+                    attempt,
+                    error: e.to_string(),
+                }
+                .into(),
             );
             false
         }
@@ -175,8 +183,8 @@ async fn within_budget(
     id: &str,
     attempt: u32,
     cause: Cause,
-    by: Option<&str>,
-    record: &dyn Fn(&str, serde_json::Value),
+    by: Option<RequeuedBy>,
+    record: &dyn Fn(Event),
 ) -> bool {
     let budget = cfg.keep.max_requeues;
     let used = requeues_so_far(cfg, cause);
@@ -191,12 +199,16 @@ async fn within_budget(
                 ""
             }
         ));
-        let mut refused =
-            json!({"attempt": attempt, "cause": cause, "used": used, "budget": budget});
-        if let Some(by) = by {
-            refused["by"] = by.into();
-        }
-        record("requeue_refused", refused);
+        record(
+            timeline::RequeueRefused {
+                attempt,
+                cause: cause.name().to_owned(),
+                used,
+                budget,
+                by,
+            }
+            .into(),
+        );
         if cause == Cause::Preemption || by.is_some() {
             // slurmctld would run it again by itself: end it for good.
             let id2 = id.to_owned();
@@ -221,18 +233,24 @@ pub(crate) async fn adopt_requeue(
     attempt: u32,
     cause: Cause,
     lost: &[String],
-    record: &dyn Fn(&str, serde_json::Value),
+    record: &dyn Fn(Event),
 ) -> bool {
-    if !within_budget(cfg, id, attempt, cause, Some("job"), record).await {
+    if !within_budget(cfg, id, attempt, cause, Some(RequeuedBy::Job), record).await {
         return false;
     }
     let used = requeues_so_far(cfg, cause);
     let budget = cfg.keep.max_requeues;
     let exclude = exclusion(id, lost, None).await;
     record(
-        "requeue",
-        json!({"attempt": attempt, "cause": cause, "count": used + 1, "budget": budget,
-               "exclude": exclude, "by": "job"}),
+        timeline::Requeue {
+            attempt,
+            cause: cause.name().to_owned(),
+            count: used + 1,
+            budget,
+            exclude: exclude.clone(),
+            by: Some(RequeuedBy::Job),
+        }
+        .into(),
     );
     let when = match cause {
         Cause::TimeLimit => " at its time limit",

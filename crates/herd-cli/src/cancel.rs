@@ -9,7 +9,6 @@ use clap::Args;
 use herd_exp::progress::{self, Progress};
 use herd_exp::Experiment;
 use herd_slurm::scheduler::queue::{self, QueueRow, Scope};
-use serde_json::json;
 
 use crate::site::exp_root;
 use crate::{CliError, ExitStatus};
@@ -242,8 +241,13 @@ pub fn run(args: CancelArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError
         };
         writeln!(out, "cancelled job {}{label}: {}", p.id, p.why)?;
         for (exp, job_id) in &p.exps {
-            let fields = json!({"job_id": job_id, "by": "herd cancel", "user": user, "why": p.why});
-            if let Err(e) = herd_exp::timeline::append(exp.dir(), "cancelled", fields) {
+            let cancelled = herd_exp::timeline::Cancelled {
+                job_id: Some(job_id.as_str().into()),
+                by: "herd cancel".to_owned(),
+                user: user.clone(),
+                why: p.why.clone(),
+            };
+            if let Err(e) = herd_exp::timeline::append(exp.dir(), cancelled) {
                 eprintln!(
                     "herd: warning: job {} cancelled, but not recorded in {}: {e}",
                     p.id,
@@ -258,6 +262,7 @@ pub fn run(args: CancelArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     /// `herd cancel NAME` of a sweep of two shapes picks both arrays of its newest
     /// submission, each with the runs that are its tasks (recording their own task ids);

@@ -5,9 +5,9 @@
 use std::collections::BTreeMap;
 
 use herd_exp::goodput::{self, Accounting, Steps};
+use herd_exp::timeline::Entry;
 use herd_exp::Experiment;
 use herd_metrics::store::{self, Series};
-use serde_json::{Map, Value};
 
 /// The readings of `series` that have a step and a time, as `(ms, step)`.
 pub fn steps_of(series: &Series) -> Steps {
@@ -56,6 +56,6 @@ pub fn read_all_steps(exp: &Experiment) -> BTreeMap<u32, Steps> {
 }
 
 /// `exp`'s accounting as of now, from its timeline `events` and its folder's readings.
-pub fn load(exp: &Experiment, events: &[Map<String, Value>]) -> Accounting {
+pub fn load(exp: &Experiment, events: &[Entry]) -> Accounting {
     goodput::account(events, &read_all_steps(exp), herd_exp::timeline::now().1)
 }

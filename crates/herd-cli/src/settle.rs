@@ -65,23 +65,18 @@ pub fn run(args: SettleArgs) -> Result<ExitStatus, CliError> {
 /// How this allocation (job `job`, requeued `requeues` times) ended by the experiment's
 /// timeline, when it ended well: "finished" or "was requeued"; `None` otherwise.
 fn settled(exp: &Path, job: &str, requeues: u64) -> Option<&'static str> {
+    use herd_exp::timeline::Event;
     let events = herd_exp::timeline::read(exp).ok()?;
-    let this = |e: &serde_json::Map<String, serde_json::Value>| {
-        e.get("event").and_then(|v| v.as_str()) == Some("started")
-            && e.get("job_id")
-                .map(|v| v.to_string().trim_matches('"').to_owned())
-                == Some(job.to_owned())
-            && e.get("requeue").and_then(|v| v.as_u64()).unwrap_or(0) == requeues
+    let this = |e: &herd_exp::timeline::Entry| {
+        matches!(&e.event, Event::Started(s)
+            if s.job_id.as_ref().is_some_and(|j| j == job) && u64::from(s.requeue) == requeues)
     };
     let start = events.iter().rposition(this)?;
-    events[start..]
-        .iter()
-        .rev()
-        .find_map(|e| match e.get("event").and_then(|v| v.as_str())? {
-            "finished" if e.get("ok").and_then(|v| v.as_bool()) == Some(true) => Some("finished"),
-            "requeue" => Some("was requeued"),
-            _ => None,
-        })
+    events[start..].iter().rev().find_map(|e| match &e.event {
+        Event::Finished(f) if f.ok => Some("finished"),
+        Event::Requeue(_) => Some("was requeued"),
+        _ => None,
+    })
 }
 
 #[cfg(test)]

@@ -523,8 +523,11 @@ fn create_and_submit(checked: &Checked) -> Result<(String, herd_exp::Experiment)
 /// The `queued` event of submission `submission` in the experiment's timeline; the job is
 /// queued either way, so a timeline that cannot be written is only said.
 pub(crate) fn record_queued(exp: &herd_exp::Experiment, submission: u32, job_id: &str) {
-    let fields = serde_json::json!({"submission": submission, "job_id": job_id});
-    if let Err(e) = herd_exp::timeline::append(exp.dir(), "queued", fields) {
+    let queued = herd_exp::timeline::Queued {
+        submission,
+        job_id: Some(job_id.into()),
+    };
+    if let Err(e) = herd_exp::timeline::append(exp.dir(), queued) {
         eprintln!(
             "herd: warning: cannot write {}: {e}",
             exp.paths().timeline().display()

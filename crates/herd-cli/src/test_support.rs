@@ -45,3 +45,25 @@ impl Exp {
         d
     }
 }
+
+/// Event `name` with `fields`, as a line of the timeline has them: read through
+/// [`herd_exp::timeline::Event`], so a test cannot write what herd would not read.
+pub(crate) fn event(name: &str, fields: serde_json::Value) -> herd_exp::timeline::Event {
+    let mut m = match fields {
+        serde_json::Value::Object(m) => m,
+        other => panic!("{other}: not an object"),
+    };
+    m.insert("event".into(), json!(name));
+    serde_json::from_value(serde_json::Value::Object(m.clone()))
+        .unwrap_or_else(|e| panic!("{m:?}: not a timeline event: {e}"))
+}
+
+/// A line of the timeline with `fields` (`event`, `unix_ms`, …), read.
+pub(crate) fn entry(fields: serde_json::Value) -> herd_exp::timeline::Entry {
+    let e = herd_exp::timeline::Entry::parse(&fields.to_string());
+    assert!(
+        !matches!(e.event, herd_exp::timeline::Event::Other(_)),
+        "{fields}: not a timeline event: {e:?}"
+    );
+    e
+}

@@ -27,6 +27,8 @@ use std::collections::BTreeMap;
 
 use serde_json::{json, Map, Value};
 
+use crate::timeline::{Action, Entry, Event, JobRef};
+
 /// One part of the wall time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Part {
@@ -283,22 +285,8 @@ pub fn duration(ms: u64) -> String {
     }
 }
 
-fn ms(e: &Map<String, Value>) -> Option<u64> {
-    e.get("unix_ms").and_then(Value::as_u64)
-}
-
-fn attempt_of(e: &Map<String, Value>) -> Option<u32> {
-    e.get("attempt")
-        .and_then(Value::as_u64)
-        .and_then(|n| u32::try_from(n).ok())
-}
-
-fn job_of(e: &Map<String, Value>) -> Option<String> {
-    match e.get("job_id")? {
-        Value::String(s) => Some(s.clone()),
-        Value::Number(n) => Some(n.to_string()),
-        _ => None,
-    }
+fn job_of(id: Option<&JobRef>) -> Option<String> {
+    id.map(|j| j.as_str().to_owned())
 }
 
 fn cause_words(cause: &str) -> String {
@@ -350,49 +338,53 @@ struct Walk {
 }
 
 impl Walk {
-    fn read(events: &[Map<String, Value>]) -> Walk {
+    fn read(events: &[Entry]) -> Walk {
         let mut w = Walk::default();
         let mut alloc_start: Option<u64> = None;
         let mut current: Option<u32> = None;
         for e in events {
-            let Some(t) = ms(e) else { continue };
-            let event = e.get("event").and_then(Value::as_str).unwrap_or("");
-            match event {
-                "queued" => {
-                    w.queued(job_of(e));
+            let Some(t) = e.unix_ms else { continue };
+            match &e.event {
+                Event::Queued(q) => {
+                    w.queued(job_of(q.job_id.as_ref()));
                     continue;
                 }
-                "started" => {
-                    w.started(job_of(e), t);
+                Event::Started(s) => {
+                    w.started(job_of(s.job_id.as_ref()), t);
                     alloc_start = Some(t);
                     continue;
                 }
                 // Written by `herd status` whenever it learns the end: no moment of the job.
-                "ended" => continue,
+                Event::Ended(_) => continue,
                 _ => {}
             }
             if w.subs.is_empty() {
                 w.subs.push(Submission::default());
             }
-            let k = attempt_of(e).or(current);
-            if event == "attempt_started" {
-                let Some(k) = k else { continue };
-                current = Some(k);
-                let s = w.seen.entry(k).or_default();
-                s.started = t;
-                s.alloc_start = alloc_start.take();
-                s.submission = w.subs.len() - 1;
-            } else if event == "restart" {
-                // Written with the new attempt's number: the one before it ended so.
-                let before = k.and_then(|k| k.checked_sub(1));
-                if let Some(p) = before.and_then(|p| w.seen.get_mut(&p)) {
-                    p.ended = Some(then_words(p.ended.take(), "restart"));
+            let k = e.event.attempt().or(current);
+            match &e.event {
+                Event::AttemptStarted(a) => {
+                    current = Some(a.attempt);
+                    let s = w.seen.entry(a.attempt).or_default();
+                    s.started = t;
+                    s.alloc_start = alloc_start.take();
+                    s.submission = w.subs.len() - 1;
                 }
-            } else if let Some(s) = k.and_then(|k| w.seen.get_mut(&k)) {
-                s.on(event, e, t);
+                Event::Restart(_) => {
+                    // Written with the new attempt's number: the one before it ended so.
+                    let before = k.and_then(|k| k.checked_sub(1));
+                    if let Some(p) = before.and_then(|p| w.seen.get_mut(&p)) {
+                        p.ended = Some(then_words(p.ended.take(), "restart"));
+                    }
+                }
+                event => {
+                    if let Some(s) = k.and_then(|k| w.seen.get_mut(&k)) {
+                        s.on(event, t);
+                    }
+                }
             }
-            w.closed |= matches!(event, "finished" | "cancelled");
-            if w.closed || event == "teardown" {
+            w.closed |= matches!(e.event, Event::Finished(_) | Event::Cancelled(_));
+            if w.closed || matches!(e.event, Event::Teardown(_)) {
                 let sub = w.subs.last_mut().expect("one submission");
                 sub.to = Some(sub.to.map_or(t, |to| to.max(t)));
             }
@@ -437,52 +429,48 @@ impl Walk {
 }
 
 impl Seen {
-    /// Event `event` (`e`, at `t`) of this attempt.
-    fn on(&mut self, event: &str, e: &Map<String, Value>, t: u64) {
-        let text = |key: &str| e.get(key).and_then(Value::as_str);
+    /// Event `event`, at `t`, of this attempt.
+    fn on(&mut self, event: &Event, t: u64) {
+        let cause = |c: &str| Some(c.to_owned()).filter(|c| !c.is_empty());
         match event {
-            "warning" => {
+            Event::Warning(_) => {
                 self.stop.get_or_insert(t);
             }
-            "hang" => {
+            Event::Hang(h) => {
                 self.stop.get_or_insert(t);
-                let silent = e
-                    .get("silent_s")
-                    .and_then(Value::as_f64)
-                    .map(|x| t.saturating_sub((x * 1000.0) as u64));
-                self.detect.get_or_insert((t, silent));
+                let silent = t.saturating_sub((h.silent_s * 1000.0) as u64);
+                self.detect.get_or_insert((t, Some(silent)));
             }
-            "failed" => {
+            Event::Failed(f) => {
                 self.stop.get_or_insert(t);
-                if text("kind") == Some("node_failure") {
+                if f.kind.as_deref() == Some("node_failure") {
                     self.detect.get_or_insert((t, None));
                 }
                 if self.ended.is_none() {
-                    self.ended = text("cause").map(|c| format!("failed: {c}"));
+                    self.ended = cause(&f.cause).map(|c| format!("failed: {c}"));
                 }
             }
-            "signal" if text("action") == Some("terminate") => {
+            Event::Signal(s) if s.action == Action::Terminate => {
                 self.stop.get_or_insert(t);
             }
-            "teardown" => self.gone = Some(t),
-            "finished" => {
+            Event::Teardown(_) => self.gone = Some(t),
+            Event::Finished(f) => {
                 self.gone.get_or_insert(t);
-                let ok = e.get("ok").and_then(Value::as_bool).unwrap_or(false);
-                self.ended = Some(match (ok, text("cause"), &self.ended) {
+                self.ended = Some(match (f.ok, f.cause.as_deref(), &self.ended) {
                     (true, _, _) => "finished".to_owned(),
-                    (false, _, Some(f)) if f.starts_with("failed") => f.clone(),
+                    (false, _, Some(e)) if e.starts_with("failed") => e.clone(),
                     (false, Some(c), _) => format!("failed: {}", cause_words(c)),
                     (false, None, _) => "failed".to_owned(),
                 });
             }
-            "requeue" => {
+            Event::Requeue(r) => {
                 self.requeue = Some(t);
-                self.ended = Some(match text("cause") {
-                    Some(c) => format!("requeue: {}", cause_words(c)),
+                self.ended = Some(match cause(&r.cause) {
+                    Some(c) => format!("requeue: {}", cause_words(&c)),
                     None => "requeue".to_owned(),
                 });
             }
-            "replace" => self.ended = Some(then_words(self.ended.take(), "replace")),
+            Event::Replace(_) => self.ended = Some(then_words(self.ended.take(), "replace")),
             _ => {}
         }
     }
@@ -551,11 +539,7 @@ fn rework_steps(readings: &[(u64, u64)], best: Option<u64>) -> u64 {
 
 /// The time of an experiment from its timeline's `events` (in order) and, per attempt,
 /// one rank's step readings; `now_ms` ends a job that still runs.
-pub fn account(
-    events: &[Map<String, Value>],
-    steps: &BTreeMap<u32, Steps>,
-    now_ms: u64,
-) -> Accounting {
+pub fn account(events: &[Entry], steps: &BTreeMap<u32, Steps>, now_ms: u64) -> Accounting {
     let mut w = Walk::read(events);
     let running = !w.closed && !w.subs.is_empty() && !ended_by_scheduler(events);
     let last = w.last;
@@ -693,9 +677,13 @@ fn then_words(before: Option<String>, then: &str) -> String {
 
 /// Whether the scheduler's end of the current job is in the timeline (`ended` after the
 /// last `started`).
-fn ended_by_scheduler(events: &[Map<String, Value>]) -> bool {
-    let last_start = events.iter().rposition(|e| e["event"] == "started");
-    let last_end = events.iter().rposition(|e| e["event"] == "ended");
+fn ended_by_scheduler(events: &[Entry]) -> bool {
+    let last_start = events
+        .iter()
+        .rposition(|e| matches!(e.event, Event::Started(_)));
+    let last_end = events
+        .iter()
+        .rposition(|e| matches!(e.event, Event::Ended(_)));
     matches!((last_start, last_end), (Some(s), Some(e)) if e > s)
         || last_start.is_none() && last_end.is_some()
 }

@@ -32,13 +32,13 @@ use std::fs::File;
 use std::io::{self, BufRead, BufReader};
 use std::path::{Path, PathBuf};
 
-use serde_json::{Map, Value};
-
 /// A stream's next line gets a time mark when at least this long passed since its last.
 pub const MARK_GAP_MS: u64 = 100;
 
 use crate::layout::AttemptDir;
 pub use crate::layout::Stream;
+pub use crate::timeline::NodeRanks;
+use crate::timeline::{Entry, Event};
 
 impl Stream {
     /// `o` or `e`: the stream's letter in a time mark.
@@ -384,17 +384,6 @@ impl Merge {
     }
 }
 
-/// One node of an attempt, as the leader's `rendezvous` event lists it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NodeRanks {
-    /// Node rank.
-    pub node: u32,
-    /// Host name.
-    pub host: String,
-    /// Global ranks of its workers.
-    pub ranks: Vec<u32>,
-}
-
 /// How an attempt came to start, from the timeline.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Began {
@@ -506,64 +495,47 @@ impl Reading {
 }
 
 impl History {
-    /// `<exp_dir>/timeline.jsonl` read (none when it does not exist); lines that are not
-    /// JSON objects (a line being written) are left out.
+    /// `<exp_dir>/timeline.jsonl` read (none when it does not exist); lines that are no
+    /// event (a line being written) are passed over.
     pub fn read(exp_dir: &Path) -> io::Result<History> {
-        let text = match std::fs::read(crate::ExperimentDir::new(exp_dir).timeline()) {
-            Ok(t) => t,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
-            Err(e) => return Err(e),
-        };
-        let events: Vec<Map<String, Value>> = text
-            .split(|&b| b == b'\n')
-            .filter_map(|l| serde_json::from_slice(l).ok())
-            .collect();
-        Ok(History::from_events(&events))
+        Ok(History::from_events(&crate::timeline::read(exp_dir)?))
     }
 
     /// From the timeline's events (in order).
-    pub fn from_events(events: &[Map<String, Value>]) -> History {
+    pub fn from_events(events: &[Entry]) -> History {
         let mut h = History::default();
         let mut r = Reading {
             submission: 1,
             ..Reading::default()
         };
-        let num = |e: &Map<String, Value>, k: &str| {
-            e.get(k)
-                .and_then(Value::as_u64)
-                .map(|n| u32::try_from(n).unwrap_or(u32::MAX))
-        };
-        let text = |v: Option<&Value>| match v {
-            Some(Value::String(s)) => Some(s.clone()),
-            Some(Value::Number(n)) => Some(n.to_string()),
-            _ => None,
-        };
+        let id = |j: Option<&crate::timeline::JobRef>| j.map(|j| j.as_str().to_owned());
         for e in events {
-            match e.get("event").and_then(Value::as_str).unwrap_or("") {
-                "queued" => {
-                    r.submission = num(e, "submission").unwrap_or(r.submission);
-                    r.queued_job = text(e.get("job_id"));
+            match &e.event {
+                Event::Queued(q) => {
+                    // Submissions count from 1: 0 is a line without one.
+                    if q.submission > 0 {
+                        r.submission = q.submission;
+                    }
+                    r.queued_job = id(q.job_id.as_ref());
                     r.job = None;
                     r.queued_since = true;
                     h.finished = None;
                 }
-                "started" => {
-                    r.job = text(e.get("job_id"));
-                    r.slurm_requeue = e.get("requeue").and_then(Value::as_u64).unwrap_or(0);
+                Event::Started(s) => {
+                    r.job = id(s.job_id.as_ref());
+                    r.slurm_requeue = u64::from(s.requeue);
                     r.started_since = true;
                     r.nodes = None;
                     r.alloc_first = None;
                 }
-                "rendezvous" => r.nodes = e.get("nodes").and_then(parse_nodes),
-                "restart" => r.restart = num(e, "attempt"),
-                "requeue" => {
-                    r.requeue = Some(e.get("cause").and_then(Value::as_str).map(str::to_owned));
+                Event::Rendezvous(v) => r.nodes.clone_from(&v.nodes),
+                Event::Restart(x) => r.restart = Some(x.attempt),
+                Event::Requeue(q) => {
+                    r.requeue = Some(Some(q.cause.clone()).filter(|c| !c.is_empty()));
                 }
-                "attempt_started" => {
-                    let Some(k) = num(e, "attempt") else {
-                        continue;
-                    };
-                    h.attempts.insert(k, r.info(k, num(e, "restarts")));
+                Event::AttemptStarted(a) => {
+                    let k = a.attempt;
+                    h.attempts.insert(k, r.info(k, a.restarts));
                     r.alloc_first.get_or_insert(k);
                     r.restart = None;
                     r.requeue = None;
@@ -572,11 +544,7 @@ impl History {
                     r.any_attempt = true;
                     h.finished = None;
                 }
-                "finished" => {
-                    let attempt = num(e, "attempt").unwrap_or(0);
-                    let ok = e.get("ok").and_then(Value::as_bool).unwrap_or(false);
-                    h.finished = Some((attempt, ok));
-                }
+                Event::Finished(f) => h.finished = Some((f.attempt, f.ok)),
                 _ => {}
             }
         }
@@ -605,24 +573,6 @@ impl History {
             },
         }
     }
-}
-
-fn parse_nodes(v: &Value) -> Option<Vec<NodeRanks>> {
-    v.as_array()?
-        .iter()
-        .map(|n| {
-            Some(NodeRanks {
-                node: n.get("node")?.as_u64()? as u32,
-                host: n.get("host")?.as_str()?.to_owned(),
-                ranks: n
-                    .get("ranks")?
-                    .as_array()?
-                    .iter()
-                    .map(|r| r.as_u64().map(|r| r as u32))
-                    .collect::<Option<Vec<u32>>>()?,
-            })
-        })
-        .collect()
 }
 
 #[cfg(test)]
@@ -740,7 +690,11 @@ mod tests {
 
     #[test]
     fn history_tells_how_each_attempt_began() {
-        let ev = |v: Value| v.as_object().cloned().expect("object");
+        let ev = |v: serde_json::Value| {
+            let e = Entry::parse(&v.to_string());
+            assert!(!matches!(e.event, Event::Other(_)), "{v}: {e:?}");
+            e
+        };
         let nodes = json!([{"node": 0, "host": "a", "ranks": [0, 1]}, {"node": 1, "host": "b", "ranks": [2, 3]}]);
         let events = vec![
             ev(json!({"event": "queued", "submission": 1, "job_id": "4242"})),

@@ -4,9 +4,8 @@
 
 use std::path::{Path, PathBuf};
 
-use serde_json::{Map, Value};
-
-use crate::{timeline, Error, Experiment};
+use crate::timeline::{self, Entry, Event};
+use crate::{Error, Experiment};
 
 /// An experiment's job as its folder tells it.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -63,14 +62,6 @@ pub struct Ended {
     pub reason: Option<String>,
 }
 
-fn ms(e: &Map<String, Value>) -> Option<u64> {
-    e.get("unix_ms").and_then(Value::as_u64)
-}
-
-fn text(e: &Map<String, Value>, key: &str) -> Option<String> {
-    e.get(key).and_then(Value::as_str).map(str::to_owned)
-}
-
 impl Progress {
     /// Reads `exp`'s manifest and timeline.
     pub fn read(exp: &Experiment) -> Result<Progress, Error> {
@@ -91,81 +82,69 @@ impl Progress {
     }
 
     /// The progress of job `job_id` from the experiment's `events`.
-    pub fn from_events(
-        job_id: Option<String>,
-        submissions: usize,
-        events: &[Map<String, Value>],
-    ) -> Progress {
+    pub fn from_events(job_id: Option<String>, submissions: usize, events: &[Entry]) -> Progress {
         let mut p = Progress {
             job_id: job_id.clone(),
             submissions,
             ..Progress::default()
         };
-        // The agents write the id as a number, `herd submit` as a string.
-        let of_job = |e: &Map<String, Value>| match (&job_id, e.get("job_id")) {
-            (Some(id), Some(Value::String(s))) => s == id,
-            (Some(id), Some(Value::Number(n))) => n.to_string() == *id,
-            _ => false,
+        let of_job = |e: &Entry| {
+            job_id
+                .as_deref()
+                .is_some_and(|id| e.event.job_id().is_some_and(|j| j == id))
         };
         // The current job's events start with its first event: `queued`, written by
         // `herd submit` once sbatch answered, or the agents' `started` when the job
         // started before that.
         let start = events.iter().position(of_job).unwrap_or(0);
         for (i, e) in events.iter().enumerate() {
-            let event = e.get("event").and_then(Value::as_str).unwrap_or("");
-            match event {
-                "attempt_started" => p.attempts += 1,
-                "failed" => {
-                    if let Some(cause) = text(e, "cause") {
-                        p.last_failure = Some(cause);
-                        p.last_hint = text(e, "hint");
-                    }
+            match &e.event {
+                Event::AttemptStarted(_) => p.attempts += 1,
+                Event::Failed(f) if !f.cause.is_empty() => {
+                    p.last_failure = Some(f.cause.clone());
+                    p.last_hint.clone_from(&f.hint);
                 }
                 _ => {}
             }
             if i < start {
                 continue;
             }
-            match event {
-                "queued" => p.queued_ms = ms(e),
-                "started" => {
-                    p.started_ms = ms(e);
+            let ms = e.unix_ms;
+            match &e.event {
+                Event::Queued(_) => p.queued_ms = ms,
+                Event::Started(_) => {
+                    p.started_ms = ms;
                     p.rendezvous_ms = None;
                     p.first_output_ms = None;
                     p.finished = None;
                 }
-                "rendezvous" => p.rendezvous_ms = ms(e),
-                "attempt_started" => {
-                    p.attempt = e.get("attempt").and_then(Value::as_u64);
+                Event::Rendezvous(_) => p.rendezvous_ms = ms,
+                Event::AttemptStarted(a) => {
+                    p.attempt = Some(u64::from(a.attempt));
                     p.first_output_ms = None;
                 }
-                "first_output" => p.first_output_ms = ms(e),
-                "restart" => p.restarts += 1,
-                "replace" => {
-                    if let (Some(node), Some(by)) = (text(e, "node"), text(e, "by")) {
-                        p.replaced.push((node, by));
-                    }
+                Event::FirstOutput(_) => p.first_output_ms = ms,
+                Event::Restart(_) => p.restarts += 1,
+                Event::Replace(r) if !r.node.is_empty() && !r.by.is_empty() => {
+                    p.replaced.push((r.node.clone(), r.by.clone()));
                 }
-                "requeue" => {
+                Event::Requeue(r) => {
                     // Back in the queue: what the allocation did is over.
                     p.requeues += 1;
-                    if e.get("by").and_then(Value::as_str) == Some("job") {
+                    if r.by == Some(timeline::RequeuedBy::Job) {
                         p.requeues_by_job += 1;
                     }
                     p.started_ms = None;
                     p.rendezvous_ms = None;
                     p.first_output_ms = None;
                 }
-                "finished" => {
-                    let ok = e.get("ok").and_then(Value::as_bool).unwrap_or(false);
-                    p.finished = Some((ok, text(e, "cause")));
-                }
-                "cancelled" if e.get("job_id").is_none() || of_job(e) => p.cancelled_ms = ms(e),
-                "ended" if of_job(e) => {
+                Event::Finished(f) => p.finished = Some((f.ok, f.cause.clone())),
+                Event::Cancelled(c) if c.job_id.is_none() || of_job(e) => p.cancelled_ms = ms,
+                Event::Ended(x) if of_job(e) => {
                     p.ended = Some(Ended {
-                        state: text(e, "state").unwrap_or_default(),
-                        exit_code: e.get("exit_code").and_then(Value::as_i64).unwrap_or(1),
-                        reason: text(e, "reason"),
+                        state: x.state.clone(),
+                        exit_code: x.exit_code.map_or(1, i64::from),
+                        reason: x.reason.clone(),
                     })
                 }
                 _ => {}
@@ -210,16 +189,19 @@ pub fn list(exp_root: &Path) -> Result<Vec<Experiment>, Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{json, Value};
 
-    fn ev(event: &str, unix_ms: u64, fields: Value) -> Map<String, Value> {
-        let mut m = Map::new();
+    /// A line of the timeline as herd writes it, read.
+    fn ev(event: &str, unix_ms: u64, fields: Value) -> Entry {
+        let mut m = serde_json::Map::new();
         m.insert("event".into(), event.into());
         m.insert("unix_ms".into(), unix_ms.into());
         if let Value::Object(f) = fields {
             m.extend(f);
         }
-        m
+        let e = Entry::parse(&Value::Object(m).to_string());
+        assert!(!matches!(e.event, Event::Other(_)), "{e:?}");
+        e
     }
 
     /// A sweep's run: `herd submit` and the agents both name its array task `ARRAYID_TASK`.
@@ -294,9 +276,11 @@ mod tests {
         let mut own = events.clone();
         let at = own
             .iter()
-            .position(|e| e["event"] == "requeue")
+            .position(|e| e.event.kind() == "requeue")
             .expect("a requeue");
-        own[at].insert("by".into(), json!("job"));
+        if let Event::Requeue(r) = &mut own[at].event {
+            r.by = Some(timeline::RequeuedBy::Job);
+        }
         let p = Progress::from_events(Some("11".into()), 2, &own);
         assert_eq!((p.requeues, p.requeues_by_job), (1, 1), "{p:?}");
 
@@ -323,7 +307,7 @@ mod tests {
         // its id a number as the agents write it.
         let mut raced = events.clone();
         raced.swap(6, 7);
-        raced[6].insert("job_id".into(), json!(11));
+        raced[6] = ev("started", 8, json!({"job_id": 11}));
         let p = Progress::from_events(Some("11".into()), 2, &raced);
         assert_eq!(p.started_ms, Some(13), "{p:?}");
         assert_eq!(p.requeues, 1, "{p:?}");

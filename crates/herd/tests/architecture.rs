@@ -10,6 +10,8 @@
 //!   no string literal elsewhere in the sources spells one.
 //! - Processes are started in a few named files only ([`STARTS_PROCESSES`]); every program
 //!   the user controls through `herd_slurm::user_program`, which withholds the job's secret.
+//! - The timeline's events are named only in herd-exp's `timeline` module: no string
+//!   literal elsewhere is `"event"` or a kind only the timeline uses.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -744,4 +746,39 @@ fn the_checks_see_what_they_check() {
             "{want} not read: {names:?}"
         );
     }
+}
+
+/// The timeline's event kinds are named in herd-exp's `timeline` module alone: every other
+/// file writes and reads them as `herd_exp::timeline::Event`, never as strings. No string
+/// literal elsewhere is `"event"` (the key that names a line's kind) or the name of a kind
+/// that only the timeline uses (`attempt_started`, `worker_exit`, …; the one-word kinds,
+/// `started`, `failed`, `restart`, are also words of the job states and the manifest's runs).
+#[test]
+fn timeline_events_are_named_only_in_herd_exp_timeline() {
+    let kinds: Vec<&str> = herd_exp::timeline::kinds()
+        .iter()
+        .map(|k| k.name)
+        .filter(|n| n.contains('_'))
+        .collect();
+    assert!(kinds.contains(&"attempt_started"), "{kinds:?}");
+    let mut found = Vec::new();
+    for (_, files) in crates() {
+        for f in files.iter().filter(|f| !f.test_only) {
+            if f.shown.ends_with("crates/herd-exp/src/timeline.rs")
+                || f.shown.contains("crates/herd-exp/src/timeline/")
+            {
+                continue;
+            }
+            for (line, lit) in &f.literals {
+                if lit == "event" || kinds.contains(&lit.as_str()) {
+                    found.push(format!("{}:{line}: {lit:?}", f.shown));
+                }
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "timeline events are written and read as herd_exp::timeline::Event (Entry, append, read); these literals name them elsewhere:\n{}",
+        found.join("\n")
+    );
 }

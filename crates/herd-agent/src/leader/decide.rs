@@ -6,9 +6,9 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
+use herd_exp::timeline::{self, RequeuedBy, SeenIn};
 use herd_slurm::scheduler::lifecycle::{Cause, JobFacts};
 use nix::sys::signal::Signal;
-use serde_json::json;
 
 use super::links::{broadcast, live};
 use super::stall::Done;
@@ -148,11 +148,12 @@ impl Lead {
             sig.as_str(),
             keep.stop_grace.duration()
         ));
-        self.cfg.record(
-            "warning",
-            json!({"attempt": self.number, "cause": cause, "stop_signal": sig.as_str(),
-                   "grace_s": keep.stop_grace.duration().as_secs_f64()}),
-        );
+        self.cfg.record(timeline::Warning {
+            attempt: self.number,
+            cause: cause.name().to_owned(),
+            stop_signal: sig.as_str().to_owned(),
+            grace_s: keep.stop_grace.duration().as_secs_f64(),
+        });
         broadcast(
             &mut self.followers,
             &Msg::Stop {
@@ -176,10 +177,13 @@ impl Lead {
     pub(super) async fn on_signal(&mut self, sig: Signal, from: Option<u32>) -> Option<End> {
         let action = signals::action(sig)?;
         let ignored = |lead: &Lead| {
-            lead.cfg.record(
-                "signal",
-                json!({"attempt": lead.number, "signal": sig.as_str(), "action": "ignored (stopping)", "node": from}),
-            );
+            lead.cfg.record(timeline::Signal {
+                attempt: lead.number,
+                signal: sig.as_str().to_owned(),
+                action: timeline::Action::IgnoredStopping,
+                node: from,
+                ..timeline::Signal::default()
+            });
         };
         // While stopping only a signal that ends the job is looked into: the job's own code
         // may have requeued it (SLURM then ends its tasks).
@@ -211,22 +215,25 @@ impl Lead {
         if action == Action::Notice && !self.notice_stops(cause, facts.as_ref()) {
             return None;
         }
-        let record = |what: &str| {
-            self.cfg.record(
-                "signal",
-                json!({"attempt": self.number, "signal": sig.as_str(), "action": what,
-                       "cause": cause, "node": from}),
-            );
+        let record = |action: timeline::Action| {
+            self.cfg.record(timeline::Signal {
+                attempt: self.number,
+                signal: sig.as_str().to_owned(),
+                action,
+                cause: cause.map(|c| c.name().to_owned()),
+                node: from,
+                ..timeline::Signal::default()
+            });
         };
         match (action, cause) {
             (_, Some(c @ (Cause::TimeLimit | Cause::Preemption))) => {
-                record("stop");
+                record(timeline::Action::Stop);
                 self.begin_stop(c).await;
                 None
             }
             (Action::Terminate, _) => {
                 // Passed on to the workers by the teardown, on every node.
-                record("terminate");
+                record(timeline::Action::Terminate);
                 self.cancelled_by = Some(sig);
                 Some(self.cancel(sig, from))
             }
@@ -234,7 +241,7 @@ impl Lead {
             (Action::Forward, _) => {
                 if from.is_none() {
                     say(format!("forwarding {} to the workers", sig.as_str()));
-                    record("forward");
+                    record(timeline::Action::Forward);
                     if let Some(a) = self.attempt.as_ref() {
                         a.forward(sig);
                     }
@@ -291,17 +298,20 @@ impl Lead {
         cause: Cause,
         sig: Signal,
         from: Option<u32>,
-        seen: Option<&str>,
+        seen: Option<SeenIn>,
     ) -> End {
-        let mut fields = json!({"attempt": self.number, "signal": sig.as_str(),
-                                "action": "requeued", "cause": cause, "by": "job", "node": from});
-        if let Some(seen) = seen {
-            fields["seen"] = seen.into();
-        }
-        self.cfg.record("signal", fields);
+        self.cfg.record(timeline::Signal {
+            attempt: self.number,
+            signal: sig.as_str().to_owned(),
+            action: timeline::Action::Requeued,
+            cause: Some(cause.name().to_owned()),
+            node: from,
+            by: Some(RequeuedBy::Job),
+            seen,
+        });
         if self.requeued_by_job.is_none() {
             let id = self.job_id.clone().unwrap_or_default();
-            let record = |event: &str, fields: serde_json::Value| self.cfg.record(event, fields);
+            let record = |event: timeline::Event| self.cfg.record(event);
             let adopted = adopt_requeue(&self.cfg, &id, self.number, cause, &[], &record).await;
             self.requeued_by_job = Some(adopted);
         }
@@ -357,20 +367,24 @@ impl Lead {
             .filter(|f| f.requeued_since(self.requeue_count))
         {
             let cause = self.requeue_cause(f, near);
-            let (node, seen) = (Some(report.node_rank), Some("worker_exit"));
+            let (node, seen) = (Some(report.node_rank), Some(SeenIn::WorkerExit));
             return self.adopt_requeue(cause, sig, node, seen).await;
         }
         let cause = facts.and_then(|f| ended_by_slurm(&f, near));
-        let record = |action: &str| {
-            self.cfg.record(
-                "signal",
-                json!({"attempt": self.number, "signal": sig.as_str(), "action": action,
-                       "cause": cause, "node": report.node_rank, "seen": "worker_exit"}),
-            );
+        let record = |action: timeline::Action| {
+            self.cfg.record(timeline::Signal {
+                attempt: self.number,
+                signal: sig.as_str().to_owned(),
+                action,
+                cause: cause.map(|c| c.name().to_owned()),
+                node: Some(report.node_rank),
+                by: None,
+                seen: Some(SeenIn::WorkerExit),
+            });
         };
         match cause {
             Some(Cause::Cancelled) => {
-                record("terminate");
+                record(timeline::Action::Terminate);
                 let why = format!(
                     "job cancelled: {} with the rest of the job, which SLURM is ending",
                     report.cause
@@ -384,7 +398,7 @@ impl Lead {
                 }
             }
             Some(c @ (Cause::Preemption | Cause::TimeLimit)) => {
-                record("stop");
+                record(timeline::Action::Stop);
                 say(format!(
                     "{}: {} with the rest of the job; the job is requeued",
                     c.words(),
@@ -452,12 +466,16 @@ impl Lead {
             "hang: no rank has made progress for {timeout}{derived}; rank {rank} (pid {pid} on {host}) {what}, {:.0} s ago; collecting stacks",
             silent.as_secs_f64()
         ));
-        self.cfg.record(
-            "hang",
-            json!({"attempt": self.number, "rank": rank, "host": host, "pid": pid,
-                   "silent_s": silent.as_secs_f64(), "started": started,
-                   "timeout_s": limit.timeout().as_secs_f64(), "timeout": limit.to_string()}),
-        );
+        self.cfg.record(timeline::Hang {
+            attempt: self.number,
+            rank,
+            host: host.clone(),
+            pid,
+            silent_s: silent.as_secs_f64(),
+            started,
+            timeout_s: limit.timeout().as_secs_f64(),
+            timeout: limit.to_string(),
+        });
         let mut stacks = self.collect_stacks().await;
         stacks.sort_by_key(|s| s.rank);
         let mut report = FailureReport::other(
@@ -530,11 +548,13 @@ impl Lead {
         self.stall.close(done, self.number > self.first);
         let why = self.stall.stuck().filter(|_| restart)?;
         let (max, used) = (self.cfg.launch.max_restarts, self.number - self.first);
-        self.cfg.record(
-            "restarts_stopped",
-            json!({"attempt": self.number, "restarts": self.stall.restarts,
-                   "step": self.stall.best, "max_restarts": max, "left": max - used}),
-        );
+        self.cfg.record(timeline::RestartsStopped {
+            attempt: self.number,
+            restarts: self.stall.restarts,
+            step: self.stall.best,
+            max_restarts: max,
+            left: max - used,
+        });
         Some(format!(
             "{why}; not restarting again (--max-restarts {max} left {})",
             max - used

@@ -3,9 +3,9 @@
 
 use std::time::Duration;
 
+use herd_exp::timeline;
 use herd_slurm::scheduler::lifecycle::Cause;
 use nix::sys::signal::Signal;
-use serde_json::json;
 
 use super::links::{broadcast, live};
 use super::state::{End, Lead};
@@ -51,7 +51,9 @@ impl Lead {
             }
             self.record_failed(report.as_ref(), cause);
         }
-        self.cfg.record("teardown", json!({"attempt": self.number}));
+        self.cfg.record(timeline::Teardown {
+            attempt: self.number,
+        });
         // A blamed node is replaced by a spare, or left out of a requeue when one is left;
         // only with neither are the workers restarted on it.
         let replace = blamed.as_ref().is_some_and(|b| self.can_replace(b));
@@ -95,19 +97,26 @@ impl Lead {
             n => format!("all {n} workers finished"),
         });
         self.record_run_end(None, "end");
-        self.cfg
-            .record("finished", json!({"attempt": self.number, "ok": true}));
+        self.cfg.record(timeline::Finished {
+            attempt: self.number,
+            ok: true,
+            cause: None,
+        });
         Outcome::Success
     }
 
     /// The attempt's `failed` event, when it has a report.
     fn record_failed(&self, report: Option<&FailureReport>, cause: Cause) {
         if let Some(r) = report {
-            let mut fields = json!({"attempt": self.number, "cause": r.cause, "kind": cause});
-            if let Some(hint) = &r.hint {
-                fields["hint"] = json!(hint);
-            }
-            self.cfg.record("failed", fields);
+            self.cfg.record(timeline::Failed {
+                attempt: self.number,
+                cause: r.cause.clone(),
+                kind: Some(cause.name().to_owned()),
+                rank: r.rank,
+                exit: r.exit.clone(),
+                hint: r.hint.as_deref().map(str::to_owned),
+                node: None,
+            });
         }
     }
 
@@ -214,10 +223,10 @@ impl Lead {
         let newest = self.cfg.launch.newest_checkpoint().ok().flatten();
         let newest = newest.and_then(|p| p.to_str().map(str::to_owned));
         if newest.is_some() && newest != self.resume {
-            self.cfg.record(
-                "checkpoint",
-                json!({"attempt": self.number, "path": newest}),
-            );
+            self.cfg.record(timeline::Checkpoint {
+                attempt: self.number,
+                path: newest.unwrap_or_default(),
+            });
         }
     }
 
@@ -248,7 +257,9 @@ impl Lead {
             self.restarts(),
             count(self.cfg.launch.max_restarts, "restart")
         ));
-        self.cfg.record("restart", json!({"attempt": self.number}));
+        self.cfg.record(timeline::Restart {
+            attempt: self.number,
+        });
     }
 
     /// No restart: the job is requeued when its cause allows one and the budget is not
@@ -268,7 +279,7 @@ impl Lead {
             {
                 lost.push(r.host.clone());
             }
-            let record = |event: &str, fields: serde_json::Value| self.cfg.record(event, fields);
+            let record = |event: timeline::Event| self.cfg.record(event);
             requeue(
                 &self.cfg,
                 self.job_id.as_deref(),
@@ -286,10 +297,11 @@ impl Lead {
         if requeued {
             return Outcome::Requeued(cause);
         }
-        self.cfg.record(
-            "finished",
-            json!({"attempt": number, "ok": false, "cause": cause}),
-        );
+        self.cfg.record(timeline::Finished {
+            attempt: number,
+            ok: false,
+            cause: Some(cause.name().to_owned()),
+        });
         let report = report.unwrap_or_else(|| {
             FailureReport::other(
                 number,

@@ -8,8 +8,8 @@
 //! `decide`) until one ends it, and its end is acted upon step by step (`end`; whether
 //! restarts that make no progress go on, `stall`).
 
+use herd_exp::timeline::{self, NodeRanks};
 use herd_slurm::Layout;
-use serde_json::json;
 use tokio::sync::mpsc;
 
 use crate::config::Config;
@@ -35,28 +35,37 @@ pub(crate) async fn lead(
     tx: mpsc::UnboundedSender<Event>,
     rx: mpsc::UnboundedReceiver<Event>,
 ) -> Result<Outcome, AgentError> {
-    cfg.record(
-        "started",
-        json!({"job_id": cfg.job_id_field(), "host": cfg.host(), "nodes": cfg.node_names,
-               "requeue": cfg.launch.requeues}),
-    );
+    cfg.record(timeline::Started {
+        job_id: cfg.job_id_field(),
+        host: cfg.host().to_owned(),
+        nodes: cfg.node_names.clone(),
+        requeue: cfg.launch.requeues,
+    });
     let (followers, layout, master_addr) = match rendezvous::gather(&cfg, &tx).await {
         Ok(g) => g,
         Err(e) => {
-            cfg.record("failed", json!({"attempt": 0, "cause": e.to_string()}));
-            cfg.record("finished", json!({"attempt": 0, "ok": false}));
+            cfg.record(timeline::Failed {
+                attempt: 0,
+                cause: e.to_string(),
+                ..timeline::Failed::default()
+            });
+            cfg.record(timeline::Finished {
+                attempt: 0,
+                ok: false,
+                cause: None,
+            });
             return Err(e);
         }
     };
     let lead = Lead::new(cfg, (tx, rx), followers, layout, master_addr);
     let working = lead.attempt_layout();
-    let mut fields = json!({"world_size": working.world_size(), "master_addr": lead.master_addr,
-                            "nodes": node_ranks(&working)});
     let spares: Vec<String> = lead.spares.iter().map(|&r| lead.host_of(r)).collect();
-    if !spares.is_empty() {
-        fields["spares"] = json!(spares);
-    }
-    lead.cfg.record("rendezvous", fields);
+    lead.cfg.record(timeline::Rendezvous {
+        world_size: working.world_size(),
+        master_addr: lead.master_addr.clone(),
+        nodes: Some(node_ranks(&working)),
+        spares: Some(spares.clone()).filter(|s| !s.is_empty()),
+    });
     say(format!(
         "{} on {}, master {}{}",
         count(working.world_size(), "worker"),
@@ -87,7 +96,7 @@ pub(crate) async fn lead(
 
 /// Which ranks run where, for the `rendezvous` event (and `herd logs --node`): one entry per
 /// node in node-rank order, `{"node": 0, "host": "gpu-a01", "ranks": [0, 1]}`.
-fn node_ranks(layout: &Layout) -> serde_json::Value {
+fn node_ranks(layout: &Layout) -> Vec<NodeRanks> {
     layout
         .nodes
         .iter()
@@ -95,7 +104,11 @@ fn node_ranks(layout: &Layout) -> serde_json::Value {
         .enumerate()
         .map(|(i, (host, &n))| {
             let first = layout.first_rank(i);
-            json!({"node": i, "host": host, "ranks": (first..first + n).collect::<Vec<u32>>()})
+            NodeRanks {
+                node: i as u32,
+                host: host.clone(),
+                ranks: (first..first + n).collect(),
+            }
         })
         .collect()
 }
@@ -111,8 +124,8 @@ mod tests {
             tasks_per_node: vec![2, 1, 2],
         };
         assert_eq!(
-            node_ranks(&layout),
-            json!([
+            serde_json::to_value(node_ranks(&layout)).expect("JSON"),
+            serde_json::json!([
                 {"node": 0, "host": "gpu-a01", "ranks": [0, 1]},
                 {"node": 1, "host": "gpu-a02", "ranks": [2]},
                 {"node": 2, "host": "gpu-a03", "ranks": [3, 4]},

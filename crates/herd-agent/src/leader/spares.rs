@@ -4,8 +4,8 @@
 //! allocation instead of a requeue.
 
 use herd_exp::failure::FailureReport;
+use herd_exp::timeline;
 use herd_slurm::scheduler::lifecycle::{self, Cause};
-use serde_json::json;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -120,10 +120,12 @@ impl Lead {
             self.blamed_hosts.push(host.clone());
         }
         say(format!("blaming node {node} ({host}): {why}"));
-        self.cfg.record(
-            "blame",
-            json!({"attempt": self.number, "node": host, "kind": kind, "why": why}),
-        );
+        self.cfg.record(timeline::Blame {
+            attempt: self.number,
+            node: host.clone(),
+            kind: kind.to_owned(),
+            why: why.to_owned(),
+        });
         // Only a SLURM job's nodes are the cluster's (herd run's local nodes are not).
         let Some(path) = herd_exp::nodes::record_path().filter(|_| self.job_id.is_some()) else {
             return;
@@ -179,11 +181,14 @@ impl Lead {
             }
             f.alive = false;
         }
-        self.cfg.record(
-            "replace",
-            json!({"attempt": self.number, "node": bad_host, "by": spare_host,
-                   "kind": bad.kind, "why": bad.why, "spares_left": self.spares.len()}),
-        );
+        self.cfg.record(timeline::Replace {
+            attempt: self.number,
+            node: bad_host.clone(),
+            by: spare_host.clone(),
+            kind: bad.kind.to_owned(),
+            why: bad.why.clone(),
+            spares_left: self.spares.len() as u32,
+        });
         self.number += 1;
         say(format!(
             "replacing node {} ({bad_host}) with spare node {spare} ({spare_host}): attempt {} starts now ({} left)",
@@ -270,10 +275,12 @@ impl Lead {
             let _ = self.tx.send(event);
         }
         for (&n, (check, detail)) in &failed {
-            self.cfg.record(
-                "preflight_failed",
-                json!({"attempt": number, "node": self.host_of(n), "check": check, "detail": detail}),
-            );
+            self.cfg.record(timeline::PreflightFailed {
+                attempt: number,
+                node: self.host_of(n),
+                check: check.clone(),
+                detail: detail.clone(),
+            });
         }
         let spares: Vec<u32> = failed
             .keys()

@@ -5,10 +5,10 @@ use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
+use herd_exp::timeline;
 use herd_slurm::scheduler::lifecycle::Cause;
 use herd_slurm::Layout;
 use nix::sys::signal::Signal;
-use serde_json::json;
 use tokio::sync::mpsc;
 use tokio::time::{Instant, Interval};
 
@@ -209,17 +209,16 @@ impl Lead {
             },
         )
         .await;
-        let mut started = json!({"attempt": number, "master_port": port, "resume_from": resume,
-                                 "restarts": restarts, "requeue": self.requeue_count});
-        if !self.spares.is_empty() || !self.replaced.is_empty() {
-            started["nodes"] = json!(layout.nodes);
-            started["spares"] = json!(self
-                .spares
-                .iter()
-                .map(|&r| self.host_of(r))
-                .collect::<Vec<_>>());
-        }
-        self.cfg.record("attempt_started", started);
+        let spares = !self.spares.is_empty() || !self.replaced.is_empty();
+        self.cfg.record(timeline::AttemptStarted {
+            attempt: number,
+            master_port: port,
+            resume_from: resume.clone(),
+            restarts: Some(restarts),
+            requeue: self.requeue_count,
+            nodes: spares.then(|| layout.nodes.clone()),
+            spares: spares.then(|| self.spares.iter().map(|&r| self.host_of(r)).collect()),
+        });
         self.started_unix = unix_now();
         self.resume = resume;
         self.stopping = None;

@@ -4,9 +4,10 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
+use herd_exp::failure::Exit;
+use herd_exp::timeline::{self, During};
 use herd_slurm::scheduler::lifecycle::Cause;
 use nix::sys::signal::Signal;
-use serde_json::json;
 use tokio::time::Instant;
 
 use super::links::broadcast;
@@ -121,20 +122,30 @@ impl Lead {
         let a = self.attempt.as_mut().filter(|a| a.number == n)?;
         let report = a.exited(&self.cfg, rank, status).await;
         if self.stopping.is_some() {
-            let how = report
+            let (how, exit) = report
                 .as_ref()
-                .map_or("exited 0".to_owned(), |r| r.cause.clone());
-            self.cfg.record(
-                "worker_exit",
-                json!({"attempt": n, "rank": rank, "during": "stop", "how": how}),
-            );
+                .map_or(("exited 0".to_owned(), Some(Exit::Code(0))), |r| {
+                    (r.cause.clone(), r.exit.clone())
+                });
+            self.cfg.record(timeline::WorkerExit {
+                attempt: n,
+                rank: Some(rank),
+                how,
+                exit,
+                during: Some(During::Stop),
+                node: None,
+            });
             return None;
         }
         let report = report?;
-        self.cfg.record(
-            "worker_exit",
-            json!({"attempt": n, "rank": rank, "how": report.cause}),
-        );
+        self.cfg.record(timeline::WorkerExit {
+            attempt: n,
+            rank: Some(rank),
+            how: report.cause.clone(),
+            exit: report.exit.clone(),
+            during: None,
+            node: None,
+        });
         Some(End::Failed {
             report: Box::new(report),
             retryable: true,
@@ -175,13 +186,24 @@ impl Lead {
     fn on_peer_failed(&mut self, node_rank: u32, report: Box<FailureReport>) -> Option<End> {
         let number = self.number;
         if self.stopping.is_some() {
-            self.cfg.record("worker_exit", json!({"attempt": number, "rank": report.rank, "during": "stop", "how": report.cause}));
+            self.cfg.record(timeline::WorkerExit {
+                attempt: number,
+                rank: report.rank,
+                how: report.cause.clone(),
+                exit: report.exit.clone(),
+                during: Some(During::Stop),
+                node: None,
+            });
             return None;
         }
-        self.cfg.record(
-            "worker_exit",
-            json!({"attempt": number, "rank": report.rank, "node": node_rank, "how": report.cause}),
-        );
+        self.cfg.record(timeline::WorkerExit {
+            attempt: number,
+            rank: report.rank,
+            how: report.cause.clone(),
+            exit: report.exit.clone(),
+            during: None,
+            node: Some(node_rank),
+        });
         Some(End::Failed {
             report,
             retryable: true,
@@ -228,8 +250,9 @@ impl Lead {
         let a = self.attempt.as_ref()?;
         if !self.first_output && a.has_output() {
             self.first_output = true;
-            self.cfg
-                .record("first_output", json!({"attempt": self.number}));
+            self.cfg.record(timeline::FirstOutput {
+                attempt: self.number,
+            });
         }
         if self.stopping.is_some() {
             return None;

@@ -22,7 +22,8 @@ impl Exp {
             .and_then(|o| o.remove("event"))
             .and_then(|e| e.as_str().map(str::to_owned))
             .expect("event name");
-        herd_exp::timeline::append(&self.dir, &name, fields).expect("event");
+        let event = crate::test_support::event(&name, fields);
+        herd_exp::timeline::append(&self.dir, event).expect("event");
     }
 
     /// Appends `lines` to rank `rank`'s `stream` of attempt `k`, each with a mark at its

@@ -7,9 +7,10 @@ use std::collections::BTreeSet;
 use herd_exp::failure::FailureReport;
 use herd_exp::goodput::Accounting;
 use herd_exp::logs::{Began, History};
+use herd_exp::timeline::{Entry, Event};
 use herd_exp::Experiment;
 use herd_metrics::store::{self, Series};
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use crate::CliError;
 
@@ -43,7 +44,7 @@ pub struct ExpData {
     /// Every attempt with a log folder, in order.
     pub attempts: Vec<AttemptData>,
     /// The timeline's events, in order.
-    pub events: Vec<Map<String, Value>>,
+    pub events: Vec<Entry>,
     /// What the timeline says about each attempt.
     pub history: History,
     /// The manifest's runs of every submission, in order (one per attempt that ended).
@@ -56,14 +57,17 @@ pub struct ExpData {
 
 /// Nodes and workers of the newest `rendezvous` event (the agents' count, not the plan's:
 /// a run with a node left out counts what ran).
-pub fn size(events: &[Map<String, Value>]) -> Option<(u32, u32)> {
-    let r = events.iter().rev().find(|e| e["event"] == "rendezvous")?;
-    let world = u32::try_from(r.get("world_size")?.as_u64()?).ok()?;
+pub fn size(events: &[Entry]) -> Option<(u32, u32)> {
+    let r = events.iter().rev().find_map(|e| match &e.event {
+        Event::Rendezvous(r) => Some(r),
+        _ => None,
+    })?;
     let nodes = r
-        .get("nodes")
-        .and_then(Value::as_array)
+        .nodes
+        .as_ref()
         .map_or(1, |n| u32::try_from(n.len()).unwrap_or(1));
-    Some((nodes, world))
+    // A line without its world size (0) says nothing of the size.
+    Some((nodes, r.world_size)).filter(|_| r.world_size > 0)
 }
 
 /// Whether a manifest's plan asked for GPUs (`gpus_per_node` or `gpus` above 0); a plan
@@ -176,14 +180,8 @@ fn append(to: &mut Series, from: &Series) {
     }
 }
 
-fn attempt_of(e: &Map<String, Value>) -> Option<u32> {
-    e.get("attempt")
-        .and_then(Value::as_u64)
-        .and_then(|n| u32::try_from(n).ok())
-}
-
-fn event_time(e: &Map<String, Value>) -> Option<String> {
-    e.get("time").and_then(Value::as_str).map(str::to_owned)
+fn event_time(e: &Entry) -> Option<String> {
+    e.time.clone()
 }
 
 impl ExpData {
@@ -227,17 +225,23 @@ impl ExpData {
                     Some(b) => began_word(b).to_owned(),
                     None => "—".to_owned(),
                 };
-                let mine = || self.events.iter().filter(move |e| attempt_of(e) == Some(k));
-                let named = |name: &str| mine().rfind(|e| e["event"] == name);
-                let started = named("attempt_started")
+                let mine = || {
+                    self.events
+                        .iter()
+                        .filter(move |e| e.event.attempt() == Some(k))
+                };
+                let last = |of: fn(&Event) -> bool| mine().rfind(|e| of(&e.event));
+                let started = last(|e| matches!(e, Event::AttemptStarted(_)))
                     .and_then(event_time)
                     .or_else(|| run.map(|r| ms(r.started_unix)));
-                let ended = run.map(|r| ms(r.ended_unix)).or_else(|| {
-                    ["finished", "teardown", "failed"]
-                        .iter()
-                        .find_map(|n| named(n))
-                        .and_then(event_time)
-                });
+                let ends: [fn(&Event) -> bool; 3] = [
+                    |e| matches!(e, Event::Finished(_)),
+                    |e| matches!(e, Event::Teardown(_)),
+                    |e| matches!(e, Event::Failed(_)),
+                ];
+                let ended = run
+                    .map(|r| ms(r.ended_unix))
+                    .or_else(|| ends.iter().find_map(|&of| last(of)).and_then(event_time));
                 let with_cause = |word: &str, cause: Option<&str>| match cause {
                     Some(c) => format!("{word} ({c})"),
                     None => word.to_owned(),
@@ -249,16 +253,19 @@ impl ExpData {
                         then => with_cause(then, r.cause.as_deref()),
                     },
                     None => {
-                        if let Some(f) = named("finished") {
-                            if f.get("ok").and_then(Value::as_bool).unwrap_or(false) {
-                                "finished".to_owned()
-                            } else {
-                                with_cause("failed", f.get("cause").and_then(Value::as_str))
-                            }
-                        } else if let Some(f) = named("failed") {
-                            with_cause("failed", f.get("kind").and_then(Value::as_str))
-                        } else {
-                            "—".to_owned()
+                        let finished = mine().rev().find_map(|e| match &e.event {
+                            Event::Finished(f) => Some(f),
+                            _ => None,
+                        });
+                        let failed = mine().rev().find_map(|e| match &e.event {
+                            Event::Failed(f) => Some(f),
+                            _ => None,
+                        });
+                        match (finished, failed) {
+                            (Some(f), _) if f.ok => "finished".to_owned(),
+                            (Some(f), _) => with_cause("failed", f.cause.as_deref()),
+                            (None, Some(f)) => with_cause("failed", f.kind.as_deref()),
+                            (None, None) => "—".to_owned(),
                         }
                     }
                 };

@@ -490,14 +490,14 @@ pub(crate) fn record_end(exp: &Experiment, progress: &Progress, job: &SchedJob) 
         return;
     }
     let lead = job.lead();
-    let fields = json!({
-        "job_id": job.id,
-        "state": lead.state,
-        "exit_code": job.exit_code(),
-        "reason": lead.reason,
-    });
+    let ended = herd_exp::timeline::Ended {
+        job_id: Some(job.id.as_str().into()),
+        state: lead.state.clone(),
+        exit_code: job.exit_code(),
+        reason: lead.reason.clone(),
+    };
     // The folder may be another user's, read-only: the answer is shown either way.
-    let _ = herd_exp::timeline::append(exp.dir(), "ended", fields);
+    let _ = herd_exp::timeline::append(exp.dir(), ended);
 }
 
 /// The nodes spares took the place of in the current job, for a status line:
@@ -554,7 +554,7 @@ mod tests {
             let mut m = fields.as_object().cloned().unwrap_or_default();
             m.insert("unix_ms".into(), json!(1_000_000 + s * 1000));
             m.insert("event".into(), json!(event));
-            m
+            crate::test_support::entry(Value::Object(m))
         };
         let mut events = vec![
             ev(0, "started", json!({"job_id": "3"})),
@@ -661,7 +661,7 @@ mod tests {
                     if let Value::Object(f) = f {
                         m.extend(f.clone());
                     }
-                    m
+                    crate::test_support::entry(Value::Object(m))
                 })
                 .collect::<Vec<_>>()
         };
@@ -758,7 +758,7 @@ mod tests {
                 json!({"event": "queued", "job_id": "9", "unix_ms": 1}),
                 json!({"event": "started", "job_id": 9, "unix_ms": 2}),
             ]
-            .map(|v| v.as_object().cloned().expect("object")),
+            .map(crate::test_support::entry),
         );
         let v = view(None, Some(&started), Some(&jobs[0]), true, None);
         assert!(

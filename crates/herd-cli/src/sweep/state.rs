@@ -9,7 +9,6 @@ use herd_exp::goodput::Accounting;
 use herd_exp::progress::Progress;
 use herd_slurm::scheduler::queue::{self, Scope};
 use herd_slurm::SlurmError;
-use serde_json::{Map, Value};
 
 use super::run::{Sweep, SweepRun};
 use crate::status::{view_apart, SchedJob, View};
@@ -131,7 +130,7 @@ pub struct Folder {
     /// Where its job stands, from the folder.
     pub progress: Progress,
     /// Its timeline's events.
-    pub events: Vec<Map<String, Value>>,
+    pub events: Vec<herd_exp::timeline::Entry>,
 }
 
 /// Reads `run`'s manifest and timeline: its progress is that of its task's job

@@ -68,6 +68,7 @@ fn event(run: &SweepRun, ms: u64, name: &str, fields: Value) {
     m.insert("unix_ms".into(), json!(ms));
     m.insert("time".into(), json!(herd_exp::timeline::rfc3339(ms)));
     m.insert("event".into(), json!(name));
+    crate::test_support::entry(Value::Object(m.clone()));
     let mut file = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -754,13 +755,16 @@ fn a_tasks_end_is_recorded_once_in_its_runs_timeline() {
         herd_exp::timeline::read(run.experiment.dir())
             .expect("timeline")
             .into_iter()
-            .filter(|e| e["event"] == "ended")
+            .filter_map(|e| match e.event {
+                herd_exp::timeline::Event::Ended(x) => Some(x),
+                _ => None,
+            })
             .collect::<Vec<_>>()
     };
     let failed = ended_events("lr=0.1,seed=2");
     assert_eq!(failed.len(), 1, "{failed:?}");
-    assert_eq!(failed[0]["job_id"], "500_2");
-    assert_eq!(failed[0]["state"], "FAILED");
+    assert_eq!(failed[0].job_id.as_ref().map(|j| j.as_str()), Some("500_2"));
+    assert_eq!(failed[0].state, "FAILED");
     assert_eq!(ended_events("lr=0.01,seed=1").len(), 1);
     assert!(ended_events("lr=0.01,seed=2").is_empty(), "still queued");
     // Gone from the queue: the recorded end answers.

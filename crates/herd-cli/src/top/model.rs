@@ -11,12 +11,13 @@ use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use herd_exp::failure::Exit;
 use herd_exp::layout::AttemptDir;
 use herd_exp::logs::{self as exp_logs, History};
 use herd_exp::progress::Progress;
+use herd_exp::timeline::{During, Entry, Event};
 use herd_exp::Experiment;
 use herd_metrics::store::{Series, Tail};
-use serde_json::{Map, Value};
 
 /// The least silence that makes a running rank `SILENT` when `--silent-after` is not given.
 pub const SILENT_FLOOR: Duration = Duration::from_secs(60);
@@ -366,7 +367,7 @@ struct RankFiles {
 #[derive(Debug, Default)]
 struct Timeline {
     len: Option<u64>,
-    events: Vec<Map<String, Value>>,
+    events: Vec<Entry>,
     history: History,
     progress: Progress,
     job_ids: Vec<String>,
@@ -729,8 +730,8 @@ fn ended_words(p: &Progress) -> Option<String> {
     }
 }
 
-fn last_event_ms(events: &[Map<String, Value>]) -> Option<u64> {
-    events.last()?.get("unix_ms")?.as_u64()
+fn last_event_ms(events: &[Entry]) -> Option<u64> {
+    events.last()?.unix_ms
 }
 
 /// `Some(ok)` when attempt `k` is over: it finished (ok or not), a later attempt began, or
@@ -750,43 +751,63 @@ fn attempt_over(history: &History, attempts: &[u32], k: u32, job_ended: bool) ->
     None
 }
 
-/// The ranks of attempt `k` that the timeline says exited (`worker_exit`, or the rank a
-/// `failed` cause names), as states.
-fn exits(events: &[Map<String, Value>], k: u32) -> BTreeMap<u32, State> {
+/// The ranks of attempt `k` that the timeline says exited (`worker_exit`, or the failing
+/// rank of `failed`), as states: from the event's `exit`, or, in a line older than that
+/// field, from its words (`how`, `cause`).
+fn exits(events: &[Entry], k: u32) -> BTreeMap<u32, State> {
     let mut out = BTreeMap::new();
     for e in events {
-        if e.get("attempt").and_then(Value::as_u64) != Some(u64::from(k)) {
-            continue;
-        }
-        let how = e
-            .get("how")
-            .or_else(|| e.get("cause"))
-            .and_then(Value::as_str);
-        let rank = match e.get("event").and_then(Value::as_str) {
-            Some("worker_exit") => e.get("rank").and_then(Value::as_u64),
-            // `rank 3 (local rank 1 on gpu-a02) exited with code 1`
-            Some("failed") => how.and_then(|c| {
-                c.strip_prefix("rank ")?
-                    .split(' ')
-                    .next()?
-                    .parse::<u64>()
-                    .ok()
-            }),
-            _ => None,
+        let (rank, exit, how, during_stop) = match &e.event {
+            Event::WorkerExit(w) if w.attempt == k => (
+                w.rank,
+                w.exit.as_ref(),
+                w.how.as_str(),
+                w.during == Some(During::Stop),
+            ),
+            // An older line names the rank in the cause alone:
+            // `rank 3 (local rank 1 on gpu-a02) exited with code 1`.
+            Event::Failed(f) if f.attempt == k => (
+                f.rank.or_else(|| {
+                    f.cause
+                        .strip_prefix("rank ")?
+                        .split(' ')
+                        .next()?
+                        .parse::<u32>()
+                        .ok()
+                }),
+                f.exit.as_ref(),
+                f.cause.as_str(),
+                false,
+            ),
+            _ => continue,
         };
-        let (Some(rank), Some(how)) = (rank.and_then(|r| u32::try_from(r).ok()), how) else {
-            continue;
+        let Some(rank) = rank else { continue };
+        let state = match exit {
+            Some(exit) => exit_state(exit, during_stop),
+            None if how.is_empty() => continue,
+            None => words_state(how, during_stop),
         };
-        let during_stop = e.get("during").and_then(Value::as_str) == Some("stop");
-        let state = exit_state(how, during_stop);
         // The first word on a rank stands (a `failed` repeats its `worker_exit`).
         out.entry(rank).or_insert(state);
     }
     out
 }
 
-/// `exited with code 1` → `failed 1`, `killed by SIGKILL (…)` → `killed SIGKILL`.
-fn exit_state(how: &str, during_stop: bool) -> State {
+/// A worker's end as its state: code 1 → `failed 1`, SIGKILL → `killed SIGKILL`; any
+/// signal, and code 0, while the workers were asked to stop: stopped.
+fn exit_state(exit: &Exit, during_stop: bool) -> State {
+    match exit {
+        Exit::Code(0) if during_stop => State::Stopped,
+        Exit::Code(0) => State::Done,
+        Exit::Code(c) => State::Failed(*c),
+        Exit::Signal(_) if during_stop => State::Stopped,
+        Exit::Signal(s) => State::Killed(s.clone()),
+    }
+}
+
+/// The same from the words of a line older than `exit`: `exited with code 1` → `failed 1`,
+/// `killed by SIGKILL (…)` → `killed SIGKILL`.
+fn words_state(how: &str, during_stop: bool) -> State {
     if let Some(i) = how.find("exited with code ") {
         let code = how[i + "exited with code ".len()..]
             .split(|c: char| !c.is_ascii_digit() && c != '-')

@@ -13,7 +13,8 @@ const NOW: u64 = 1_796_060_000_000;
 
 impl Exp {
     fn record(&self, name: &str, fields: serde_json::Value) {
-        herd_exp::timeline::append(&self.dir, name, fields).expect("event");
+        let event = crate::test_support::event(name, fields);
+        herd_exp::timeline::append(&self.dir, event).expect("event");
     }
 
     /// `started`, a `rendezvous` of `ranks` ranks on two nodes, `attempt_started` K.
@@ -173,6 +174,43 @@ fn states_come_from_the_files_and_the_timeline() {
     );
     let frame = reader.frame(NOW);
     assert_eq!(frame.ended.as_deref(), Some("ended COMPLETED (exit 0)"));
+}
+
+/// A rank's end comes from the event's `exit` (and `failed`'s `rank`), not from its words:
+/// an exception whose message says `exited with code 3` leaves the exit code 1, and a cause
+/// that does not start with the rank still names it.
+#[test]
+fn exits_are_read_from_the_events_fields_not_their_words() {
+    let e = Exp::new();
+    e.start(1, 5);
+    for r in 0..5 {
+        e.readings(1, r, &[100.0], NOW - 1000);
+    }
+    e.record(
+        "worker_exit",
+        json!({"attempt": 1, "rank": 1, "exit": {"code": 1},
+               "how": "rank 1 (local rank 1 on gpu-a01) raised RuntimeError: child exited with code 3 (exited with code 1)"}),
+    );
+    e.record(
+        "worker_exit",
+        json!({"attempt": 1, "rank": 2, "exit": {"signal": "SIGSEGV"}, "how": "segfault"}),
+    );
+    e.record(
+        "failed",
+        json!({"attempt": 1, "rank": 3, "exit": {"code": 9}, "kind": "worker_failure",
+               "cause": "the worker of rank 3 exited with code 9"}),
+    );
+    e.record(
+        "worker_exit",
+        json!({"attempt": 1, "rank": 4, "exit": {"signal": "SIGTERM"}, "during": "stop",
+               "how": "rank 4 (local rank 0 on gpu-a02) killed by SIGTERM"}),
+    );
+    let frame = e.reader(None).frame(NOW);
+    assert_eq!(state_of(&frame, 0), State::Running);
+    assert_eq!(state_of(&frame, 1), State::Failed(1));
+    assert_eq!(state_of(&frame, 2), State::Killed("SIGSEGV".into()));
+    assert_eq!(state_of(&frame, 3), State::Failed(9));
+    assert_eq!(state_of(&frame, 4), State::Stopped);
 }
 
 #[test]

@@ -7,7 +7,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::layout::LogsDir;
-use crate::timeline::now;
+use crate::timeline::clock::now;
 
 mod error_file;
 pub mod hints;

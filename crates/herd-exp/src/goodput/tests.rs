@@ -1,14 +1,16 @@
 use super::*;
 
 /// One timeline event at `s` seconds after 1000 s.
-fn ev(s: f64, event: &str, fields: Value) -> Map<String, Value> {
+fn ev(s: f64, event: &str, fields: Value) -> Entry {
     let mut m = Map::new();
     m.insert("unix_ms".into(), json!(1_000_000 + (s * 1000.0) as u64));
     m.insert("event".into(), json!(event));
     if let Value::Object(f) = fields {
         m.extend(f);
     }
-    m
+    let e = Entry::parse(&Value::Object(m).to_string());
+    assert!(!matches!(e.event, Event::Other(_)), "{e:?}");
+    e
 }
 
 fn at(s: f64) -> u64 {
@@ -25,7 +27,7 @@ fn readings(t0: f64, steps: std::ops::RangeInclusive<u64>) -> Steps {
 
 /// A time limit (attempt 0, checkpointed on the way out), a frozen node (attempt 1, which
 /// first redoes 5 steps since the checkpoint was older), and the end (attempt 2).
-fn story() -> (Vec<Map<String, Value>>, BTreeMap<u32, Steps>) {
+fn story() -> (Vec<Entry>, BTreeMap<u32, Steps>) {
     let events = vec![
         ev(0.0, "started", json!({"job_id": 7, "requeue": 0})),
         ev(-1.0, "queued", json!({"job_id": "7", "submission": 1})),

@@ -78,7 +78,11 @@ fn logs_experiment() -> (tempfile::TempDir, std::path::PathBuf) {
     exp.record_job_id(1, "4242").expect("job id");
     let dir = exp.dir().to_owned();
     let event = |name: &str, fields: serde_json::Value| {
-        herd_exp::timeline::append(&dir, name, fields).expect("event");
+        let mut m = fields.as_object().cloned().expect("an object");
+        m.insert("event".into(), name.into());
+        let event: herd_exp::timeline::Event =
+            serde_json::from_value(serde_json::Value::Object(m)).expect("a timeline event");
+        herd_exp::timeline::append(&dir, event).expect("event");
     };
     event("started", serde_json::json!({"job_id": 4242, "requeue": 0}));
     event(

@@ -196,7 +196,7 @@ fn a_resumed_experiment_starts_from_its_newest_checkpoint() {
         "the resumed run diverged from the uninterrupted one"
     );
     // The timeline tells both jobs' story, in order, from herd submit and the leader.
-    let events = herd_exp::timeline::read(&exp).expect("timeline.jsonl");
+    let events = crate::support::timeline(&exp);
     let names: Vec<&str> = events
         .iter()
         .map(|e| e["event"].as_str().unwrap_or("?"))

@@ -74,12 +74,14 @@ impl Exp {
             .and_then(serde_json::Value::as_str)
             .and_then(herd_exp::timeline::parse_rfc3339);
         let Some(ms) = dated else {
-            herd_exp::timeline::append(self.exp.dir(), name, fields).expect("event");
+            let event = crate::test_support::event(name, fields);
+            herd_exp::timeline::append(self.exp.dir(), event).expect("event");
             return;
         };
         let mut m = fields.as_object().cloned().unwrap_or_default();
         m.insert("unix_ms".into(), json!(ms));
         m.insert("event".into(), json!(name));
+        crate::test_support::entry(serde_json::Value::Object(m.clone()));
         let mut file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
