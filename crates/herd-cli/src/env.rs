@@ -30,7 +30,7 @@ pub struct EnvArgs {
     pub gpus: GpuBindArg,
     /// Show the workers an agent on this node would start (`herd launch`, agent mode, as
     /// `herd submit` runs jobs) instead of this task as a worker itself (`herd exec`, srun
-    /// mode). Give it the options you give `herd launch`.
+    /// mode). The options below are those of `herd launch` that change what a worker gets.
     #[arg(long)]
     pub agent: bool,
     /// Agent mode: workers per node, as `herd launch --nproc-per-node` (default: the

@@ -238,7 +238,9 @@ fn gpu_share(node_gpus: &[String], local_rank: u32, local_world_size: u32) -> Ve
     node_gpus[start..start + per].to_vec()
 }
 
-/// Every variable herd sets for the worker at `pos` of `layout`.
+/// The variables herd sets for the worker at `pos` of `layout` in either launch mode: all
+/// of them in srun mode (`herd exec`); an agent adds where its attempt's files are and the
+/// stop signal (`herd_agent::workers::agent_worker_env`). `herd env` shows either set.
 pub fn worker_env(layout: &Layout, pos: Position, info: &LaunchInfo) -> BTreeMap<String, String> {
     let world = layout.world_size();
     let nnodes = layout.nodes.len();
