@@ -7,6 +7,11 @@
 //! The bed has two real cores: tests that use it run one at a time whatever runs them
 //! (nextest's `bed` group, plain `cargo test` threads, two test binaries at once), because
 //! [`Bed::require`] and [`exclusive`] hold it for the calling test alone.
+//!
+//! No test leaves the bed broken for the next: [`Bed::require`] first repairs what an
+//! earlier test, killed before its guards ran, left frozen, stopped, drained or queued
+//! ([`repair`]), and under nextest it ends its test, repairing the bed, a minute before
+//! nextest would kill it ([`budget`]).
 
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
@@ -19,7 +24,9 @@ use std::time::{Duration, Instant};
 use herd_slurm::scheduler::command;
 use herd_slurm::scheduler::fields::fields;
 
+pub mod budget;
 mod freeze;
+pub mod repair;
 pub use freeze::Frozen;
 
 /// Errors talking to the bed. Each carries the command and what it printed.
@@ -409,7 +416,7 @@ impl Bed {
         let listed = command::node_states("gpu")?;
         let mut nodes = Vec::new();
         for (node, state) in &listed {
-            if !matches!(state.as_str(), "idle" | "mix" | "alloc" | "comp") {
+            if repair::node_state(state) != repair::NodeState::Usable {
                 return Err(BedError::Parse {
                     command: "sinfo".into(),
                     output: format!("node {node} is {state}; run `testbed/up` to repair the bed"),
@@ -434,10 +441,15 @@ impl Bed {
 
     /// [`Bed::connect`], or fail the calling test with a message saying what to do; the
     /// bed is the calling test's alone until the returned value is dropped ([`exclusive`]).
-    /// Connects once per test binary; later calls reuse it.
+    /// Once the bed is the test's, and before anything looks at it, what an earlier test
+    /// left broken is repaired ([`repair`], one line on stderr when it did anything); under
+    /// nextest the test's watchdog starts ([`budget`]). Connects once per test binary;
+    /// later calls reuse it.
     pub fn require() -> ExclusiveBed {
         static BED: OnceLock<Result<Bed, String>> = OnceLock::new();
         let turn = exclusive();
+        budget::watch();
+        repair::repair(Duration::from_secs(60));
         match BED.get_or_init(|| Bed::connect().map_err(|e| e.to_string())) {
             Ok(bed) => {
                 isolate_node_record();
@@ -506,13 +518,19 @@ impl Bed {
         loop {
             let info = self.job(job)?;
             if info.is_final() {
+                budget::waiting_for(None);
                 return Ok(info);
             }
             if info.state != last_state {
                 eprintln!("job {job}: {} ({})", info.state, info.reason);
+                budget::waiting_for(Some(format!(
+                    "job {job} to end, {} ({}), for up to {timeout:?}",
+                    info.state, info.reason
+                )));
                 last_state = info.state.clone();
             }
             if Instant::now() >= deadline {
+                budget::waiting_for(None);
                 let _ = self.cancel(job);
                 return Err(BedError::JobTimeout {
                     job,
