@@ -3,10 +3,12 @@
 //! nextest kills a test that runs past its slow-timeout (`period` × `terminate-after` in
 //! `.config/nextest.toml`, the profile's or a per-test override's): killed, the test says
 //! nothing of what it waited for, and runs none of its guards. So under nextest
-//! [`crate::Bed::require`] starts a watchdog with the same limit, read from the same file:
-//! [`MARGIN`] before nextest would kill the test, the watchdog says on stderr how long the
-//! test ran, of how long, and what it last waited for, repairs the bed
-//! ([`crate::repair`]) and ends the test process as failed. A test's own deadlines (each
+//! [`crate::Bed::require`] starts a watchdog with the same limit, read from the same file,
+//! counted as nextest counts it, from the test process's start (a wait for another
+//! process's bed test included): [`MARGIN`] before nextest would kill the test, the
+//! watchdog says on stderr how long the test ran, of how long, and what it last waited
+//! for, repairs the bed ([`crate::repair`]; only when the bed is this process's) and ends
+//! the test process as failed. A test's own deadlines (each
 //! wait's, generous: they tell a hang from a prompt end) fire first when they are shorter;
 //! this one bounds the whole test, whatever its waits add up to.
 //!
@@ -155,6 +157,24 @@ fn duration(text: &str) -> Result<Duration, String> {
     }
 }
 
+/// How long this process has run: `/proc/uptime` less its start in `/proc/self/stat`
+/// (field 22, in the kernel's USER_HZ ticks: 100 a second on Linux).
+fn process_age() -> Option<Duration> {
+    let uptime = std::fs::read_to_string("/proc/uptime").ok()?;
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    age_of(&stat, &uptime)
+}
+
+/// [`process_age`] from the texts of `/proc/self/stat` and `/proc/uptime`.
+fn age_of(stat: &str, uptime: &str) -> Option<Duration> {
+    const USER_HZ: f64 = 100.0;
+    let up: f64 = uptime.split_whitespace().next()?.parse().ok()?;
+    // After the command name's `)`: field 3 (the state) is the first, field 22 the 20th.
+    let (_, rest) = stat.rsplit_once(')')?;
+    let ticks: f64 = rest.split_whitespace().nth(19)?.parse().ok()?;
+    Some(Duration::from_secs_f64((up - ticks / USER_HZ).max(0.0)))
+}
+
 /// What the test waits for now, said by [`crate::Bed::wait`] for the watchdog's message.
 static WAITING: Mutex<Option<String>> = Mutex::new(None);
 
@@ -181,26 +201,31 @@ pub(crate) fn watch() {
         let Some(limit) = limit else {
             return;
         };
-        let started = Instant::now();
+        // nextest's clock started with the process.
+        let age = process_age().unwrap_or_default();
+        let started = Instant::now().checked_sub(age).unwrap_or_else(Instant::now);
         let budget = limit.kill_after.saturating_sub(MARGIN);
         std::thread::spawn(move || {
-            std::thread::sleep(budget);
+            std::thread::sleep(budget.saturating_sub(started.elapsed()));
             let waiting = WAITING
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .clone()
-                .unwrap_or_else(|| "see the test's last lines above".into());
+                .map(|w| format!("it was waiting for {w}"))
+                .unwrap_or_else(|| "what it was waiting for is in its last lines above".into());
             eprintln!(
                 "herd-testbed: {test} ran out of time: {:.0} s of the {:.0} s nextest gives it \
                  ({}, .config/nextest.toml); it fails now, {:.0} s before nextest would kill \
-                 it, after repairing the bed. It was waiting for: {waiting}. A test that \
-                 needs longer gets a slow-timeout override there.",
+                 it, after repairing the bed; {waiting}. A test that needs longer gets a \
+                 slow-timeout override there.",
                 started.elapsed().as_secs_f64(),
                 limit.kill_after.as_secs_f64(),
                 limit.from,
                 MARGIN.as_secs_f64(),
             );
-            crate::repair::repair(Duration::from_secs(10));
+            if crate::holds_the_bed() {
+                crate::repair::repair("this test", Duration::from_secs(10));
+            }
             std::process::exit(101);
         });
     });
@@ -297,6 +322,19 @@ slow-timeout = { period = "60s", terminate-after = 20 }
 "#;
         let err = limit(config, "ci", "sweeps::x").expect_err("refused");
         assert!(err.contains("test(=NAME)"), "{err}");
+    }
+
+    #[test]
+    fn a_process_age_is_uptime_less_its_start() {
+        // A process started 1234.56 s after boot (123456 ticks), 10 s ago.
+        let stat = "4242 (e2e (x)) S 1 4242 4242 0 -1 4194560 100 0 0 0 5 1 0 0 20 0 3 0 \
+                    123456 1000 100 18446744073709551615";
+        assert_eq!(
+            age_of(stat, "1244.56 2400.00\n").map(|d| d.as_millis()),
+            Some(10_000)
+        );
+        assert_eq!(age_of("garbage", "1.0 1.0"), None);
+        assert!(process_age().is_some(), "this process's own age reads");
     }
 
     #[test]

@@ -310,7 +310,6 @@ pub struct BedTurn {
 /// taken once and held until the process exits (nextest runs each test in a process of
 /// its own); within a process, one test at a time.
 pub fn exclusive() -> BedTurn {
-    static PROCESS: OnceLock<std::fs::File> = OnceLock::new();
     static THREAD: Mutex<()> = Mutex::new(());
     PROCESS.get_or_init(|| {
         let path = std::env::temp_dir().join("herd-testbed.lock");
@@ -325,8 +324,18 @@ pub fn exclusive() -> BedTurn {
                 "waiting for another test process to finish with the bed ({})",
                 path.display()
             );
+            let asked = Instant::now();
+            budget::waiting_for(Some(format!(
+                "the bed: another test process holds {}",
+                path.display()
+            )));
             file.lock()
                 .unwrap_or_else(|e| panic!("cannot lock {}: {e}", path.display()));
+            budget::waiting_for(None);
+            eprintln!(
+                "the bed is this process's after {:.1} s of waiting",
+                asked.elapsed().as_secs_f64()
+            );
         }
         file
     });
@@ -340,6 +349,15 @@ pub fn exclusive() -> BedTurn {
     };
     HOLDS_TURN.set(true);
     turn
+}
+
+/// The cross-process lock of the bed, once this process holds it (until it exits).
+static PROCESS: OnceLock<std::fs::File> = OnceLock::new();
+
+/// Whether this process holds the bed's cross-process lock: only then may it repair the
+/// bed (another process's test may be using it otherwise).
+pub(crate) fn holds_the_bed() -> bool {
+    PROCESS.get().is_some()
 }
 
 thread_local! {
@@ -431,9 +449,11 @@ impl Bed {
             });
         }
         nodes.sort();
+        // `testbed/up` made the venv already (this only prints its python); one that has to
+        // be installed now (~5 GB) may not fit in the test's time: bring the bed up first.
         let venv = run_cmd(
             &mut Command::new(repo_root().join("testbed/venv")),
-            Duration::from_secs(900),
+            Duration::from_secs(480),
         )?;
         let python = PathBuf::from(String::from_utf8_lossy(&venv.stdout).trim());
         Ok(Bed { nodes, python })
@@ -447,9 +467,10 @@ impl Bed {
     /// later calls reuse it.
     pub fn require() -> ExclusiveBed {
         static BED: OnceLock<Result<Bed, String>> = OnceLock::new();
-        let turn = exclusive();
+        // Before the wait for the bed: nextest's clock runs during that wait too.
         budget::watch();
-        repair::repair(Duration::from_secs(60));
+        let turn = exclusive();
+        repair::repair("an earlier test", Duration::from_secs(60));
         match BED.get_or_init(|| Bed::connect().map_err(|e| e.to_string())) {
             Ok(bed) => {
                 isolate_node_record();

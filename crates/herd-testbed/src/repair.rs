@@ -28,9 +28,10 @@ use crate::freeze;
 const QUERY: Duration = Duration::from_secs(10);
 
 /// Repairs what an earlier, killed test left broken (see the module doc) and says in one
-/// line on stderr what it repaired; says nothing when nothing needed repair. `wait_for_jobs`
-/// is how long it waits for cancelled jobs to leave the queue.
-pub fn repair(wait_for_jobs: Duration) -> Vec<String> {
+/// line on stderr what it repaired, `whose` naming who left it (`an earlier test`); says
+/// nothing when nothing needed repair. `wait_for_jobs` is how long it waits for cancelled
+/// jobs to leave the queue. Returns what it said.
+pub fn repair(whose: &str, wait_for_jobs: Duration) -> Vec<String> {
     let mut done = Vec::new();
     thaw_frozen_cgroups(&mut done);
     wake_stopped_daemons(&mut done);
@@ -38,7 +39,7 @@ pub fn repair(wait_for_jobs: Duration) -> Vec<String> {
     resume_nodes(&mut done);
     if !done.is_empty() {
         eprintln!(
-            "herd-testbed: repaired what an earlier test left: {}",
+            "herd-testbed: repaired what {whose} left: {}",
             done.join("; ")
         );
     }

@@ -113,7 +113,7 @@ fn a_bed_left_broken_is_repaired_at_the_next_tests_start() {
         .success());
     assert_eq!(state_of(&ctld), 'T', "slurmctld stopped");
 
-    let said = repair::repair(Duration::from_secs(60));
+    let said = repair::repair("this test", Duration::from_secs(60));
     eprintln!("the repair said: {said:#?}");
     let all = said.join("\n");
     for want in [
@@ -169,7 +169,7 @@ fn a_bed_left_broken_is_repaired_at_the_next_tests_start() {
     let bed = Bed::require();
     assert!(bed.nodes().len() >= 3, "{:?}", bed.nodes());
     assert!(
-        repair::repair(Duration::from_secs(10)).is_empty(),
+        repair::repair("this test", Duration::from_secs(10)).is_empty(),
         "nothing is left to repair"
     );
 }
