@@ -151,11 +151,17 @@ async fn a_silent_program_on_the_preferred_port_costs_a_timeout_not_a_hang() {
     let started = std::time::Instant::now();
     let (k, n) = (key(&mine, "k"), node(1));
     let follower = connect(&k, LOOPBACK, &n, 32, Duration::from_secs(20));
-    let (link, _) = tokio::join!(follower, leader.accept());
+    // Without the handshake timeout the follower would wait on the silent port for ever
+    // (its own deadline is only looked at between candidates): a minute tells that hang
+    // from the one timeout it costs.
+    let (link, _) = tokio::time::timeout(Duration::from_secs(60), async {
+        tokio::join!(follower, leader.accept())
+    })
+    .await
+    .expect("the follower hangs on the silent port");
     link.expect("found the leader past the silent port");
-    assert!(
-        started.elapsed() < Duration::from_secs(10),
-        "took {:?}",
+    eprintln!(
+        "found the leader past the silent port in {:?} (handshake timeout {HANDSHAKE_TIMEOUT:?})",
         started.elapsed()
     );
     hold.abort();

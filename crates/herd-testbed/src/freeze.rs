@@ -12,16 +12,22 @@ use std::time::{Duration, Instant};
 
 use crate::BedError;
 
-/// Processes frozen together in one cgroup (see the module doc). Dropping it thaws whatever
-/// is left and removes the cgroup.
+/// Processes frozen together in one cgroup (see the module doc). Dropping it (the test ends,
+/// or panics and unwinds) thaws whatever is left and removes the cgroup; a test killed
+/// before it could drop it leaves the cgroup frozen, and the next bed test's
+/// [`crate::repair`] thaws it and kills what is inside.
 #[derive(Debug)]
 pub struct Frozen {
     cgroup: PathBuf,
     pids: Vec<u32>,
 }
 
+/// The start of the name of every frozen node's cgroup (under the cgroup2 mount), which
+/// [`crate::repair`] and `testbed/down` look for.
+pub(crate) const PREFIX: &str = "herd-testbed-frozen-";
+
 /// The cgroup v2 hierarchy's mount point, from `/proc/self/mountinfo`.
-fn cgroup2_root() -> Result<PathBuf, BedError> {
+pub(crate) fn cgroup2_root() -> Result<PathBuf, BedError> {
     let path = Path::new("/proc/self/mountinfo");
     let table = std::fs::read_to_string(path).map_err(|source| BedError::Io {
         path: path.into(),
@@ -57,7 +63,7 @@ impl Frozen {
     /// says the cgroup is frozen (at most 10 s).
     pub fn new(pids: &[u32]) -> Result<Frozen, BedError> {
         let first = pids.first().copied().unwrap_or_default();
-        let cgroup = cgroup2_root()?.join(format!("herd-testbed-frozen-{first}"));
+        let cgroup = cgroup2_root()?.join(format!("{PREFIX}{first}"));
         std::fs::create_dir_all(&cgroup).map_err(|source| BedError::Io {
             path: cgroup.clone(),
             source,

@@ -7,6 +7,11 @@
 //! The bed has two real cores: tests that use it run one at a time whatever runs them
 //! (nextest's `bed` group, plain `cargo test` threads, two test binaries at once), because
 //! [`Bed::require`] and [`exclusive`] hold it for the calling test alone.
+//!
+//! No test leaves the bed broken for the next: [`Bed::require`] first repairs what an
+//! earlier test, killed before its guards ran, left frozen, stopped, drained or queued
+//! ([`repair`]), and under nextest it ends its test, repairing the bed, a minute before
+//! nextest would kill it ([`budget`]).
 
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
@@ -19,7 +24,9 @@ use std::time::{Duration, Instant};
 use herd_slurm::scheduler::command;
 use herd_slurm::scheduler::fields::fields;
 
+pub mod budget;
 mod freeze;
+pub mod repair;
 pub use freeze::Frozen;
 
 /// Errors talking to the bed. Each carries the command and what it printed.
@@ -303,7 +310,6 @@ pub struct BedTurn {
 /// taken once and held until the process exits (nextest runs each test in a process of
 /// its own); within a process, one test at a time.
 pub fn exclusive() -> BedTurn {
-    static PROCESS: OnceLock<std::fs::File> = OnceLock::new();
     static THREAD: Mutex<()> = Mutex::new(());
     PROCESS.get_or_init(|| {
         let path = std::env::temp_dir().join("herd-testbed.lock");
@@ -318,8 +324,18 @@ pub fn exclusive() -> BedTurn {
                 "waiting for another test process to finish with the bed ({})",
                 path.display()
             );
+            let asked = Instant::now();
+            budget::waiting_for(Some(format!(
+                "the bed: another test process holds {}",
+                path.display()
+            )));
             file.lock()
                 .unwrap_or_else(|e| panic!("cannot lock {}: {e}", path.display()));
+            budget::waiting_for(None);
+            eprintln!(
+                "the bed is this process's after {:.1} s of waiting",
+                asked.elapsed().as_secs_f64()
+            );
         }
         file
     });
@@ -333,6 +349,15 @@ pub fn exclusive() -> BedTurn {
     };
     HOLDS_TURN.set(true);
     turn
+}
+
+/// The cross-process lock of the bed, once this process holds it (until it exits).
+static PROCESS: OnceLock<std::fs::File> = OnceLock::new();
+
+/// Whether this process holds the bed's cross-process lock: only then may it repair the
+/// bed (another process's test may be using it otherwise).
+pub(crate) fn holds_the_bed() -> bool {
+    PROCESS.get().is_some()
 }
 
 thread_local! {
@@ -409,7 +434,7 @@ impl Bed {
         let listed = command::node_states("gpu")?;
         let mut nodes = Vec::new();
         for (node, state) in &listed {
-            if !matches!(state.as_str(), "idle" | "mix" | "alloc" | "comp") {
+            if repair::node_state(state) != repair::NodeState::Usable {
                 return Err(BedError::Parse {
                     command: "sinfo".into(),
                     output: format!("node {node} is {state}; run `testbed/up` to repair the bed"),
@@ -424,9 +449,11 @@ impl Bed {
             });
         }
         nodes.sort();
+        // `testbed/up` made the venv already (this only prints its python); one that has to
+        // be installed now (~5 GB) may not fit in the test's time: bring the bed up first.
         let venv = run_cmd(
             &mut Command::new(repo_root().join("testbed/venv")),
-            Duration::from_secs(900),
+            Duration::from_secs(480),
         )?;
         let python = PathBuf::from(String::from_utf8_lossy(&venv.stdout).trim());
         Ok(Bed { nodes, python })
@@ -434,10 +461,16 @@ impl Bed {
 
     /// [`Bed::connect`], or fail the calling test with a message saying what to do; the
     /// bed is the calling test's alone until the returned value is dropped ([`exclusive`]).
-    /// Connects once per test binary; later calls reuse it.
+    /// Once the bed is the test's, and before anything looks at it, what an earlier test
+    /// left broken is repaired ([`repair`], one line on stderr when it did anything); under
+    /// nextest the test's watchdog starts ([`budget`]). Connects once per test binary;
+    /// later calls reuse it.
     pub fn require() -> ExclusiveBed {
         static BED: OnceLock<Result<Bed, String>> = OnceLock::new();
+        // Before the wait for the bed: nextest's clock runs during that wait too.
+        budget::watch();
         let turn = exclusive();
+        repair::repair("an earlier test", Duration::from_secs(60));
         match BED.get_or_init(|| Bed::connect().map_err(|e| e.to_string())) {
             Ok(bed) => {
                 isolate_node_record();
@@ -506,13 +539,19 @@ impl Bed {
         loop {
             let info = self.job(job)?;
             if info.is_final() {
+                budget::waiting_for(None);
                 return Ok(info);
             }
             if info.state != last_state {
                 eprintln!("job {job}: {} ({})", info.state, info.reason);
+                budget::waiting_for(Some(format!(
+                    "job {job} to end, {} ({}), for up to {timeout:?}",
+                    info.state, info.reason
+                )));
                 last_state = info.state.clone();
             }
             if Instant::now() >= deadline {
+                budget::waiting_for(None);
                 let _ = self.cancel(job);
                 return Err(BedError::JobTimeout {
                     job,

@@ -609,7 +609,9 @@ mod tests {
         let start = Instant::now();
         let err = run("sleep", &["30".as_ref()], None, Duration::from_millis(300))
             .expect_err("sleep 30 outlives 300 ms");
-        assert!(start.elapsed() < Duration::from_secs(10), "{err}");
+        // Killed, not waited for: well before sleep's own end at 30 s.
+        eprintln!("sleep 30 killed after {:?}", start.elapsed());
+        assert!(start.elapsed() < Duration::from_secs(20), "{err}");
         assert!(matches!(err, SlurmError::Timeout { .. }), "{err:?}");
         let msg = err.to_string();
         assert!(

@@ -1,8 +1,8 @@
 //! Goodput on the bed (issue #28): one 2-node job with a frozen follower node and then a
 //! time limit, whose time herd accounts for. It also stands for the frozen-follower case of
-//! staying alive (the frozen-leader case is in staying_alive.rs): the loss is reported
-//! within 15 s, the job is requeued without the node and ends with the checksum of an
-//! uninterrupted run.
+//! staying alive (the frozen-leader case is in staying_alive.rs): the loss is reported as
+//! the lost node (not as the time limit that comes later), the job is requeued without the
+//! node and ends with the checksum of an uninterrupted run.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -14,6 +14,7 @@ use serde_json::Value;
 
 use crate::staying_alive::{
     args, checksum, freeze, project, reference_run, wait_final, wait_for, wait_for_file,
+    LOST_NODE_DEADLINE,
 };
 use crate::support::{events, job_id, names, submit, timeline};
 
@@ -103,13 +104,7 @@ fn a_frozen_node_and_a_time_limit_cost_what_the_report_says() {
     let _frozen = freeze(&bed, &host, &exp, "train_ddp.py --steps 160 ");
     let stopped = Instant::now();
     let report_path = exp.join("logs/attempt-0/failure.json");
-    wait_for_file(&report_path, stopped, Duration::from_secs(40));
-    let took = stopped.elapsed();
-    eprintln!("frozen node reported {took:?} after the freeze");
-    assert!(
-        took <= Duration::from_secs(15),
-        "reported {took:?} after the freeze"
-    );
+    wait_for_file(&report_path, stopped, LOST_NODE_DEADLINE);
     let report: Value =
         serde_json::from_str(&read_lossy(&report_path)).expect("failure.json parses");
     assert!(
@@ -120,7 +115,8 @@ fn a_frozen_node_and_a_time_limit_cost_what_the_report_says() {
         "{report:#}"
     );
     let reference = reference_run(&bed, &project, &exps, &train);
-    let info = wait_final(&bed, job, &exp, Duration::from_secs(600));
+    // Three attempts or four, a few minutes: 8 minutes tells a stuck job.
+    let info = wait_final(&bed, job, &exp, Duration::from_secs(480));
     assert!(info.succeeded(), "{info:?}");
 
     // --- the story: lost node → requeue without it, time limit → requeue, the end -----

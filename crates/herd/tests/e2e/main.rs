@@ -7,6 +7,7 @@
 //! `quickstart`, README.md's quick start run as written, and two of `wheel`'s need no bed.
 
 mod avoid_bad_nodes;
+mod bed_repair;
 mod chains;
 mod checkpoints;
 mod ddp_baseline;

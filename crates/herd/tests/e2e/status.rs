@@ -286,6 +286,8 @@ fn status_shows_queued_running_finished_failed_and_cancelled() {
             "a worker's exit"
         }
     );
+    // The workers would wait for `never` for ever: gone, they were ended. A minute is
+    // long past SLURM's SIGKILL (KillWait 5 s after the SIGTERM).
     let start = Instant::now();
     loop {
         let left = workers(&bed);
@@ -293,11 +295,15 @@ fn status_shows_queued_running_finished_failed_and_cancelled() {
             break;
         }
         assert!(
-            start.elapsed() < Duration::from_secs(15),
-            "left 15 s after the cancel: {left:#?}"
+            start.elapsed() < Duration::from_secs(60),
+            "left 60 s after the cancel: {left:#?}"
         );
         std::thread::sleep(Duration::from_millis(100));
     }
+    eprintln!(
+        "victim's workers gone {:?} after the cancel",
+        start.elapsed()
+    );
 
     // Released: runs on 2 nodes with output, then finishes when told.
     let released = Command::new("scontrol")
@@ -426,8 +432,8 @@ impl Drop for FrozenController {
 
 /// 50 submitted experiments: `herd status` answers for all of them with one squeue call
 /// (counted by wrappers on PATH) and `herd cancel` cancels them all with one squeue and one
-/// scancel; a controller that does not answer gives a clear error within the timeout, with
-/// the folder-based part of the answer.
+/// scancel; a controller that does not answer gives a clear error after one squeue call
+/// cut at `--timeout` (no retry, no hang), with the folder-based part of the answer.
 #[test]
 fn fifty_jobs_take_one_squeue_call_and_a_stopped_controller_a_clear_error() {
     let bed = Bed::require();
@@ -496,20 +502,30 @@ fn fifty_jobs_take_one_squeue_call_and_a_stopped_controller_a_clear_error() {
         "{made:#?}"
     );
 
-    // slurmctld stops answering: a clear error within the timeout, and what the folders know.
+    // slurmctld stops answering: one squeue call, cut at the 3 s timeout (herd() fails the
+    // test if herd hangs on the stopped controller), a clear error, and what the folders
+    // know.
     let frozen = FrozenController::freeze();
     let start = Instant::now();
     let out = herd(
         &project,
         &["status", "--timeout", "3", "--exp-root", &root],
-        None,
-        Duration::from_secs(30),
+        Some(&bin),
+        Duration::from_secs(60),
     );
     let took = start.elapsed();
     drop(frozen);
+    eprintln!("herd status against the stopped controller ended after {took:?}");
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
-    assert!(took < Duration::from_secs(15), "took {took:?}");
+    let made = calls(&bin);
+    assert_eq!(
+        made.iter()
+            .map(|c| c.split(' ').next().unwrap_or_default())
+            .collect::<Vec<_>>(),
+        ["squeue"],
+        "one call, not retried: {made:#?}"
+    );
     assert!(
         stderr.contains("the scheduler did not answer within 3s")
             && stderr.contains("states above are from the experiment folders only"),
