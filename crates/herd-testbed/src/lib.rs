@@ -10,8 +10,8 @@
 //!
 //! No test leaves the bed broken for the next: [`Bed::require`] first repairs what an
 //! earlier test, killed before its guards ran, left frozen, stopped, drained or queued
-//! ([`repair`]), and under nextest it ends its test, repairing the bed, a minute before
-//! nextest would kill it ([`budget`]).
+//! ([`repair`]). No single wait of a test lasts longer than [`MAX_WAIT`], well inside the
+//! time nextest gives a test.
 
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
@@ -24,7 +24,6 @@ use std::time::{Duration, Instant};
 use herd_slurm::scheduler::command;
 use herd_slurm::scheduler::fields::fields;
 
-pub mod budget;
 mod freeze;
 pub mod repair;
 pub use freeze::Frozen;
@@ -229,10 +228,26 @@ fn describe(cmd: &Command) -> String {
     parts.join(" ")
 }
 
+/// The longest one wait of a test may be: 8 minutes, well inside the 10 minutes nextest
+/// gives a test (`.config/nextest.toml`), so that the test's own deadline fires first and
+/// says what it waited for; a test that needs longer needs an override there too.
+pub const MAX_WAIT: Duration = Duration::from_secs(480);
+
+/// Fails the calling test when a wait for `what` of `timeout` is longer than [`MAX_WAIT`].
+pub fn within_max_wait(timeout: Duration, what: &str) {
+    assert!(
+        timeout <= MAX_WAIT,
+        "a wait of {} s for {what} is longer than herd_testbed::MAX_WAIT ({} s), past which nextest may kill the test without its deadline's message: wait less, or raise both with a nextest override",
+        timeout.as_secs(),
+        MAX_WAIT.as_secs()
+    );
+}
+
 /// Run `cmd` to completion within `timeout`, capturing output; non-zero exit is an error
 /// carrying stderr. Every command is echoed to stderr (visible in the test's output).
 pub fn run_cmd(cmd: &mut Command, timeout: Duration) -> Result<Output, BedError> {
     let command = describe(cmd);
+    within_max_wait(timeout, &command);
     eprintln!("+ {command}");
     let mut child = cmd
         .stdin(Stdio::null())
@@ -310,6 +325,7 @@ pub struct BedTurn {
 /// taken once and held until the process exits (nextest runs each test in a process of
 /// its own); within a process, one test at a time.
 pub fn exclusive() -> BedTurn {
+    static PROCESS: OnceLock<std::fs::File> = OnceLock::new();
     static THREAD: Mutex<()> = Mutex::new(());
     PROCESS.get_or_init(|| {
         let path = std::env::temp_dir().join("herd-testbed.lock");
@@ -325,13 +341,8 @@ pub fn exclusive() -> BedTurn {
                 path.display()
             );
             let asked = Instant::now();
-            budget::waiting_for(Some(format!(
-                "the bed: another test process holds {}",
-                path.display()
-            )));
             file.lock()
                 .unwrap_or_else(|e| panic!("cannot lock {}: {e}", path.display()));
-            budget::waiting_for(None);
             eprintln!(
                 "the bed is this process's after {:.1} s of waiting",
                 asked.elapsed().as_secs_f64()
@@ -349,15 +360,6 @@ pub fn exclusive() -> BedTurn {
     };
     HOLDS_TURN.set(true);
     turn
-}
-
-/// The cross-process lock of the bed, once this process holds it (until it exits).
-static PROCESS: OnceLock<std::fs::File> = OnceLock::new();
-
-/// Whether this process holds the bed's cross-process lock: only then may it repair the
-/// bed (another process's test may be using it otherwise).
-pub(crate) fn holds_the_bed() -> bool {
-    PROCESS.get().is_some()
 }
 
 thread_local! {
@@ -462,13 +464,10 @@ impl Bed {
     /// [`Bed::connect`], or fail the calling test with a message saying what to do; the
     /// bed is the calling test's alone until the returned value is dropped ([`exclusive`]).
     /// Once the bed is the test's, and before anything looks at it, what an earlier test
-    /// left broken is repaired ([`repair`], one line on stderr when it did anything); under
-    /// nextest the test's watchdog starts ([`budget`]). Connects once per test binary;
-    /// later calls reuse it.
+    /// left broken is repaired ([`repair`], one line on stderr when it did anything).
+    /// Connects once per test binary; later calls reuse it.
     pub fn require() -> ExclusiveBed {
         static BED: OnceLock<Result<Bed, String>> = OnceLock::new();
-        // Before the wait for the bed: nextest's clock runs during that wait too.
-        budget::watch();
         let turn = exclusive();
         repair::repair("an earlier test", Duration::from_secs(60));
         match BED.get_or_init(|| Bed::connect().map_err(|e| e.to_string())) {
@@ -532,26 +531,22 @@ impl Bed {
         })
     }
 
-    /// Wait for `job` to reach a final state; past `timeout` it is cancelled and an error.
+    /// Wait for `job` to reach a final state; past `timeout` (at most [`MAX_WAIT`]) it is
+    /// cancelled and an error.
     pub fn wait(&self, job: JobId, timeout: Duration) -> Result<JobInfo, BedError> {
+        within_max_wait(timeout, &format!("job {job}"));
         let deadline = Instant::now() + timeout;
         let mut last_state = String::new();
         loop {
             let info = self.job(job)?;
             if info.is_final() {
-                budget::waiting_for(None);
                 return Ok(info);
             }
             if info.state != last_state {
                 eprintln!("job {job}: {} ({})", info.state, info.reason);
-                budget::waiting_for(Some(format!(
-                    "job {job} to end, {} ({}), for up to {timeout:?}",
-                    info.state, info.reason
-                )));
                 last_state = info.state.clone();
             }
             if Instant::now() >= deadline {
-                budget::waiting_for(None);
                 let _ = self.cancel(job);
                 return Err(BedError::JobTimeout {
                     job,

@@ -1,6 +1,6 @@
 //! The bed repairs itself at the start of every bed test ([`repair`], which
 //! [`crate::Bed::require`] runs before it looks at the nodes): a test that is killed (by
-//! nextest's slow-timeout, a Ctrl-C, its own [`crate::budget`]) runs none of its guards, and
+//! nextest's slow-timeout, a Ctrl-C) runs none of its guards, and
 //! what it froze, stopped, drained or submitted must not break every test after it.
 //!
 //! In order, each step only when there is something to do:
