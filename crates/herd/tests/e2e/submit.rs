@@ -549,3 +549,98 @@ fn submits_without_a_name_never_collide_and_reports_stay_out_of_snapshots() {
     );
     wait_ok(&bed, c, &exps.join("train-3"));
 }
+
+/// README's flow on the bed: a venv made in the project folder and put first on PATH (as
+/// `. .venv/bin/activate` does), then `herd submit -- python train.py`: the snapshot is the
+/// code alone, one line says the venv was left out, and the job's workers run the
+/// project's own venv (a `.pth` in it marks each interpreter that starts in a job).
+#[test]
+fn a_venv_in_the_project_is_left_out_of_the_snapshot_and_the_job_runs_from_it() {
+    let bed = Bed::require();
+    let (project, exps) = project_with(
+        &bed,
+        "submit_venv",
+        &[("examples/train_ddp.py", "train.py")],
+    );
+    let venv = project.join(".venv");
+    let made = Command::new(bed.python())
+        .args(["-m", "venv", "--without-pip"])
+        .arg(&venv)
+        .status()
+        .expect("python runs");
+    assert!(made.success(), "python -m venv .venv");
+    let site = Command::new(venv.join("bin/python"))
+        .args(["-c", "import site; print(site.getsitepackages()[0])"])
+        .output()
+        .expect("the venv's python runs");
+    let site = PathBuf::from(String::from_utf8_lossy(&site.stdout).trim());
+    let torch_site = Command::new(bed.python())
+        .args(["-c", "import site; print(site.getsitepackages()[0])"])
+        .output()
+        .expect("the bed's python runs");
+    let marks = exps.parent().expect("scratch").join("marks");
+    std::fs::create_dir_all(&marks).expect("marks");
+    // torch from the bed's venv (no 5 GB install), and a mark from every job's interpreter.
+    std::fs::write(
+        site.join("bed-torch.pth"),
+        format!("{}\n", String::from_utf8_lossy(&torch_site.stdout).trim()),
+    )
+    .expect("pth");
+    std::fs::write(
+        site.join("zz-mark.pth"),
+        format!(
+            "import os; os.environ.get('HERD_ATTEMPT') and open(os.path.join({:?}, 'rank-' + os.environ['RANK']), 'w').close()\n",
+            marks.display().to_string()
+        ),
+    )
+    .expect("pth");
+    let path = format!(
+        "{}:{}",
+        venv.join("bin").display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let exp_root = exps.display().to_string();
+    let out = herd_with_path(
+        "submit",
+        &project,
+        &[
+            "-J",
+            "venv",
+            "--exp-root",
+            &exp_root,
+            "--nodes",
+            "2",
+            "--gpus-per-node",
+            "1",
+            "--",
+            "python",
+            "train.py",
+            "--steps",
+            "10",
+        ],
+        &path,
+    );
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    let job = job_id(&out);
+    assert!(
+        said.contains("herd: code snapshot: left out the Python environment .venv/ (a job runs its Python from where it is installed, never from code/): it holds pyvenv.cfg"),
+        "{said}"
+    );
+    let exp = exps.join("venv");
+    let code: Vec<String> = std::fs::read_dir(exp.join("code"))
+        .expect("code")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(code, ["train.py"], "only the code is snapshotted");
+    wait_ok(&bed, job, &exp);
+    let mut ran: Vec<String> = std::fs::read_dir(&marks)
+        .expect("marks")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    ran.sort();
+    assert_eq!(
+        ran,
+        ["rank-0", "rank-1"],
+        "both workers ran the project's venv"
+    );
+}
