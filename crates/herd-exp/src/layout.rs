@@ -673,9 +673,6 @@ mod tests {
         );
     }
 
-    const TABLE_START: &str = "<!-- layout table: begin -->\n";
-    const TABLE_END: &str = "<!-- layout table: end -->";
-
     /// The table docs/design.md §4 shows, made from [`entries`].
     fn table() -> String {
         let mut t = String::from("| path | what |\n|---|---|\n");
@@ -690,23 +687,13 @@ mod tests {
     /// what it holds. `HERD_UPDATE_DOCS=1` rewrites it.
     #[test]
     fn the_design_doc_lists_every_path() {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/design.md");
-        let doc = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
-        let (before, rest) = doc
-            .split_once(TABLE_START)
-            .unwrap_or_else(|| panic!("{path} has no {TABLE_START:?}"));
-        let (shown, after) = rest
-            .split_once(TABLE_END)
-            .unwrap_or_else(|| panic!("{path} has no {TABLE_END:?}"));
         let want = table();
-        if shown != want && std::env::var_os("HERD_UPDATE_DOCS").is_some() {
-            let updated = format!("{before}{TABLE_START}{want}{TABLE_END}{after}");
-            std::fs::write(path, updated).unwrap_or_else(|e| panic!("{path}: {e}"));
+        let Some(shown) = herd_testbed::docs::table_in("design.md", "layout table", &want) else {
             return;
-        }
+        };
         assert!(
             shown == want,
-            "{path}: the folder table differs from crates/herd-exp/src/layout.rs; rewrite it \
+            "docs/design.md: the folder table differs from crates/herd-exp/src/layout.rs; rewrite it \
              with `HERD_UPDATE_DOCS=1 cargo nextest run -p herd-exp design_doc`, or paste:\n{want}"
         );
     }
@@ -715,27 +702,15 @@ mod tests {
     /// in order. `HERD_UPDATE_DOCS=1` rewrites it.
     #[test]
     fn the_sweeps_doc_lists_every_path_of_a_sweep_folder() {
-        const START: &str = "<!-- sweep table: begin -->\n";
-        const END: &str = "<!-- sweep table: end -->";
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/sweeps.md");
-        let doc = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
-        let (before, rest) = doc
-            .split_once(START)
-            .unwrap_or_else(|| panic!("{path} has no {START:?}"));
-        let (shown, after) = rest
-            .split_once(END)
-            .unwrap_or_else(|| panic!("{path} has no {END:?}"));
         let mut want = String::from("| path | what |\n|---|---|\n");
         for (path, what) in sweep_entries() {
             let paths: Vec<String> = path.split(", ").map(|p| format!("`{p}`")).collect();
             want.push_str(&format!("| {} | {what} |\n", paths.join(", ")));
         }
-        if shown != want && std::env::var_os("HERD_UPDATE_DOCS").is_some() {
-            let updated = format!("{before}{START}{want}{END}{after}");
-            std::fs::write(path, updated).unwrap_or_else(|e| panic!("{path}: {e}"));
+        let Some(shown) = herd_testbed::docs::table_in("sweeps.md", "sweep table", &want) else {
             return;
-        }
-        assert!(shown == want, "{path}: the sweep folder table differs from crates/herd-exp/src/layout.rs; rewrite it with `HERD_UPDATE_DOCS=1 cargo nextest run -p herd-exp sweeps_doc`, or paste:\n{want}");
+        };
+        assert!(shown == want, "docs/sweeps.md: the sweep folder table differs from crates/herd-exp/src/layout.rs; rewrite it with `HERD_UPDATE_DOCS=1 cargo nextest run -p herd-exp sweeps_doc`, or paste:\n{want}");
         let sweep = SweepDir::new("/e/grid");
         assert_eq!(sweep.manifest(), Path::new("/e/grid/sweep.json"));
         assert_eq!(sweep.job_script(), Path::new("/e/grid/job.sbatch"));

@@ -520,7 +520,7 @@ mod tests {
     fn docs_table_lists_every_key() {
         let path = "docs/submit.md";
         let want = keys_table();
-        let Some(table) = crate::doc_table::shown("submit.md", "keys table", &want) else {
+        let Some(table) = herd_testbed::docs::table_in("submit.md", "keys table", &want) else {
             return;
         };
         let rows: Vec<Vec<String>> = table.lines().map(cells).collect();

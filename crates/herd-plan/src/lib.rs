@@ -72,8 +72,6 @@
 pub mod array;
 pub mod avoid;
 pub mod check;
-#[cfg(test)]
-mod doc_table;
 pub mod job;
 pub mod keep;
 pub mod keys;

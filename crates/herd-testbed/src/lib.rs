@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 use herd_slurm::scheduler::command;
 use herd_slurm::scheduler::fields::fields;
 
+pub mod docs;
 mod freeze;
 pub mod repair;
 pub use freeze::Frozen;
@@ -303,6 +304,25 @@ pub fn run_cmd(cmd: &mut Command, timeout: Duration) -> Result<Output, BedError>
     Ok(output)
 }
 
+/// The python of the test venv with torch and the pinned frameworks, as `testbed/venv`
+/// prints it. `testbed/up` (and so `scripts/test-all`) made the venv already, and then this
+/// only prints its path; one that has to be installed now (~5 GB) may not fit in a test's
+/// time: run `testbed/venv` first.
+pub fn venv_python() -> Result<PathBuf, BedError> {
+    let venv = run_cmd(
+        &mut Command::new(repo_root().join("testbed/venv")),
+        Duration::from_secs(480),
+    )?;
+    let python = PathBuf::from(String::from_utf8_lossy(&venv.stdout).trim());
+    if !python.is_file() {
+        return Err(BedError::Parse {
+            command: "testbed/venv".into(),
+            output: format!("it printed {}, which is no file", python.display()),
+        });
+    }
+    Ok(python)
+}
+
 /// The repository root (for `examples/` and `testbed/`).
 pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -451,13 +471,7 @@ impl Bed {
             });
         }
         nodes.sort();
-        // `testbed/up` made the venv already (this only prints its python); one that has to
-        // be installed now (~5 GB) may not fit in the test's time: bring the bed up first.
-        let venv = run_cmd(
-            &mut Command::new(repo_root().join("testbed/venv")),
-            Duration::from_secs(480),
-        )?;
-        let python = PathBuf::from(String::from_utf8_lossy(&venv.stdout).trim());
+        let python = venv_python()?;
         Ok(Bed { nodes, python })
     }
 

@@ -6,7 +6,7 @@
 //! (`e2e/frameworks_stop.rs`).
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -50,26 +50,10 @@ fn the_python_modules_unit_tests_pass() {
     unittest(Path::new("python3"), "test*.py", 20);
 }
 
-/// The venv with the pinned frameworks, from `testbed/venv` (it makes the venv the first
-/// time). Never skipped: without it the test fails, saying how to make it.
+/// The venv with the pinned frameworks, from `testbed/venv`. Never skipped: without it the
+/// test fails, saying how to make it.
 fn frameworks_python() -> PathBuf {
-    let script = repo_root().join("testbed/venv");
-    let out = Command::new(&script)
-        .stderr(Stdio::inherit())
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {}: {e}", script.display()));
-    assert!(
-        out.status.success(),
-        "testbed/venv could not make the venv with Lightning ({}; its message is above): run it by hand",
-        out.status
-    );
-    let python = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
-    assert!(
-        python.is_file(),
-        "testbed/venv printed {}",
-        python.display()
-    );
-    python
+    herd_testbed::venv_python().unwrap_or_else(|e| panic!("testbed/venv could not make the test venv ({e}): run `testbed/venv` by hand (scripts/test-all sets everything up)"))
 }
 
 #[test]

@@ -7,32 +7,16 @@ use std::ffi::{OsStr, OsString};
 use std::net::{IpAddr, Ipv4Addr};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use super::*;
 use crate::config::{Config, KeepAlive};
 
-/// The torch venv's python, from `testbed/venv` (as the bed's tests find it; it builds the
-/// venv the first time). Tests never skip: without it they fail, saying how to make it.
+/// The torch venv's python, from `testbed/venv` (as the bed's tests find it). Tests never
+/// skip: without it they fail, saying how to make it.
 fn torch_python() -> PathBuf {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testbed/venv");
-    let out = Command::new(&script)
-        .stderr(Stdio::inherit())
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {}: {e}", script.display()));
-    assert!(
-        out.status.success(),
-        "the torch venv is missing and testbed/venv could not make it ({}): run `testbed/venv` (or scripts/test-all, which sets everything up)",
-        out.status
-    );
-    let python = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
-    assert!(
-        python.is_file(),
-        "testbed/venv printed {}",
-        python.display()
-    );
-    python
+    herd_testbed::venv_python().unwrap_or_else(|e| panic!("testbed/venv could not make the test venv ({e}): run `testbed/venv` by hand (scripts/test-all sets everything up)"))
 }
 
 /// A fresh venv without torch (nor pip) in `dir`, made by the `python3` on PATH: its

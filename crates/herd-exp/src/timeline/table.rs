@@ -47,30 +47,17 @@ pub fn table() -> String {
 mod tests {
     use super::*;
 
-    const START: &str = "<!-- timeline table: begin -->\n";
-    const END: &str = "<!-- timeline table: end -->";
-
     /// docs/design.md's event table is the one the type describes. `HERD_UPDATE_DOCS=1`
     /// rewrites it.
     #[test]
     fn the_design_doc_lists_every_timeline_event() {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/design.md");
-        let doc = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
-        let (before, rest) = doc
-            .split_once(START)
-            .unwrap_or_else(|| panic!("{path} has no {START:?}"));
-        let (shown, after) = rest
-            .split_once(END)
-            .unwrap_or_else(|| panic!("{path} has no {END:?}"));
         let want = table();
-        if shown != want && std::env::var_os("HERD_UPDATE_DOCS").is_some() {
-            let updated = format!("{before}{START}{want}{END}{after}");
-            std::fs::write(path, updated).unwrap_or_else(|e| panic!("{path}: {e}"));
+        let Some(shown) = herd_testbed::docs::table_in("design.md", "timeline table", &want) else {
             return;
-        }
+        };
         assert!(
             shown == want,
-            "{path}: the timeline's event table differs from crates/herd-exp/src/timeline/event.rs; \
+            "docs/design.md: the timeline's event table differs from crates/herd-exp/src/timeline/event.rs; \
              rewrite it with `HERD_UPDATE_DOCS=1 cargo nextest run -p herd-exp timeline_event`, \
              or paste:\n{want}"
         );

@@ -22,8 +22,8 @@ const MARKERS: &str = "example profile";
 /// it to herd's example when they differ).
 fn doc_block() -> String {
     let want = format!("```toml\n{EXAMPLE_PROFILE}```\n");
-    let shown = crate::doc_table::shown("submit.md", MARKERS, &want)
-        .or_else(|| crate::doc_table::shown("submit.md", MARKERS, &want))
+    let shown = herd_testbed::docs::table_in("submit.md", MARKERS, &want)
+        .or_else(|| herd_testbed::docs::table_in("submit.md", MARKERS, &want))
         .unwrap_or_else(|| panic!("{DOC}: the example profile was rewritten but differs"));
     shown
         .strip_prefix("```toml\n")

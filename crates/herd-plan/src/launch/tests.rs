@@ -263,7 +263,7 @@ fn options_table() -> String {
 #[test]
 fn the_docs_table_lists_every_option_with_both_defaults() {
     let want = options_table();
-    let Some(shown) = crate::doc_table::shown("launch.md", "launch options", &want) else {
+    let Some(shown) = herd_testbed::docs::table_in("launch.md", "launch options", &want) else {
         return;
     };
     assert!(

@@ -68,9 +68,9 @@ fn a_rank_stuck_after_its_first_steps_is_a_hang() {
             && stderr.contains("went silent first"),
         "{stderr}"
     );
-    // The watchdog, not the workers' own end (their 120 s sleep), ended it.
+    // Exit 1 and the hang line show the watchdog ended it: at the workers' own end (their
+    // 120 s sleep) the run would have exited 0 saying nothing of a hang.
     eprintln!("herd run ended {took:?} after it started (hang timeout 3 s)");
-    assert!(took < Duration::from_secs(120), "took {took:?}: {stderr}");
 }
 
 /// A start that never makes progress is caught by the start timeout, and says so.
@@ -125,9 +125,9 @@ fn auto_catches_a_rank_that_stops_after_a_steady_pace() {
             && stderr.contains("went silent first"),
         "{stderr}"
     );
-    // The watchdog, not the workers' own end (20 s of lines, then a 120 s sleep), ended it.
+    // Exit 1 and the hang line show the watchdog, not the workers' own end (20 s of lines,
+    // then a 120 s sleep), ended it.
     eprintln!("herd run ended {took:?} after it started");
-    assert!(took < Duration::from_secs(140), "took {took:?}: {stderr}");
     let hang = events(dir.path(), "hang");
     assert_eq!(hang.len(), 1, "{hang:?}");
     let how = hang[0]["timeout"].as_str().unwrap_or_default();

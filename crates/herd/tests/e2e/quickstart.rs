@@ -59,19 +59,9 @@ fn python_says(python: &Path, code: &str) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
-/// The PyTorch venv's python (`testbed/venv` prints it, making the venv first if needed).
+/// The PyTorch venv the quick start's torch comes from, from `testbed/venv`.
 fn torch_python() -> PathBuf {
-    let venv = herd_testbed::repo_root().join("testbed/venv");
-    let out = Command::new(&venv)
-        .stderr(Stdio::inherit())
-        .output()
-        .unwrap_or_else(|e| panic!("{}: {e}", venv.display()));
-    assert!(
-        out.status.success(),
-        "testbed/venv could not make the PyTorch venv the quick start's torch comes from \
-         (its message is above); run it by hand"
-    );
-    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+    herd_testbed::venv_python().unwrap_or_else(|e| panic!("testbed/venv could not make the test venv ({e}): run `testbed/venv` by hand (scripts/test-all sets everything up)"))
 }
 
 /// Runs `script` with bash in `dir` with `env`, in a process group of its own that is

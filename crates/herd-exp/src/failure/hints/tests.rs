@@ -207,9 +207,6 @@ fn the_report_says_the_signal_and_the_hint() {
     assert_eq!(back, plain);
 }
 
-const TABLE_START: &str = "<!-- failure hints: begin -->\n";
-const TABLE_END: &str = "<!-- failure hints: end -->";
-
 /// The table docs/launch.md shows, made from [`HINTS`].
 fn table() -> String {
     let mut t =
@@ -233,23 +230,13 @@ fn table() -> String {
 /// rewrites it.
 #[test]
 fn the_docs_list_every_hint() {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/launch.md");
-    let doc = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
-    let (before, rest) = doc
-        .split_once(TABLE_START)
-        .unwrap_or_else(|| panic!("{path} has no {TABLE_START:?}"));
-    let (shown, after) = rest
-        .split_once(TABLE_END)
-        .unwrap_or_else(|| panic!("{path} has no {TABLE_END:?}"));
     let want = table();
-    if shown != want && std::env::var_os("HERD_UPDATE_DOCS").is_some() {
-        let updated = format!("{before}{TABLE_START}{want}{TABLE_END}{after}");
-        std::fs::write(path, updated).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let Some(shown) = herd_testbed::docs::table_in("launch.md", "failure hints", &want) else {
         return;
-    }
+    };
     assert!(
         shown == want,
-        "{path}: the table of likely causes differs from crates/herd-exp/src/failure/hints.rs; \
+        "docs/launch.md: the table of likely causes differs from crates/herd-exp/src/failure/hints.rs; \
          rewrite it with `HERD_UPDATE_DOCS=1 cargo nextest run -p herd-exp docs_list_every_hint`, or paste:\n{want}"
     );
 }

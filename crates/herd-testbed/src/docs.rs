@@ -1,11 +1,16 @@
-//! Test support: a table of docs/ kept equal to the definition it is made from (the keys of
-//! docs/submit.md, the options of docs/launch.md, the example profile of docs/submit.md).
+//! A table of docs/ kept equal to the definition it is made from (the keys of
+//! docs/submit.md, the options of docs/launch.md, the experiment folder's layout and the
+//! timeline's events of docs/design.md, …), for the tests of every crate that has one.
 //! `HERD_UPDATE_DOCS=1` rewrites it.
 
 /// The table between `<!-- NAME: begin -->` and `<!-- NAME: end -->` of `docs/FILE`: `None`
 /// when it differed from `want` and `HERD_UPDATE_DOCS` rewrote it, else what it says now.
-pub(crate) fn shown(file: &str, name: &str, want: &str) -> Option<String> {
-    let path = format!("{}/../../docs/{file}", env!("CARGO_MANIFEST_DIR"));
+pub fn table_in(file: &str, name: &str, want: &str) -> Option<String> {
+    let path = crate::repo_root()
+        .join("docs")
+        .join(file)
+        .display()
+        .to_string();
     let (start, end) = (
         format!("<!-- {name}: begin -->\n"),
         format!("<!-- {name}: end -->"),
