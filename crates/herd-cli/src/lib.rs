@@ -368,7 +368,8 @@ pub enum Command {
     /// Nodes blamed in your record of bad nodes (lost, frozen, failing), with SLURM's state
     /// of each now; `herd submit` leaves them out for `--avoid-bad-nodes` (default 24h).
     Nodes(nodes::NodesArgs),
-    /// Check a job before queueing it; every finding names the key to change.
+    /// Check a job before queueing it: the CPUs each worker gets, and findings that each
+    /// name the key to change.
     Check(submit::CheckArgs),
     /// Expand, compress and count SLURM hostlist expressions.
     Hostlist(hostlist::HostlistArgs),

@@ -6,9 +6,9 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 use herd_plan::{
-    check, format_rank_table, parse_param, rank_table, render_script, resolve, CheckContext,
-    Finding, JobFile, JobKeys, Key, MemoryPolicy, Plan, PlanArgs, ProgramLookup, ScriptParams,
-    Severity, Source,
+    check, cpus_line, format_rank_table, parse_param, rank_table, render_script, resolve,
+    CheckContext, Finding, JobFile, JobKeys, Key, MemoryPolicy, Plan, PlanArgs, ProgramLookup,
+    ScriptParams, Severity, Source,
 };
 
 use herd_slurm::scheduler::command::QUERY_TIMEOUT;
@@ -365,6 +365,7 @@ pub fn run_check(args: CheckArgs, out: &mut dyn Write) -> Result<ExitStatus, Cli
         return Ok(ExitStatus::Success);
     }
     let checked = prepare(&args.plan, false)?;
+    writeln!(out, "{}", cpus_line(&checked.plan))?;
     report(&checked.findings, out)?;
     Ok(ExitStatus::Success)
 }
@@ -657,6 +658,7 @@ pub fn run_submit(args: SubmitArgs, out: &mut dyn Write) -> Result<ExitStatus, C
         writeln!(out, "{}", checked.script.trim_end())?;
         writeln!(out)?;
         write!(out, "{}", format_rank_table(&rank_table(&checked.plan)))?;
+        writeln!(out, "{}", cpus_line(&checked.plan))?;
         writeln!(
             out,
             "experiment folder (not created): {}",

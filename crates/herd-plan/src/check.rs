@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+use crate::cpus::{cpus_asked, cpus_key};
 use crate::keys::Key;
 use crate::plan::{Mode, Plan};
 use herd_slurm::scheduler::partition::Partition;
@@ -262,7 +263,7 @@ fn check_counts(plan: &Plan, out: &mut Vec<Finding>) {
                     "cpus-below-workers",
                     &[Key::CpusPerTask],
                     format!(
-                        "{} = {c} CPUs per node for {workers} workers: in {} mode cpus_per_task counts the whole node, so each worker gets less than one CPU; raise it to at least {workers}",
+                        "{} = {c} CPUs per node for {workers} workers: in {} mode cpus_per_task counts the whole node, so each worker gets less than one CPU; raise it to at least {workers}, or give cpus_per_worker instead (CPUs for each worker, in every mode)",
                         d(Key::CpusPerTask),
                         plan.mode
                     ),
@@ -322,13 +323,13 @@ fn check_memory(plan: &Plan, policy: MemoryPolicy, out: &mut Vec<Finding>) {
         };
         out.push(error(
             "mem-too-small",
-            &[Key::Mem, Key::CpusPerTask],
+            &[Key::Mem, cpus_key(plan)],
             format!(
-                "{} = {mem} per node is less than the {need_text} the job needs there: {cpus} CPUs ({} × {} tasks) × {} MB per CPU{cache}; raise mem or lower cpus_per_task",
+                "{} = {mem} per node is less than the {need_text} the job needs there: {cpus} CPUs ({}) × {} MB per CPU{cache}; raise mem or lower {}",
                 plan.describe(Key::Mem),
-                plan.describe(Key::CpusPerTask),
-                plan.tasks_per_node(),
-                policy.min_per_cpu_mb
+                cpus_asked(plan),
+                policy.min_per_cpu_mb,
+                cpus_key(plan)
             ),
         ));
     }
@@ -537,10 +538,10 @@ fn partition_limits(plan: &Plan, p: &Partition) -> Vec<Finding> {
     if let Some(max) = p.max_cpus_per_node.filter(|m| cpus > u64::from(*m)) {
         out.push(error(
             "partition-max-cpus",
-            &[Key::CpusPerTask, Key::Partition],
+            &[cpus_key(plan), Key::Partition],
             format!(
                 "the job asks for {cpus} CPUs per node ({}), more than partition {name}'s MaxCPUsPerNode={max}",
-                d(Key::CpusPerTask)
+                cpus_asked(plan)
             ),
         ));
     }
@@ -583,10 +584,10 @@ fn partition_limits(plan: &Plan, p: &Partition) -> Vec<Finding> {
             single = true;
             out.push(error(
                 "partition-node-cpus",
-                &[Key::CpusPerTask, Key::Partition],
+                &[cpus_key(plan), Key::Partition],
                 format!(
                     "the job asks for {cpus} CPUs per node ({}), but no node of partition {name} has more than {most_cpus}",
-                    d(Key::CpusPerTask)
+                    cpus_asked(plan)
                 ),
             ));
         }

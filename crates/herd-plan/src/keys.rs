@@ -125,7 +125,15 @@ plan_keys! {
     #[key(NtasksPerNode, example = "8")]
     #[arg(long, value_name = "N", value_parser = count())]
     pub ntasks_per_node: Option<i64>,
-    /// CPUs per task.
+    /// CPUs for each worker (training process), in every mode. herd makes it SLURM's
+    /// --cpus-per-task: × the workers per node in agent and torchrun mode (one task per
+    /// node), as it is in srun mode (one task per worker). Give this or --cpus-per-task, not both.
+    #[key(CpusPerWorker, example = "5")]
+    #[arg(long, value_name = "N", value_parser = count())]
+    pub cpus_per_worker: Option<i64>,
+    /// SLURM's CPUs per task: the whole node's in agent and torchrun mode (one task per
+    /// node, its workers share them), each worker's in srun mode. --cpus-per-worker says
+    /// CPUs per worker in every mode.
     #[key(CpusPerTask, example = "8")]
     #[arg(long, short = 'c', value_name = "N", value_parser = count())]
     pub cpus_per_task: Option<i64>,

@@ -105,6 +105,12 @@ impl<'a> Layers<'a> {
         self.sources.get(&key).and_then(|s| s.last()).cloned()
     }
 
+    /// Every layer's keys and source, highest first (flags, job file, profile): for keys
+    /// that decide together (`cpus_per_worker` and `cpus_per_task`).
+    pub(crate) fn top_down(&self) -> Vec<(&'a JobKeys, Source)> {
+        self.list.iter().map(|(k, s)| (*k, s.clone())).collect()
+    }
+
     /// Every layer's keys and source, lowest first (profile, job file, flags): how lists
     /// add up.
     pub(crate) fn bottom_up(&self) -> Vec<(JobKeys, Source)> {

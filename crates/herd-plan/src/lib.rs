@@ -43,6 +43,8 @@
 //! - [`resolve`](mod@resolve): the flags' [`JobKeys`] + job file + profile →
 //!   [`Plan`] ([`plan`](mod@plan)), recording each key's [`Source`]; [`ResolveError`]
 //!   lists every bad value.
+//! - [`cpus`](mod@cpus): `cpus_per_worker` or `cpus_per_task` → SLURM's
+//!   `--cpus-per-task` in each launch mode, and [`cpus_line`], what each worker gets.
 //! - [`keep`]: the staying-alive keys: requeue budget, warning, stop, hang watchdog,
 //!   `herd submit`'s defaults for them and their checks.
 //! - [`launch`]: the agent's options ([`AgentOptions`], [`KeepAlive`]): `herd launch`'s
@@ -72,6 +74,7 @@
 pub mod array;
 pub mod avoid;
 pub mod check;
+pub mod cpus;
 pub mod job;
 pub mod keep;
 pub mod keys;
@@ -91,6 +94,7 @@ pub use array::{array_spec, render_array_script, shapes, ArrayParams};
 pub use check::{
     check, check_script, has_errors, CheckContext, Finding, MemoryPolicy, ProgramLookup, Severity,
 };
+pub use cpus::cpus_line;
 pub use herd_slurm::{Memory, TimeLimit};
 pub use job::{
     load_profiles, profile_dir, select_profile, JobFile, LoadError, Profile, EXAMPLE_PROFILE,

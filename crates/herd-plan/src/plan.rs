@@ -78,7 +78,8 @@ pub const MAX_JOB_NAME: usize = 128;
 /// A resolved, well-formed job: what the batch script asks for and runs.
 ///
 /// Counts are SLURM's: `cpus_per_task` is per SLURM task, which is one agent (or one
-/// torchrun) per node in agent and torchrun mode and one worker in srun mode.
+/// torchrun) per node in agent and torchrun mode and one worker in srun mode; when
+/// `cpus_per_worker` was given, `cpus_per_task` is made from it ([`crate::cpus`]).
 ///
 /// Serializes to JSON for the manifest, and reads back from it (`herd submit --resume`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -100,8 +101,13 @@ pub struct Plan {
     pub gpu_bind: GpuBind,
     /// SLURM tasks per node as asked (srun mode; see [`Plan::tasks_per_node`]).
     pub ntasks_per_node: Option<u32>,
-    /// CPUs per SLURM task.
+    /// CPUs per SLURM task: sbatch's and srun's `--cpus-per-task`, as given or made from
+    /// `cpus_per_worker`.
     pub cpus_per_task: Option<u32>,
+    /// CPUs for each worker as given (`cpus_per_worker`), which `cpus_per_task` was made
+    /// from; `None` when `cpus_per_task` was given itself, or neither (older manifests).
+    #[serde(default)]
+    pub cpus_per_worker: Option<u32>,
     /// Memory per node.
     pub mem: Option<Memory>,
     /// Time limit.

@@ -13,8 +13,10 @@
 //! status is srun's and a `B:` signal (sent to the batch shell) reaches srun, which
 //! forwards it to every task.
 //!
-//! `srun` is given `--cpus-per-task` again: since SLURM 22.05 srun no longer inherits it
-//! from the batch job, and an agent confined to one CPU would squeeze all its workers there.
+//! `--cpus-per-task` is the plan's SLURM count per task, as given or made from
+//! `cpus_per_worker` (× the workers per node in agent and torchrun mode; [`crate::cpus`]).
+//! `srun` is given it again: since SLURM 22.05 srun no longer inherits it from the batch
+//! job, and an agent confined to one CPU would squeeze all its workers there.
 
 use std::path::Path;
 

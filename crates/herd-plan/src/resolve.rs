@@ -5,6 +5,8 @@
 //! host's name, else herd's default ([`crate::layers`]). Two lists add up instead:
 //! `sbatch_args` (profile, then file, then flags) and `exclude` (herd's `*.out`, then
 //! profile, file, flags). The command from the flags replaces the job file's whole command.
+//! `cpus_per_worker` and `cpus_per_task` decide together: the highest layer that sets
+//! either wins, replacing a lower layer's value of the other ([`crate::cpus`]).
 //!
 //! Resolution fails only on values that cannot make a plan (malformed, out of range,
 //! unusable in a batch script) and reports all of them at once; a plan that is well-formed
@@ -16,6 +18,7 @@ use std::path::PathBuf;
 
 use herd_slurm::GpuBind;
 
+use crate::cpus::resolve_cpus;
 use crate::job::{JobFile, Profile};
 use crate::keep::resolve_keep;
 use crate::keys::{JobKeys, Key, Source};
@@ -130,6 +133,7 @@ pub fn resolve(
         Mode::Srun => size.ntasks_per_node.or(size.gpus_per_node).unwrap_or(1),
         Mode::Agent | Mode::Torchrun => size.gpus_per_node.unwrap_or(1),
     };
+    let cpus = resolve_cpus(&mut l, mode, workers, size.gpus_per_node);
     if u64::from(size.nodes) * u64::from(workers) > MAX_RANKS {
         let origin = l.origin(Key::Nodes);
         let nodes = size.nodes;
@@ -151,7 +155,8 @@ pub fn resolve(
         gpu_type: sbatch.gpu_type,
         gpu_bind,
         ntasks_per_node: size.ntasks_per_node,
-        cpus_per_task: size.cpus_per_task,
+        cpus_per_task: cpus.per_task,
+        cpus_per_worker: cpus.per_worker,
         mem: sbatch.mem,
         time: sbatch.time,
         partition: sbatch.partition,
@@ -181,17 +186,15 @@ struct Size {
     gpus: Option<u32>,
     gpus_per_node: Option<u32>,
     ntasks_per_node: Option<u32>,
-    cpus_per_task: Option<u32>,
 }
 
-/// Nodes and GPUs per node (derived from the total where one is missing), tasks and CPUs.
+/// Nodes and GPUs per node (derived from the total where one is missing), and tasks.
 fn size(l: &mut Layers<'_>) -> Size {
     let count = |v: &i64| positive(*v);
     let nodes_raw = l.take(Key::Nodes, |k| k.nodes.as_ref(), count);
     let gpus = l.take(Key::Gpus, |k| k.gpus.as_ref(), count);
     let gpn_raw = l.take(Key::GpusPerNode, |k| k.gpus_per_node.as_ref(), count);
     let ntasks_per_node = l.take(Key::NtasksPerNode, |k| k.ntasks_per_node.as_ref(), count);
-    let cpus_per_task = l.take(Key::CpusPerTask, |k| k.cpus_per_task.as_ref(), count);
     let derived = |from: &[Key]| Source::Derived {
         from: from.to_vec(),
     };
@@ -223,7 +226,6 @@ fn size(l: &mut Layers<'_>) -> Size {
         gpus,
         gpus_per_node,
         ntasks_per_node,
-        cpus_per_task,
     }
 }
 

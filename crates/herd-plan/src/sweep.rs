@@ -634,6 +634,23 @@ pub fn check_plan_keys(keys: &[String], flags: &JobKeys) -> Vec<String> {
                 "`{key}` is given both by {flag} and by the sweep (`{key}=…`): keep one"
             ));
         }
+        // `cpus_per_worker` and `cpus_per_task` ask for the same CPUs: one layer (a run's
+        // flags, which the sweep's values join) may set one of them.
+        let other = match plan {
+            Key::CpusPerWorker => Key::CpusPerTask,
+            Key::CpusPerTask => Key::CpusPerWorker,
+            _ => continue,
+        };
+        if given.contains_key(other.name()) {
+            problems.push(format!(
+                "`{key}` is swept and {} is given: they are two ways to ask for the same CPUs (cpus_per_worker for each worker, cpus_per_task SLURM's per task); keep one",
+                other.flag()
+            ));
+        } else if plan == Key::CpusPerWorker && keys.iter().any(|k| k == other.name()) {
+            problems.push(
+                "`cpus_per_worker` and `cpus_per_task` are both swept: they are two ways to ask for the same CPUs (cpus_per_worker for each worker, cpus_per_task SLURM's per task); sweep one".to_owned(),
+            );
+        }
     }
     problems
 }

@@ -16,8 +16,8 @@ use std::path::{Path, PathBuf};
 use herd_exp::layout::SweepDir;
 use herd_plan::sweep::{check_command, check_plan_keys, grid_table, run_flags, substitute};
 use herd_plan::{
-    array_spec, render_array_script, shapes, ArrayParams, Finding, JobFile, JobKeys, Plan,
-    SweepError, SweepFile, SweepRunSpec, SweepSpec,
+    array_spec, cpus_line, render_array_script, shapes, ArrayParams, Finding, JobFile, JobKeys,
+    Plan, SweepError, SweepFile, SweepRunSpec, SweepSpec,
 };
 
 use crate::submit::{
@@ -43,12 +43,14 @@ fn read_sweep_file(path: &Path) -> Result<SweepFile, CliError> {
     Ok(SweepFile::parse(&text, path)?)
 }
 
-/// One resource shape of a sweep: its array script's file name and text, and its runs'
-/// indexes (its array's tasks).
+/// One resource shape of a sweep: its array script's file name and text, its runs'
+/// indexes (its array's tasks), and what its runs' workers get of CPUs
+/// ([`herd_plan::cpus_line`], each different line once).
 struct Shape {
     file: String,
     script: String,
     tasks: Vec<u32>,
+    cpus: Vec<String>,
 }
 
 /// A checked sweep: its runs with their plans and scripts, one array script per resource
@@ -210,6 +212,13 @@ fn prepare(args: &SweepArgs, plan_args: &herd_plan::PlanArgs) -> Result<Prepared
                 (index(r), r.name.clone(), s.clone())
             })
             .collect();
+        let mut cpus: Vec<String> = Vec::new();
+        for &i in members {
+            let line = cpus_line(&runs[i].1);
+            if !cpus.contains(&line) {
+                cpus.push(line);
+            }
+        }
         arrays.push(Shape {
             file: SweepDir::array_script_name(n + 1, groups.len()),
             script: render_array_script(&ArrayParams {
@@ -218,6 +227,7 @@ fn prepare(args: &SweepArgs, plan_args: &herd_plan::PlanArgs) -> Result<Prepared
                 max_parallel: args.max_parallel,
             })?,
             tasks: of_shape.iter().map(|(i, _, _)| *i).collect(),
+            cpus,
         });
     }
     Ok(Prepared {
@@ -271,6 +281,9 @@ pub fn run(submit: &SubmitArgs, out: &mut dyn Write) -> Result<ExitStatus, CliEr
                 )?;
             }
             writeln!(out, "{}", shape.script.trim_end())?;
+            for line in &shape.cpus {
+                writeln!(out, "{line}")?;
+            }
         }
         writeln!(out)?;
         writeln!(

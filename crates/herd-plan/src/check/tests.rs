@@ -536,3 +536,89 @@ fn findings_serialize() {
     );
     assert_eq!(f.to_string(), "error: m");
 }
+
+/// In agent and torchrun mode a `cpus_per_task` below the node's workers gives each less
+/// than one CPU: a warning naming the key and `cpus_per_worker`. `cpus_per_worker` gives
+/// each worker its own, so it never warns; nor does srun mode, one task per worker.
+#[test]
+fn cpus_below_workers_is_warned_for_cpus_per_task_alone() {
+    for mode in ["agent", "torchrun"] {
+        let p = plan(&format!(
+            "mode = \"{mode}\"\nnodes = 2\ngpus_per_node = 8\ncpus_per_task = 4\n{CMD}"
+        ));
+        let f = run(&p);
+        assert_eq!(codes(&f), ["cpus-below-workers"], "{mode}");
+        assert!(
+            f[0].message
+                .contains("`cpus_per_task` in jobs/train.toml = 4 CPUs per node for 8 workers")
+                && f[0].message.contains("or give cpus_per_worker instead"),
+            "{}",
+            f[0]
+        );
+        let p = plan(&format!(
+            "mode = \"{mode}\"\nnodes = 2\ngpus_per_node = 8\ncpus_per_worker = 1\n{CMD}"
+        ));
+        assert_eq!(p.cpus_per_task, Some(8), "{mode}");
+        assert_eq!(run(&p), vec![], "{mode}");
+    }
+    let p = plan(&format!(
+        "mode = \"srun\"\nnodes = 2\ngpus_per_node = 8\ncpus_per_task = 1\n{CMD}"
+    ));
+    assert_eq!(run(&p), vec![]);
+}
+
+/// The memory rule counts the CPUs SLURM is asked for, made from `cpus_per_worker`: 8
+/// workers × 5 CPUs = 40 CPUs a node in every mode, named by the key that gave them.
+#[test]
+fn memory_rule_counts_the_cpus_made_from_cpus_per_worker() {
+    for mode in ["agent", "torchrun", "srun"] {
+        let p = plan(&format!(
+            "mode = \"{mode}\"\ngpus_per_node = 8\ncpus_per_worker = 5\nmem = \"39G\"\n{CMD}"
+        ));
+        let f = run(&p);
+        assert_eq!(codes(&f), ["mem-too-small"], "{mode}");
+        assert_eq!(f[0].keys, [Key::Mem, Key::CpusPerWorker], "{mode}");
+        assert!(
+            f[0].message.contains("is less than the 40G the job needs there: 40 CPUs (`cpus_per_worker` in jobs/train.toml = 5 × 8 workers) × 1024 MB per CPU; raise mem or lower cpus_per_worker"),
+            "{mode}: {}",
+            f[0]
+        );
+        let p = plan(&format!(
+            "mode = \"{mode}\"\ngpus_per_node = 8\ncpus_per_worker = 5\nmem = \"40G\"\n{CMD}"
+        ));
+        assert_eq!(run(&p), vec![], "{mode}");
+    }
+    // cpus_per_task: the tasks' CPUs, as before.
+    let p = plan(&format!(
+        "mode = \"srun\"\ngpus_per_node = 8\ncpus_per_task = 5\nmem = \"39G\"\n{CMD}"
+    ));
+    let f = run(&p);
+    assert_eq!(f[0].keys, [Key::Mem, Key::CpusPerTask]);
+    assert!(
+        f[0].message
+            .contains("40 CPUs (`cpus_per_task` in jobs/train.toml = 5 × 8 tasks)"),
+        "{}",
+        f[0]
+    );
+}
+
+/// A partition's node sizes are compared with the CPUs made from `cpus_per_worker`: 2
+/// workers × 5 = 10 CPUs, more than the bed's 8, named by that key.
+#[test]
+fn node_sizes_count_the_cpus_made_from_cpus_per_worker() {
+    let p = plan(&format!(
+        "nodes = 2\ngpus_per_node = 2\ncpus_per_worker = 5\n{CMD}"
+    ));
+    let f = with_parts(&p, &bed());
+    assert_eq!(codes(&f), ["partition-node-cpus"]);
+    assert_eq!(f[0].keys, [Key::CpusPerWorker, Key::Partition]);
+    assert!(
+        f[0].message.contains("the job asks for 10 CPUs per node (`cpus_per_worker` in jobs/train.toml = 5 × 2 workers), but no node of partition gpu has more than 8"),
+        "{}",
+        f[0]
+    );
+    let p = plan(&format!(
+        "nodes = 2\ngpus_per_node = 2\ncpus_per_worker = 4\n{CMD}"
+    ));
+    assert_eq!(with_parts(&p, &bed()), vec![]);
+}

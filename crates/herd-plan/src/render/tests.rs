@@ -376,3 +376,41 @@ fn spare_nodes_ask_for_more_nodes_and_run_the_step_under_settle() {
         "{plain}"
     );
 }
+
+/// `cpus_per_worker` reaches sbatch and the srun that starts the tasks as SLURM's count per
+/// task: × the node's workers in agent and torchrun mode (one task per node), as it is in
+/// srun mode (one task per worker). Every srun of the script is given it: none relies on
+/// inheriting it from the batch job.
+#[test]
+fn cpus_per_worker_becomes_cpus_per_task_for_sbatch_and_every_srun_in_each_mode() {
+    let cases = [
+        ("agent", "", 20, "exec srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --cpus-per-task=20 --kill-on-bad-exit=1 \\\n"),
+        ("torchrun", "", 20, "exec srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --cpus-per-task=20 --kill-on-bad-exit=1 \\\n"),
+        ("srun", "", 5, "exec srun --nodes=2 --ntasks=8 --ntasks-per-node=4 --cpus-per-task=5 --kill-on-bad-exit=1 \\\n"),
+        ("agent", "spare_nodes = 1\n", 20, "exec '/opt/herd/bin/herd' settle -- srun --nodes=3 --ntasks=3 --ntasks-per-node=1 --cpus-per-task=20 --no-kill --kill-on-bad-exit=0 \\\n"),
+    ];
+    for (mode, spares, per_task, step) in cases {
+        let s = render(&plan(&format!(
+            "mode = \"{mode}\"\nnodes = 2\n{spares}gpus_per_node = 4\ncpus_per_worker = 5\ncommand = [\"python\", \"train.py\"]\n"
+        )));
+        let asked: Vec<&str> = sbatch_lines(&s)
+            .into_iter()
+            .filter(|l| l.starts_with("--cpus-per-task"))
+            .collect();
+        assert_eq!(
+            asked,
+            [format!("--cpus-per-task={per_task}")],
+            "{mode}: {s}"
+        );
+        assert!(s.contains(step), "{mode}: {s}");
+        let sruns: Vec<&str> = s
+            .lines()
+            .filter(|l| !l.starts_with('#') && l.contains("srun "))
+            .collect();
+        assert_eq!(sruns.len(), 1, "{mode}: {s}");
+        assert!(
+            sruns[0].contains(&format!(" --cpus-per-task={per_task} ")),
+            "{mode}: {s}"
+        );
+    }
+}

@@ -177,10 +177,17 @@ fn gpu_bind_defaults_to_all_and_a_flag_overrides_the_file() {
     assert_eq!(back.gpu_bind, GpuBind::All);
 }
 
-/// A job file with every key resolves, and the plan says where each came from.
+/// A job file with every key resolves, and the plan says where each came from. It leaves
+/// out `cpus_per_task`, which one file may not set beside `cpus_per_worker`: its source is
+/// then `cpus_per_worker`'s (crate::cpus).
 #[test]
 fn every_key_resolves_with_its_source() {
-    let job = file(&crate::keys::every_key_job_file());
+    let text: String = crate::keys::every_key_job_file()
+        .lines()
+        .filter(|l| !l.starts_with("cpus_per_task ="))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let job = file(&text);
     let flags = JobKeys {
         params: Some(vec!["DATA=/datasets/imagenet".into()]),
         ..JobKeys::default()
@@ -190,6 +197,12 @@ fn every_key_resolves_with_its_source() {
         assert!(plan.source(key).is_some(), "`{key}` has no source");
     }
     assert_eq!(plan.source(Key::Params), Some(&Source::Flag));
+    assert_eq!(
+        plan.source(Key::CpusPerTask),
+        Some(&Source::Derived {
+            from: vec![Key::CpusPerWorker, Key::GpusPerNode]
+        })
+    );
     assert_eq!(
         plan.command.last().map(String::as_str),
         Some("/datasets/imagenet")

@@ -428,6 +428,55 @@ fn unsweepable_keys_and_keys_given_twice_are_refused() {
     assert!(p.len() == 1 && p[0].contains("--no-requeue"), "{p:?}");
 }
 
+/// `cpus_per_worker` and `cpus_per_task` ask for the same CPUs: sweeping one while the
+/// other is a flag, or sweeping both, is refused naming both; sweeping one over a job
+/// file's other is not (the run's flags replace it).
+#[test]
+fn sweeping_one_cpu_key_beside_the_other_is_refused() {
+    let c = JobKeys {
+        cpus_per_task: Some(8),
+        ..JobKeys::default()
+    };
+    let p = check_plan_keys(&keys(&["cpus_per_worker"]), &c);
+    assert!(
+        p.len() == 1
+            && p[0].contains("`cpus_per_worker` is swept and --cpus-per-task is given")
+            && p[0].contains("keep one"),
+        "{p:?}"
+    );
+    let w = JobKeys {
+        cpus_per_worker: Some(5),
+        ..JobKeys::default()
+    };
+    let p = check_plan_keys(&keys(&["cpus_per_task"]), &w);
+    assert!(
+        p.len() == 1 && p[0].contains("`cpus_per_task` is swept and --cpus-per-worker is given"),
+        "{p:?}"
+    );
+    let none = JobKeys::default();
+    let p = check_plan_keys(&keys(&["cpus_per_task", "cpus_per_worker"]), &none);
+    assert!(
+        p.len() == 1 && p[0].contains("`cpus_per_worker` and `cpus_per_task` are both swept"),
+        "{p:?}"
+    );
+    assert!(check_plan_keys(&keys(&["cpus_per_worker", "seed"]), &none).is_empty());
+    // A run's swept cpus_per_worker is one of its flags: it replaces the job file's
+    // cpus_per_task.
+    let run =
+        run_flags(&none, &values(&[("cpus_per_worker", "4")])).unwrap_or_else(|e| panic!("{e:?}"));
+    let job = crate::job::JobFile::parse(
+        "gpus_per_node = 8\ncpus_per_task = 64\ncommand = [\"python\", \"t.py\"]\n",
+        std::path::Path::new("job.toml"),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let plan =
+        crate::resolve::resolve(Some(&job), &run, &[], "h").unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        (plan.cpus_per_worker, plan.cpus_per_task),
+        (Some(4), Some(32))
+    );
+}
+
 /// A plan key need not appear in the command (it sets the plan), but may (`{nodes}`).
 #[test]
 fn a_plan_key_need_not_appear_in_the_command() {

@@ -1,9 +1,10 @@
 //! The `herd` binary's command line, run as a user runs it: here the commands, hostlists,
-//! `env`, `exec`, completions and the man page; `submit` and `check` in `submit.rs`; the
-//! views of a job (`status`, `logs`, `top`) in `views.rs`; the record of bad nodes
-//! (`herd nodes`, `submit --avoid-bad-nodes`) in `nodes.rs`; herd's own SLURM commands with
-//! fake ones on PATH in `slurm.rs`.
+//! `env`, `exec`, completions and the man page; `submit` and `check` in `submit.rs` (the
+//! CPUs they ask for per worker in `cpus.rs`); the views of a job (`status`, `logs`, `top`)
+//! in `views.rs`; the record of bad nodes (`herd nodes`, `submit --avoid-bad-nodes`) in
+//! `nodes.rs`; herd's own SLURM commands with fake ones on PATH in `slurm.rs`.
 
+mod cpus;
 mod hangs;
 mod nodes;
 mod slurm;
