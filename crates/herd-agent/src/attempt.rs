@@ -69,8 +69,17 @@ impl Attempt {
                 dir.path().display()
             ))
         })?;
+        // The collectives use this node's interface on the route to the master (the
+        // master's own address is on the network the followers reached it by).
+        let socket_ifname = master
+            .0
+            .parse()
+            .ok()
+            .and_then(|addr| herd_slurm::allocation::net::route_to(addr).ok())
+            .map(|route| route.ifname);
         let info = LaunchInfo {
             master_addr: master.0.to_owned(),
+            socket_ifname,
             master_port: Some(master.1),
             restart_count: restarts,
             attempt: number,

@@ -12,6 +12,8 @@
 //!   is on PATH. No GPU asked for: nothing to check.
 //! - `folders`: the log folder and the checkpoint folder exist or can be created, a file can
 //!   be written in each, and each has at least [`MIN_FREE`] free.
+//! - `network`: an interface the user named for the collectives (`GLOO_SOCKET_IFNAME`,
+//!   `NCCL_SOCKET_IFNAME`, which herd then leaves as they are) exists on this node.
 //! - `port`: the master's rendezvous port answers from this node (the leader holds it open
 //!   with [`hold_port`] while the agents check).
 //!
@@ -45,12 +47,12 @@ pub(crate) const CHECK_TIMEOUT: Duration = Duration::from_secs(5);
 pub(crate) const MIN_FREE: u64 = 1 << 30;
 
 /// The checks by name, in the order a finding is chosen when several fail.
-pub(crate) const CHECKS: [&str; 5] = ["python", "command", "gpus", "folders", "port"];
+pub(crate) const CHECKS: [&str; 6] = ["python", "command", "gpus", "folders", "network", "port"];
 
 /// What is wrong with this node: which check failed and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Finding {
-    /// One of [`CHECKS`]: `python`, `command`, `gpus`, `folders`, `port`.
+    /// One of [`CHECKS`]: `python`, `command`, `gpus`, `folders`, `network`, `port`.
     pub(crate) check: &'static str,
     /// What is wrong and what to change, one line, naming the path, command or value.
     pub(crate) detail: String,
@@ -105,6 +107,9 @@ pub(crate) struct Node {
     pub(crate) host: String,
     /// The master's address and held port.
     pub(crate) master: Option<(String, u16)>,
+    /// The collectives' interface variables the user set (`GLOO_SOCKET_IFNAME`,
+    /// `NCCL_SOCKET_IFNAME`) and their values.
+    pub(crate) ifnames: Vec<(&'static str, String)>,
 }
 
 impl Node {
@@ -131,6 +136,10 @@ impl Node {
                 .cloned()
                 .unwrap_or_else(|| format!("node-{}", cfg.node_rank)),
             master,
+            ifnames: herd_slurm::allocation::net::IFNAME_VARS
+                .into_iter()
+                .filter_map(|var| Some((var, vars.get(var)?.to_owned())))
+                .collect(),
         }
     }
 
@@ -149,7 +158,8 @@ impl Node {
             check_folders(&self.folders, &self.host, MIN_FREE),
             port,
         );
-        let mut findings: Vec<Finding> = [command, gpus, folders, port]
+        let network = check_network(&self.ifnames);
+        let mut findings: Vec<Finding> = [command, gpus, folders, network, port]
             .into_iter()
             .filter_map(Result::err)
             .collect();
@@ -159,6 +169,26 @@ impl Node {
             None => Ok(start.elapsed()),
         }
     }
+}
+
+/// Every interface the user named for the collectives exists here
+/// ([`herd_slurm::allocation::net::check_ifname`]); nothing named: nothing to check (herd
+/// picks the interface on the route to the master).
+fn check_network(ifnames: &[(&'static str, String)]) -> Result<(), Finding> {
+    use herd_slurm::allocation::net;
+    if ifnames.is_empty() {
+        return Ok(());
+    }
+    let have = net::interfaces().map(|i| net::names(&i)).map_err(|e| {
+        Finding::new(
+            "network",
+            format!("cannot list this node's interfaces: {e}"),
+        )
+    })?;
+    for (var, value) in ifnames {
+        net::check_ifname(var, value, &have).map_err(|e| Finding::new("network", e))?;
+    }
+    Ok(())
 }
 
 /// `f` started on a thread of its own; its answer comes on the receiver. The thread is

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use clap::Args;
 use herd_hostlist::compress;
 use herd_plan::{GpuBindArg, KeepAlive, StopSignal};
-use herd_slurm::allocation::addr;
+use herd_slurm::allocation::net;
 use herd_slurm::worker::vars::WITHHELD;
 use herd_slurm::{format_counts, Allocation, GpuBind, LaunchInfo, Layout, Position, Vars};
 use serde_json::json;
@@ -66,20 +66,25 @@ struct AgentView {
     workers: Vec<BTreeMap<String, String>>,
 }
 
+/// This process's node among `alloc`'s: a task's own; a batch or salloc shell runs on one
+/// of the job's nodes (`SLURMD_NODENAME`), the first when that is not known.
+fn this_node_rank(alloc: &Allocation, vars: &Vars) -> u32 {
+    match &alloc.task {
+        Some(t) => t.node_rank,
+        None => vars
+            .get("SLURMD_NODENAME")
+            .and_then(|me| alloc.layout.nodes.iter().position(|n| n == me))
+            .unwrap_or(0) as u32,
+    }
+}
+
 /// The workers an agent of `alloc` on this node would start with `args`' options: the same
 /// reading of the allocation, the same log folder and the same variables
 /// ([`herd_agent::workers::agent_worker_env`]) as `herd launch`'s, for the attempt its log
 /// folder would hold next. The port is the leader's to claim when the attempt starts.
 fn agent_view(args: &EnvArgs, alloc: &Allocation, vars: &Vars) -> AgentView {
     let nodes = &alloc.layout.nodes;
-    let node_rank = match &alloc.task {
-        Some(t) => t.node_rank,
-        // A batch or salloc shell runs on one of the job's nodes.
-        None => vars
-            .get("SLURMD_NODENAME")
-            .and_then(|me| nodes.iter().position(|n| n == me))
-            .unwrap_or(0) as u32,
-    };
+    let node_rank = this_node_rank(alloc, vars);
     let nproc = args
         .nproc_per_node
         .unwrap_or_else(|| alloc.gpus.count().unwrap_or(1));
@@ -88,14 +93,16 @@ fn agent_view(args: &EnvArgs, alloc: &Allocation, vars: &Vars) -> AgentView {
         nodes: nodes[..working.min(nodes.len())].to_vec(),
         tasks_per_node: vec![nproc; working.min(nodes.len())],
     };
-    let master_addr = if nodes.len() == 1 {
-        "127.0.0.1".to_owned()
-    } else {
-        // As `herd env` shows it above when the name does not resolve here (`--from`).
-        addr::reachable_addr(alloc.master_node())
-            .map_or_else(|_| alloc.master_node().to_owned(), |a| a.to_string())
+    // The master and this node's interface on the route to it, as the agents find them;
+    // the master's name when the route is not known here (`--from`).
+    let (master_addr, socket_ifname) = match net::master_route(&layout.nodes, node_rank) {
+        Ok((addr, route)) => (addr.to_string(), Some(route.ifname)),
+        Err(_) => (alloc.master_node().to_owned(), None),
     };
-    let task_info = LaunchInfo::for_task(alloc, vars, master_addr, None);
+    let task_info = LaunchInfo {
+        socket_ifname,
+        ..LaunchInfo::for_task(alloc, vars, master_addr, None)
+    };
     let logs = crate::launch::agent_logs(args.log_dir.as_deref(), vars, &task_info.run_id);
     let attempt = logs.next_attempt();
     let dir = logs.attempt(attempt);
@@ -146,7 +153,11 @@ pub fn run(args: EnvArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
     };
     let alloc = Allocation::from_vars(&vars)?;
     let master = alloc.master_node().to_owned();
-    let master_addr = addr::reachable_addr(&master);
+    // The master as this node reaches it, and this node's interface on that route: what
+    // herd gives the workers here (herd_slurm::allocation::net).
+    let route = net::master_route(&alloc.layout.nodes, this_node_rank(&alloc, &vars));
+    let master_addr = route.as_ref().map(|(addr, _)| *addr);
+    let socket_ifname = route.as_ref().ok().map(|(_, r)| r.ifname.clone());
     let master_port = match vars.get("MASTER_PORT") {
         None => None,
         Some(p) => Some(p.trim().parse::<u16>().map_err(|_| {
@@ -159,9 +170,20 @@ pub fn run(args: EnvArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
     let mut warning = None;
     let worker = match (&alloc.task, args.agent) {
         (Some(task), false) => {
-            let addr = crate::exec::task_master_addr(&alloc).unwrap_or_else(|_| master.clone());
-            let (env, w) =
-                crate::exec::task_env(&alloc, task, &vars, (addr, master_port), args.gpus.gpu_bind);
+            // As `herd exec` finds it; the name when the route is not known here (`--from`).
+            let task_master = crate::exec::task_master(&alloc, task).unwrap_or_else(|_| {
+                crate::exec::TaskMaster {
+                    addr: master.clone(),
+                    ifname: None,
+                }
+            });
+            let (env, w) = crate::exec::task_env(
+                &alloc,
+                task,
+                &vars,
+                (task_master, master_port),
+                args.gpus.gpu_bind,
+            );
             warning = w;
             Some(env)
         }
@@ -203,6 +225,7 @@ pub fn run(args: EnvArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
             "master_node": master,
             "master_addr": master_addr.as_ref().ok().map(|a| a.to_string()),
             "master_addr_error": master_addr.as_ref().err().map(|e| e.to_string()),
+            "socket_ifname": socket_ifname,
             "master_port": master_port,
             "task": alloc.task,
             "gpus": alloc.gpus,
@@ -239,6 +262,12 @@ pub fn run(args: EnvArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError> {
     match &master_addr {
         Ok(a) => writeln!(out, "master      {master} ({a})")?,
         Err(e) => writeln!(out, "master      {master} (no reachable address: {e})")?,
+    }
+    if let Some(ifname) = &socket_ifname {
+        writeln!(
+            out,
+            "network     {ifname}: this node's interface on the route to the master (the workers' GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME, unless set)"
+        )?;
     }
     if let Some(t) = &alloc.task {
         writeln!(

@@ -12,7 +12,7 @@ use std::os::unix::process::CommandExt;
 
 use clap::Args;
 use herd_plan::GpuBindArg;
-use herd_slurm::allocation::addr::{self, AddrError};
+use herd_slurm::allocation::net::{self, RouteError};
 use herd_slurm::{
     worker_env, Allocation, AllocationError, GpuBind, LaunchInfo, Position, Task, Vars,
 };
@@ -28,6 +28,13 @@ pub struct ExecArgs {
     /// Which GPUs the task keeps of those SLURM gave it.
     #[command(flatten)]
     pub gpus: GpuBindArg,
+    /// Set only the collectives' interface, `GLOO_SOCKET_IFNAME` and `NCCL_SOCKET_IFNAME`
+    /// (this node's interface on the route to the step's first node; a value already set
+    /// is kept), and run CMD: for a launcher that starts the node's workers and gives them
+    /// their ranks itself, such as torchrun (one task per node). herd submit's torchrun
+    /// mode runs torchrun this way.
+    #[arg(long, conflicts_with_all = ["master_port", "gpu_bind"])]
+    pub network_only: bool,
     /// The command and its arguments (after `--`), executed as they are, never by a shell.
     #[arg(required = true, last = true, value_name = "CMD")]
     pub command: Vec<OsString>,
@@ -47,6 +54,26 @@ pub fn run(args: ExecArgs) -> Result<ExitStatus, CliError> {
             "herd exec runs as an srun task, one per worker: `srun --ntasks-per-node=G herd exec -- CMD`".into(),
         )
     })?;
+    if args.network_only {
+        let mut env = BTreeMap::new();
+        let master = task_master(&alloc, &task)?;
+        if let Some(ifname) = master.ifname {
+            for var in net::IFNAME_VARS {
+                if vars.get(var).is_none() {
+                    env.insert(var.to_owned(), ifname.clone());
+                }
+            }
+        }
+        let (program, rest) = args
+            .command
+            .split_first()
+            .ok_or_else(|| CliError::Usage("no command given after `--`".into()))?;
+        let err = worker_command(program, rest, &env).exec();
+        return Err(CliError::System {
+            action: format!("cannot run `{}`", program.to_string_lossy()),
+            source: err,
+        });
+    }
     let port = match args.master_port {
         Some(p) => p,
         None => match vars.get("MASTER_PORT") {
@@ -60,12 +87,12 @@ pub fn run(args: ExecArgs) -> Result<ExitStatus, CliError> {
             }
         },
     };
-    let master_addr = task_master_addr(&alloc)?;
+    let master = task_master(&alloc, &task)?;
     let (env, warning) = task_env(
         &alloc,
         &task,
         &vars,
-        (master_addr, Some(port)),
+        (master, Some(port)),
         args.gpus.gpu_bind,
     );
     if let Some(w) = warning {
@@ -82,13 +109,26 @@ pub fn run(args: ExecArgs) -> Result<ExitStatus, CliError> {
     })
 }
 
-/// The master's address as every task of `alloc` is given it: loopback when the step has
-/// one node, else an address of the master node that the other nodes reach.
-pub(crate) fn task_master_addr(alloc: &Allocation) -> Result<String, AddrError> {
-    if alloc.layout.nodes.len() == 1 {
-        return Ok("127.0.0.1".to_owned());
-    }
-    Ok(addr::reachable_addr(alloc.master_node())?.to_string())
+/// The master as `task` of `alloc` reaches it: loopback when the step has one node, else
+/// an address of the master node on the network the nodes share (on the master node too,
+/// whose own name may resolve only to loopback there); with this node's interface on that
+/// route, which its workers' collectives use (herd_slurm::allocation::net).
+pub(crate) fn task_master(alloc: &Allocation, task: &Task) -> Result<TaskMaster, RouteError> {
+    let (addr, route) = net::master_route(&alloc.layout.nodes, task.node_rank)?;
+    Ok(TaskMaster {
+        addr: addr.to_string(),
+        ifname: Some(route.ifname),
+    })
+}
+
+/// The master's address as a task is given it, and this node's interface on the route.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct TaskMaster {
+    /// `MASTER_ADDR`.
+    pub(crate) addr: String,
+    /// `GLOO_SOCKET_IFNAME` and `NCCL_SOCKET_IFNAME` unless the user set them; `None`
+    /// when not known here.
+    pub(crate) ifname: Option<String>,
 }
 
 /// What `herd exec` sets for `task` of `alloc` (srun mode) on top of the task's own
@@ -100,12 +140,13 @@ pub(crate) fn task_env(
     alloc: &Allocation,
     task: &Task,
     vars: &Vars,
-    (master_addr, master_port): (String, Option<u16>),
+    (master, master_port): (TaskMaster, Option<u16>),
     gpu_bind: GpuBind,
 ) -> (BTreeMap<String, String>, Option<String>) {
     let mut info = LaunchInfo {
         gpu_bind,
-        ..LaunchInfo::for_task(alloc, vars, master_addr, master_port)
+        socket_ifname: master.ifname,
+        ..LaunchInfo::for_task(alloc, vars, master.addr, master_port)
     };
     let mut warning = None;
     match info.newest_checkpoint() {

@@ -228,7 +228,7 @@ pub fn run(args: RunArgs) -> Result<ExitStatus, CliError> {
 
     if vars.get("SLURM_JOB_ID").is_some() || vars.get("SLURM_JOBID").is_some() {
         // Inside an allocation: one agent per allocated node, through srun itself.
-        if vars.get("SLURM_STEP_ID").is_some() {
+        if herd_slurm::allocation::srun_step_id(&vars).is_some() {
             return Err(CliError::Usage(
                 "herd run is already inside an srun step: run it from the batch script or the salloc shell".into(),
             ));
@@ -255,9 +255,14 @@ pub fn run(args: RunArgs) -> Result<ExitStatus, CliError> {
             format!("--ntasks={nodes}").into(),
             "--ntasks-per-node=1".into(),
             "--kill-on-bad-exit=1".into(),
-            herd.into(),
-            "launch".into(),
         ];
+        // The step says its CPUs itself: srun inherits the job's cpus-per-task only from
+        // Slurm 23.11, and from then refuses a job whose two CPU variables disagree unless
+        // the step gives its own (herd_slurm::scheduler::version).
+        if let Some(c) = alloc.cpus_per_task {
+            args.push(format!("--cpus-per-task={c}").into());
+        }
+        args.extend([herd.into(), "launch".into()]);
         args.extend(forwarded);
         args.extend(["--log-dir".into(), log_dir.into(), "--".into()]);
         args.extend(o.command.iter().cloned());

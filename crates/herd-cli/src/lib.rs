@@ -158,6 +158,9 @@ pub enum CliError {
     /// A node has no address the other nodes can reach.
     #[error("{0}")]
     Addr(#[from] herd_slurm::allocation::addr::AddrError),
+    /// This node's route to the master is not known.
+    #[error("{0}")]
+    Route(#[from] herd_slurm::allocation::net::RouteError),
     /// The agent stopped before supervision could report (rendezvous, log folder, …).
     #[error("{0}")]
     Agent(#[from] herd_agent::AgentError),
@@ -243,6 +246,7 @@ impl CliError {
             | CliError::Slurm(_)
             | CliError::Allocation(_)
             | CliError::Addr(_)
+            | CliError::Route(_)
             | CliError::Agent(_)
             | CliError::PlanJson(_)
             | CliError::System { .. }

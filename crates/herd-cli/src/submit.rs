@@ -82,18 +82,24 @@ fn split_after(entry: &str) -> (&str, &str) {
     }
 }
 
-/// Resolve `after` entries (`NAME|ID[:ok|any|notok]`) into sbatch's `--dependency`, with one
-/// squeue query. A name that matches no job or several is a finding listing the candidates.
+/// Resolve `after` entries (`NAME|ID[:ok|any|notok]`) into sbatch's `--dependency`, with at
+/// most two squeue queries: this user's jobs when a job is named, the jobs given by id when
+/// one is. A name that matches no job or several, and an id SLURM no longer knows or whose
+/// end can never meet the dependency, is a finding.
 pub fn dependency(after: &[String]) -> Result<Option<String>, Vec<String>> {
     if after.is_empty() {
         return Ok(None);
     }
-    // One squeue query, and only when a job is named rather than given by id.
-    let rows = if after.iter().all(|e| is_job_id(split_after(e).0)) {
-        Vec::new()
-    } else {
+    let targets: Vec<&str> = after.iter().map(|e| split_after(e).0).collect();
+    let ids: Vec<String> = targets
+        .iter()
+        .filter(|t| is_job_id(t))
+        .map(|t| (*t).to_owned())
+        .collect();
+    let mut mine = Vec::new();
+    if targets.iter().any(|t| !is_job_id(t)) {
         match queue::query(Scope::Mine, QUERY_TIMEOUT) {
-            Ok(rows) => rows,
+            Ok(rows) => mine = rows,
             Err(e) => {
                 return Err(vec![format!(
                     "--after {}: cannot look up job names: {e}; give job ids instead, or try again",
@@ -101,19 +107,37 @@ pub fn dependency(after: &[String]) -> Result<Option<String>, Vec<String>> {
                 )])
             }
         }
-    };
-    after_ids(after, &rows)
+    }
+    let mut given = Vec::new();
+    if !ids.is_empty() {
+        match queue::query(Scope::Jobs(&ids), QUERY_TIMEOUT) {
+            Ok(rows) => given = rows,
+            Err(e) => {
+                return Err(vec![format!(
+                    "--after {}: cannot look up jobs {}: {e}; try again",
+                    after.join(","),
+                    ids.join(", ")
+                )])
+            }
+        }
+    }
+    after_ids(after, &mine, &given)
 }
 
-/// [`dependency`] from this user's queue `rows`: a name matches the jobs of that name that
-/// have not ended (the query also lists those that ended minutes ago), each by the id
-/// squeue's `%i` shows (`1234`, an array task's `1234_5`).
-fn after_ids(after: &[String], rows: &[QueueRow]) -> Result<Option<String>, Vec<String>> {
+/// [`dependency`] from this user's queue `mine` and the rows of the jobs given by id
+/// (`given`): a name matches the jobs of that name that have not ended (the query also
+/// lists those that ended minutes ago), each by the id squeue's `%i` shows (`1234`, an
+/// array task's `1234_5`).
+fn after_ids(
+    after: &[String],
+    mine: &[QueueRow],
+    given: &[QueueRow],
+) -> Result<Option<String>, Vec<String>> {
     if after.is_empty() {
         return Ok(None);
     }
     let entries: Vec<(&str, &str)> = after.iter().map(|e| split_after(e)).collect();
-    let jobs: Vec<(String, &str)> = rows
+    let jobs: Vec<(String, &str)> = mine
         .iter()
         .filter(|r| !r.job_state().is_final())
         .map(|r| (r.id(), r.name.as_str()))
@@ -122,6 +146,10 @@ fn after_ids(after: &[String], rows: &[QueueRow]) -> Result<Option<String>, Vec<
     let mut by_kind: Vec<(&str, Vec<String>)> = Vec::new();
     for (entry, &(target, kind)) in after.iter().zip(&entries) {
         let ids: Vec<String> = if is_job_id(target) {
+            if let Err(problem) = id_can_be_waited_for(entry, target, kind, given) {
+                problems.push(problem);
+                continue;
+            }
             vec![target.to_owned()]
         } else {
             jobs.iter()
@@ -171,6 +199,50 @@ fn after_ids(after: &[String], rows: &[QueueRow]) -> Result<Option<String>, Vec<
             .collect::<Vec<_>>()
             .join(","),
     ))
+}
+
+/// Whether the job `id` (given by id in `entry`, dependency `kind`) can be waited for: SLURM
+/// must still know it (sbatch refuses a dependency on a job it has forgotten from Slurm
+/// 23.02, and 22.05 ran the job at once, so herd refuses it on every release), and a job
+/// that has ended must have ended the way the dependency needs (else SLURM holds the new
+/// job forever as `DependencyNeverSatisfied`).
+fn id_can_be_waited_for(
+    entry: &str,
+    id: &str,
+    kind: &str,
+    rows: &[QueueRow],
+) -> Result<(), String> {
+    let of_id: Vec<&QueueRow> = rows
+        .iter()
+        .filter(|r| r.job_id == id || r.array_job_id == id)
+        .collect();
+    if of_id.is_empty() {
+        return Err(format!(
+            "--after {entry}: SLURM does not know job {id}: it never existed, or it ended long enough ago that slurmctld forgot it (after MinJobAge); a job that finished needs no waiting for, so remove it from `after`, or give a job that is queued or running"
+        ));
+    }
+    if !of_id.iter().all(|r| r.job_state().is_final()) {
+        return Ok(());
+    }
+    let completed = of_id.iter().all(|r| r.state == "COMPLETED");
+    let ended: Vec<&str> = of_id.iter().map(|r| r.state.as_str()).collect();
+    let never = match kind {
+        "any" => false,
+        "notok" => completed,
+        _ => !completed,
+    };
+    if never {
+        let wanted = if kind == "notok" {
+            "to fail"
+        } else {
+            "to succeed"
+        };
+        return Err(format!(
+            "--after {entry}: job {id} has ended ({}), so a dependency that waits for it {wanted} can never be met and SLURM would hold this job for ever; use `{id}:any`, or remove it from `after`",
+            ended.join(", ")
+        ));
+    }
+    Ok(())
 }
 
 /// Everything `check` and `submit` compute before writing anything.
@@ -366,6 +438,12 @@ pub fn run_check(args: CheckArgs, out: &mut dyn Write) -> Result<ExitStatus, Cli
     }
     let checked = prepare(&args.plan, false)?;
     writeln!(out, "{}", cpus_line(&checked.plan))?;
+    // The release the job would run on: what differs between releases is in docs/slurm.md.
+    match herd_slurm::scheduler::version::detect() {
+        Ok(Some(v)) => writeln!(out, "Slurm {v} (scontrol --version)")?,
+        Ok(None) => {}
+        Err(e) => eprintln!("herd: note: Slurm version not known: {e}"),
+    }
     report(&checked.findings, out)?;
     Ok(ExitStatus::Success)
 }
@@ -521,9 +599,15 @@ fn create_and_submit(checked: &Checked) -> Result<(String, herd_exp::Experiment)
     }
 }
 
-/// The `queued` event of submission `submission` in the experiment's timeline; the job is
-/// queued either way, so a timeline that cannot be written is only said.
+/// The `queued` event of submission `submission` in the experiment's timeline, and the
+/// Slurm release it went to in the manifest; the job is queued either way, so what cannot
+/// be written is only said.
 pub(crate) fn record_queued(exp: &herd_exp::Experiment, submission: u32, job_id: &str) {
+    if let Ok(Some(version)) = herd_slurm::scheduler::version::detect() {
+        if let Err(e) = exp.record_slurm_version(submission, &version.to_string()) {
+            eprintln!("herd: warning: cannot record the Slurm version of job {job_id}: {e}");
+        }
+    }
     let queued = herd_exp::timeline::Queued {
         submission,
         job_id: Some(job_id.into()),
@@ -673,10 +757,10 @@ pub fn run_submit(args: SubmitArgs, out: &mut dyn Write) -> Result<ExitStatus, C
         .iter()
         .map(|path| PlanArgs {
             job: Some(path.clone()),
+            // Checked without its dependency: the job it waits for is submitted just
+            // before it, and its id (checked with SLURM then) is known only after that sbatch.
             flags: JobKeys {
                 exp_root: args.plan.flags.exp_root.clone(),
-                // A placeholder id: the real one is known after the first sbatch.
-                after: Some(vec!["1".into()]),
                 ..JobKeys::default()
             },
         })
@@ -728,10 +812,15 @@ mod tests {
 100|100|N/A|FAILED|NonZeroExitCode|0:02|1:00|gpu-a01|1|256|me|(null)|2026-12-01T14:00:00|old|
 ";
 
+    /// Another user's running job, which `squeue --jobs` lists when it is given by id.
+    const THEIRS: &str =
+        "99|99|N/A|RUNNING|None|0:30|1:00|gpu-a02|1|0|other|(null)|2026-12-01T14:24:00|theirs|\n";
+
     fn after(entries: &[&str], queue: &str) -> Result<Option<String>, Vec<String>> {
-        let rows = queue::parse(queue).expect("squeue output");
+        let mine = queue::parse(queue).expect("squeue output");
+        let given = queue::parse(&format!("{queue}{THEIRS}")).expect("squeue output");
         let entries: Vec<String> = entries.iter().map(|e| (*e).to_owned()).collect();
-        after_ids(&entries, &rows)
+        after_ids(&entries, &mine, &given)
     }
 
     #[test]
@@ -781,5 +870,36 @@ mod tests {
             ])
         );
         assert_eq!(after(&[], QUEUE), Ok(None));
+    }
+
+    #[test]
+    fn an_id_slurm_has_forgotten_is_refused_before_anything_is_submitted() {
+        assert_eq!(
+            after(&["20", "4242"], QUEUE),
+            Err(vec![
+                "--after 4242: SLURM does not know job 4242: it never existed, or it ended long enough ago that slurmctld forgot it (after MinJobAge); a job that finished needs no waiting for, so remove it from `after`, or give a job that is queued or running".to_owned()
+            ])
+        );
+        assert_eq!(
+            after(&["22", "99:any"], QUEUE),
+            Ok(Some("afterok:22,afterany:99".into())),
+            "an array by its id, another user's job"
+        );
+    }
+
+    #[test]
+    fn an_ended_job_is_waited_for_only_when_its_end_can_meet_the_dependency() {
+        assert_eq!(
+            after(&["21", "100:notok", "100:any"], QUEUE),
+            Ok(Some("afterok:21,afternotok:100,afterany:100".into())),
+            "21 completed, 100 failed"
+        );
+        assert_eq!(
+            after(&["100", "21:notok"], QUEUE),
+            Err(vec![
+                "--after 100: job 100 has ended (FAILED), so a dependency that waits for it to succeed can never be met and SLURM would hold this job for ever; use `100:any`, or remove it from `after`".to_owned(),
+                "--after 21:notok: job 21 has ended (COMPLETED), so a dependency that waits for it to fail can never be met and SLURM would hold this job for ever; use `21:any`, or remove it from `after`".to_owned(),
+            ])
+        );
     }
 }

@@ -704,6 +704,23 @@ impl Experiment {
         })
     }
 
+    /// Records the Slurm release a submission went to (`26.05.5`); a later call replaces it.
+    pub fn record_slurm_version(&self, submission: u32, version: &str) -> Result<(), Error> {
+        let path = self.dir().to_owned();
+        self.update(|m| {
+            let count = m.submissions.len();
+            let Some(a) = m.submissions.iter_mut().find(|a| a.number == submission) else {
+                return Err(Error::NoSuchSubmission {
+                    path,
+                    submission,
+                    count,
+                });
+            };
+            a.slurm_version = Some(version.to_owned());
+            Ok(())
+        })
+    }
+
     /// Appends `run` to the runs of the submission whose job id is `job_id` (the newest
     /// submission when none has it, e.g. a `herd launch` started by hand).
     pub fn record_run(&self, job_id: Option<&str>, run: Run) -> Result<(), Error> {

@@ -114,6 +114,10 @@ pub struct Submission {
     pub argv: Vec<LosslessText>,
     /// The scheduler's job id, once known; set once, never replaced.
     pub job_id: Option<String>,
+    /// The Slurm release it was submitted to (`26.05.5`), as the cluster's `scontrol
+    /// --version` said; `None` when it was not known or the manifest predates it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slurm_version: Option<String>,
     /// Every attempt of its workers, in order: one per start inside an allocation (the
     /// first, each restart) and so one more per requeue; appended by the leader agent as
     /// each ends.
@@ -135,6 +139,7 @@ impl Submission {
                 .map(|a| LosslessText::from(a.as_os_str()))
                 .collect(),
             job_id: None,
+            slurm_version: None,
             runs: Vec::new(),
             other: Map::new(),
         }

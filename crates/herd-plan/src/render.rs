@@ -368,7 +368,9 @@ pub fn render_script(plan: &Plan, params: &ScriptParams<'_>) -> Result<String, R
             };
             s.push_str(&format!(
                 "# One torchrun per node, {what}; --no_python runs the command as given.\n\
-                 exec srun --nodes={nodes} --ntasks={nodes} --ntasks-per-node=1{cpus} --kill-on-bad-exit=1 \\\n  {launcher} --nnodes={nodes} --nproc_per_node={workers} --rdzv_id=\"$SLURM_JOB_ID\" \\\n  --rdzv_backend=c10d --rdzv_endpoint=\"$MASTER_ADDR:$MASTER_PORT\"{restarts} --no_python \\\n  {cmd}\n",
+                 # herd exec --network-only gives each node's torchrun the interface of its route\n\
+                 # to the first node for the collectives (GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME).\n\
+                 exec srun --nodes={nodes} --ntasks={nodes} --ntasks-per-node=1{cpus} --kill-on-bad-exit=1 \\\n  {herd_q} exec --network-only -- {launcher} --nnodes={nodes} --nproc_per_node={workers} --rdzv_id=\"$SLURM_JOB_ID\" \\\n  --rdzv_backend=c10d --rdzv_endpoint=\"$MASTER_ADDR:$MASTER_PORT\"{restarts} --no_python \\\n  {cmd}\n",
             ));
         }
     }

@@ -230,6 +230,7 @@ fn srun_mode_gives_one_task_per_gpu_and_a_master() {
 #[test]
 fn torchrun_mode_renders_the_seed_line() {
     let bed = bed();
+    let herd = bed.herd.display().to_string();
     let torchrun_argv = |ran: &Ran, launcher: &[&str]| -> Vec<String> {
         let port = &ran.env["MASTER_PORT"];
         let endpoint = format!("--rdzv_endpoint=gpu-a01:{port}");
@@ -240,6 +241,8 @@ fn torchrun_mode_renders_the_seed_line() {
             "--cpus-per-task=8",
             "--kill-on-bad-exit=1",
         ];
+        // Each node's torchrun through herd exec --network-only (the collectives' interface).
+        want.extend([herd.as_str(), "exec", "--network-only", "--"]);
         want.extend(launcher);
         want.extend([
             "--nnodes=2",

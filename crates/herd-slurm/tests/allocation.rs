@@ -1,4 +1,5 @@
-//! The allocation model on environments captured from real SLURM (22.05.8, the test bed).
+//! The allocation model on environments captured from real SLURM (22.05.8 and 26.05.5, the
+//! test bed).
 
 use herd_slurm::{worker_env, Allocation, AllocationError, GpuBind, LaunchInfo, Position, Vars};
 
@@ -56,6 +57,37 @@ SLURM_PROCID=0
 SLURM_TASKS_PER_NODE=2(x3)
 ";
 
+/// The batch shell of the same job on Slurm 26.05.5 (`testbed/up --slurm 26.05`): SLURM sets
+/// `SLURM_STEP_ID=-5` there (the batch step; 22.05 and 24.11 leave it unset), and a few new
+/// variables.
+const BATCH_26_05: &str = "\
+CUDA_VISIBLE_DEVICES=0,1
+SLURMD_NODENAME=gpu-a01
+SLURM_CPUS_ON_NODE=2
+SLURM_GPUS_ON_NODE=2
+SLURM_JOBID=47
+SLURM_JOB_CPUS_PER_NODE=2(x3)
+SLURM_JOB_EXCLUSIVE=NO
+SLURM_JOB_GPUS=0,1
+SLURM_JOB_ID=47
+SLURM_JOB_NODELIST=gpu-a[01-03]
+SLURM_JOB_NUM_NODES=3
+SLURM_JOB_OVERSUBSCRIBE=NO
+SLURM_JOB_SLUID=sEKDM936BEAY00
+SLURM_LOCALID=0
+SLURM_NNODES=3
+SLURM_NODEID=0
+SLURM_NODELIST=gpu-a[01-03]
+SLURM_NPROCS=6
+SLURM_NTASKS=6
+SLURM_NTASKS_PER_NODE=2
+SLURM_OOM_KILL_STEP=0
+SLURM_PROCID=0
+SLURM_STEPID=-5
+SLURM_STEP_ID=-5
+SLURM_TASKS_PER_NODE=2(x3)
+";
+
 fn with(base: &str, changes: &[(&str, Option<&str>)]) -> Vars {
     let mut vars = Vars::parse(base);
     for (k, v) in changes {
@@ -95,6 +127,24 @@ fn batch_shell_is_not_a_task() {
     assert!(a.task.is_none());
     assert_eq!(a.layout.tasks_per_node, [2, 2, 2]);
     assert_eq!(a.layout.world_size(), 6);
+}
+
+/// 26.05's batch shell says `SLURM_STEP_ID=-5`: still the job's layout and no task, and
+/// `herd run` there is not "inside an srun step". The other special steps (extern -4,
+/// salloc's interactive step -6, or those written unsigned) are no srun step either.
+#[test]
+fn the_batch_step_of_newer_releases_is_not_an_srun_step() {
+    let a = alloc(&Vars::parse(BATCH_26_05));
+    assert!(a.task.is_none());
+    assert_eq!(a.step_id, None);
+    assert_eq!(a.job_id, 47);
+    assert_eq!(a.layout.tasks_per_node, [2, 2, 2]);
+    for special in ["-4", "-5", "-6", "4294967291", "4294967290"] {
+        let v = with(BATCH_26_05, &[("SLURM_STEP_ID", Some(special))]);
+        assert_eq!(herd_slurm::allocation::srun_step_id(&v), None, "{special}");
+    }
+    let step = Vars::parse(STEP_IN_BATCH);
+    assert_eq!(herd_slurm::allocation::srun_step_id(&step), Some("0"));
 }
 
 #[test]
@@ -403,4 +453,42 @@ fn an_array_task_is_named_by_its_array_and_index() {
         herd_slurm::allocation::job_ref(&odd),
         Some(alloc(&odd).job_id.to_string())
     );
+}
+
+/// On a node with several networks every worker's collectives use the interface on the
+/// node's route to the master (`GLOO_SOCKET_IFNAME`, `NCCL_SOCKET_IFNAME`); a variable the
+/// user set is left as it is (the worker inherits it), and without a known route herd sets
+/// neither.
+#[test]
+fn workers_use_the_interface_on_the_route_to_the_master_unless_the_user_named_one() {
+    let a = alloc(&Vars::parse(BATCH));
+    let pos = Position {
+        rank: 2,
+        local_rank: 0,
+        node_rank: 1,
+    };
+    let info = LaunchInfo {
+        master_addr: "10.213.47.11".into(),
+        socket_ifname: Some("eth0".into()),
+        ..LaunchInfo::for_node(&a.gpus, None, &Vars::parse(BATCH), "2".into(), Some(2))
+    };
+    let env = worker_env(&a.layout, pos, &info);
+    assert_eq!(env["GLOO_SOCKET_IFNAME"], "eth0");
+    assert_eq!(env["NCCL_SOCKET_IFNAME"], "eth0");
+
+    let user = with(BATCH, &[("NCCL_SOCKET_IFNAME", Some("=ib0"))]);
+    let info = LaunchInfo {
+        socket_ifname: Some("eth0".into()),
+        ..LaunchInfo::for_node(&a.gpus, None, &user, "2".into(), Some(2))
+    };
+    let env = worker_env(&a.layout, pos, &info);
+    assert_eq!(env["GLOO_SOCKET_IFNAME"], "eth0");
+    assert!(
+        !env.contains_key("NCCL_SOCKET_IFNAME"),
+        "the user's value is inherited, never replaced"
+    );
+
+    let unknown = LaunchInfo::for_node(&a.gpus, None, &Vars::parse(BATCH), "2".into(), None);
+    let env = worker_env(&a.layout, pos, &unknown);
+    assert!(!env.contains_key("GLOO_SOCKET_IFNAME") && !env.contains_key("NCCL_SOCKET_IFNAME"));
 }

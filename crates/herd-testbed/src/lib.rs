@@ -323,6 +323,24 @@ pub fn venv_python() -> Result<PathBuf, BedError> {
     Ok(python)
 }
 
+/// The interface of the network the bed's nodes share, inside each node (`BED_IFNAME` in
+/// testbed/lib.sh). Each node also has a `docker0` before it that reaches no other node.
+pub const BED_IFNAME: &str = "eth0";
+
+/// Node `name`'s address on the network the nodes share, as SLURM has it (`NodeAddr`).
+pub fn node_addr(name: &str) -> String {
+    let out = std::process::Command::new("scontrol")
+        .args(["show", "node", "-o", name])
+        .output()
+        .expect("scontrol runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    fields(&text)
+        .into_iter()
+        .find(|(k, _)| *k == "NodeAddr")
+        .map(|(_, v)| v.to_owned())
+        .unwrap_or_else(|| panic!("no NodeAddr for {name}: {text}"))
+}
+
 /// The repository root (for `examples/` and `testbed/`).
 pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

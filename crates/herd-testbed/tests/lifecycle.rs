@@ -1,6 +1,6 @@
 //! The bed's own scripts (`testbed/up`, `down`, `status`), driven as a user drives them:
-//! idempotent `up`, recovery from a crashed run, resizing, `down` leaving nothing behind,
-//! and one clear line for bad input. Runs in the `bed` test group (one at a time with the
+//! idempotent `up`, recovery from a crashed run, resizing, another Slurm release, `down`
+//! leaving nothing behind, and one clear line for bad input. Runs in the `bed` test group (one at a time with the
 //! end-to-end tests) and leaves a healthy default-size bed behind.
 
 use std::collections::BTreeSet;
@@ -79,7 +79,8 @@ fn kill9(pid: i32) {
     }
 }
 
-/// `srun -N n hostname -I` style probe: the distinct (hostname, address) pairs the nodes report.
+/// `srun -N n hostname -I` style probe: each node's name, its addresses (docker0's first,
+/// then the shared network's) and what its own name resolves to there.
 fn node_identities(n: usize) -> BTreeSet<String> {
     let out = run_cmd(
         Command::new("srun")
@@ -88,7 +89,7 @@ fn node_identities(n: usize) -> BTreeSet<String> {
                 "--ntasks-per-node=1",
                 "bash",
                 "-c",
-                "echo $(hostname) $(hostname -I)",
+                "echo $(hostname) $(hostname -I) / $(getent hosts $(hostname) | cut -d' ' -f1)",
             ])
             .current_dir(std::env::temp_dir()),
         Duration::from_secs(60),
@@ -97,8 +98,26 @@ fn node_identities(n: usize) -> BTreeSet<String> {
     text(&out.stdout).lines().map(str::to_owned).collect()
 }
 
+/// The release `testbed/up` brings up without `--slurm` (testbed/lib.sh).
+fn default_slurm() -> String {
+    std::env::var("HERD_BED_SLURM").unwrap_or_else(|_| "26.05".into())
+}
+
+/// `sinfo --version` as PATH finds it: `22.05.8`.
+fn sinfo_version() -> String {
+    let out = Command::new("sinfo")
+        .arg("--version")
+        .output()
+        .expect("sinfo runs");
+    text(&out.stdout)
+        .split_whitespace()
+        .nth(1)
+        .unwrap_or_default()
+        .to_owned()
+}
+
 #[test]
-fn up_is_idempotent_recovers_from_crashes_resizes_and_down_leaves_nothing() {
+fn up_is_idempotent_recovers_from_crashes_resizes_changes_release_and_down_leaves_nothing() {
     // The bed is this test's alone: no end-to-end test may run while it goes down and up.
     let _turn = herd_testbed::exclusive();
     // Start from a healthy default bed; a second `up` keeps it (same controller process).
@@ -125,8 +144,13 @@ fn up_is_idempotent_recovers_from_crashes_resizes_and_down_leaves_nothing() {
         "three distinct nodes with their own names and IPs: {ids:?}"
     );
     let net = std::env::var("HERD_BED_NET").unwrap_or_else(|_| "10.213.47".into());
+    // Two networks on every node: a docker0 first that reaches no other node, and the
+    // shared one; the node's own name is Debian's 127.0.1.1 there.
     for (i, id) in ids.iter().enumerate() {
-        assert_eq!(id, &format!("gpu-a{:02} {net}.{}", i + 1, 11 + i));
+        assert_eq!(
+            id,
+            &format!("gpu-a{:02} 172.17.0.1 {net}.{} / 127.0.1.1", i + 1, 11 + i)
+        );
     }
 
     // Bad input is refused in one line and leaves the running bed alone.
@@ -157,6 +181,27 @@ fn up_is_idempotent_recovers_from_crashes_resizes_and_down_leaves_nothing() {
     assert!(ok("status", &[]).contains("healthy: 8 nodes"));
     assert_eq!(node_identities(8).len(), 8);
 
+    // Another Slurm release: the bed is built again on it, and the client commands on PATH
+    // are that release's (a 22.05 client cannot talk to a 24.11 controller).
+    let default = default_slurm();
+    let other = if default == "22.05" { "26.05" } else { "22.05" };
+    ok("up", &["--no-venv", "--slurm", other]);
+    assert!(
+        ok("status", &[]).contains(&format!("Slurm {other} (slurm-wlm {other}.")),
+        "status names the release that runs"
+    );
+    assert!(sinfo_version().starts_with(other), "{}", sinfo_version());
+    refused(
+        &script("up", &["--slurm", "21.08"]),
+        "--slurm must be one of 22.05 24.11 26.05",
+    );
+    ok("up", &["--no-venv"]);
+    assert!(
+        ok("status", &[]).contains(&format!("Slurm {default} ")),
+        "back on the default release"
+    );
+    assert!(sinfo_version().starts_with(&default), "{}", sinfo_version());
+
     // Down leaves nothing (the script checks and says so), and a second down is a no-op.
     let down = ok("down", &[]);
     assert!(
@@ -180,6 +225,15 @@ fn up_is_idempotent_recovers_from_crashes_resizes_and_down_leaves_nothing() {
             !found.status.success(),
             "{daemon} still running: {}",
             text(&found.stdout)
+        );
+    }
+    for client in ["sbatch", "srun", "squeue", "scontrol", "sinfo", "scancel"] {
+        let link = std::path::Path::new("/usr/local/bin").join(client);
+        assert!(
+            std::fs::read_link(&link).is_err(),
+            "{} is left: {:?}",
+            link.display(),
+            std::fs::read_link(&link)
         );
     }
     let conf = std::fs::read_to_string("/etc/slurm/slurm.conf").unwrap_or_default();

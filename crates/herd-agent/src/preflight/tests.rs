@@ -690,6 +690,7 @@ async fn the_first_finding_is_chosen_by_the_order_of_the_checks() {
         folders: vec![("log folder", file.join("logs"))],
         host: "gpu-a01".into(),
         master: Some(("127.0.0.1".into(), closed)),
+        ifnames: vec![("GLOO_SOCKET_IFNAME", "herd-no-such-if0".into())],
     };
     let f = finding(node.check().await, "all failing");
     assert_eq!(f.check, "command");
@@ -734,6 +735,29 @@ async fn the_first_finding_is_chosen_by_the_order_of_the_checks() {
             gres: None,
             path: Some(OsString::from(dir.path())),
             folders: vec![("log folder", dir.path().join("logs"))],
+            ..node.clone()
+        }
+        .check()
+        .await,
+        "network",
+    );
+    assert_eq!(f.check, "network");
+    assert!(
+        f.detail
+            .starts_with("GLOO_SOCKET_IFNAME=herd-no-such-if0 names `herd-no-such-if0`, which this node does not have (it has lo"),
+        "{}",
+        f.detail
+    );
+    let f = finding(
+        Node {
+            argv: vec![OsString::from("/bin/sh")],
+            gres: None,
+            path: Some(OsString::from(dir.path())),
+            folders: vec![("log folder", dir.path().join("logs"))],
+            ifnames: vec![
+                ("GLOO_SOCKET_IFNAME", "lo".into()),
+                ("NCCL_SOCKET_IFNAME", "^docker,lo".into()),
+            ],
             ..node
         }
         .check()

@@ -128,7 +128,7 @@ fn torchrun_script() {
     let s = render(&p);
     // A python command runs torchrun's module with that python.
     assert!(s.contains(
-        "exec srun --nodes=4 --ntasks=4 --ntasks-per-node=1 --kill-on-bad-exit=1 \\\n  'python' -m torch.distributed.run --nnodes=4 --nproc_per_node=8 --rdzv_id=\"$SLURM_JOB_ID\" \\\n  --rdzv_backend=c10d --rdzv_endpoint=\"$MASTER_ADDR:$MASTER_PORT\" --max_restarts=1 --no_python \\\n  'python' 'tasks/pretrain.py' 'config.py'\n"
+        "exec srun --nodes=4 --ntasks=4 --ntasks-per-node=1 --kill-on-bad-exit=1 \\\n  '/opt/herd/bin/herd' exec --network-only -- 'python' -m torch.distributed.run --nnodes=4 --nproc_per_node=8 --rdzv_id=\"$SLURM_JOB_ID\" \\\n  --rdzv_backend=c10d --rdzv_endpoint=\"$MASTER_ADDR:$MASTER_PORT\" --max_restarts=1 --no_python \\\n  'python' 'tasks/pretrain.py' 'config.py'\n"
     ), "{s}");
     // A venv's python by path: that python, quoted like every user word.
     let p = plan(
@@ -136,13 +136,13 @@ fn torchrun_script() {
     );
     let s = render(&p);
     assert!(s.contains(
-        "  '/scratch/my venv/bin/python3.11' -m torch.distributed.run --nnodes=2 --nproc_per_node=1 --rdzv_id=\"$SLURM_JOB_ID\" \\\n  --rdzv_backend=c10d --rdzv_endpoint=\"$MASTER_ADDR:$MASTER_PORT\" --no_python \\\n  '/scratch/my venv/bin/python3.11' '-u' 'train.py'\n"
+        "  '/opt/herd/bin/herd' exec --network-only -- '/scratch/my venv/bin/python3.11' -m torch.distributed.run --nnodes=2 --nproc_per_node=1 --rdzv_id=\"$SLURM_JOB_ID\" \\\n  --rdzv_backend=c10d --rdzv_endpoint=\"$MASTER_ADDR:$MASTER_PORT\" --no_python \\\n  '/scratch/my venv/bin/python3.11' '-u' 'train.py'\n"
     ), "{s}");
     // Any other program: torchrun from PATH.
     let p = plan("mode = \"torchrun\"\nnodes = 2\ncommand = [\"./run.sh\", \"x\"]\n");
     let s = render(&p);
     assert!(s.contains(
-        "  torchrun --nnodes=2 --nproc_per_node=1 --rdzv_id=\"$SLURM_JOB_ID\" \\\n  --rdzv_backend=c10d --rdzv_endpoint=\"$MASTER_ADDR:$MASTER_PORT\" --no_python \\\n  './run.sh' 'x'\n"
+        "  '/opt/herd/bin/herd' exec --network-only -- torchrun --nnodes=2 --nproc_per_node=1 --rdzv_id=\"$SLURM_JOB_ID\" \\\n  --rdzv_backend=c10d --rdzv_endpoint=\"$MASTER_ADDR:$MASTER_PORT\" --no_python \\\n  './run.sh' 'x'\n"
     ), "{s}");
     assert!(s.contains("# One torchrun per node, from PATH;"), "{s}");
     assert!(

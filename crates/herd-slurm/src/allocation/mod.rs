@@ -9,9 +9,12 @@
 //! - [`counts`]: `SLURM_TASKS_PER_NODE`-style lists (`2(x3),1`).
 //! - [`addr`]: the address other nodes reach one of the allocation's nodes at (never
 //!   loopback): the agents' leader and the workers' `MASTER_ADDR` both come from it.
+//! - [`net`]: the interface on the route to the master, which the collectives use on a
+//!   node with several networks (`GLOO_SOCKET_IFNAME`, `NCCL_SOCKET_IFNAME`).
 
 pub mod addr;
 pub mod counts;
+pub mod net;
 
 use std::collections::BTreeMap;
 
@@ -19,6 +22,15 @@ use herd_hostlist::HostList;
 use serde::Serialize;
 
 use counts::{parse_counts, CountsError};
+
+/// `SLURM_STEP_ID` when this process is a task of an `srun` step: a step number (0, 1, …).
+/// Slurm 26.05's batch script has `SLURM_STEP_ID=-5` (the batch step; `-4` is the extern
+/// step, `-6` salloc's interactive step, written unsigned, `4294967291`…, by some builds),
+/// which 22.05 and 24.11 leave unset: those are not srun steps.
+pub fn srun_step_id(vars: &Vars) -> Option<&str> {
+    vars.get("SLURM_STEP_ID")
+        .filter(|id| id.parse::<u32>().is_ok_and(|n| n < 0xffff_fff0))
+}
 
 /// Environment variables to read the allocation from.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -294,7 +306,7 @@ impl Allocation {
             (job_var, job_nodes.len()),
         )?;
 
-        let step_id = vars.get("SLURM_STEP_ID").map(str::to_owned);
+        let step_id = srun_step_id(vars).map(str::to_owned);
         let layout = if step_id.is_some() {
             Self::step_layout(vars, &job_nodes)?
         } else {

@@ -285,6 +285,9 @@ pub fn kill_on_node(id: &str, host: &str, pid: u32) -> Result<(), SlurmError> {
         format!("--nodelist={host}"),
         "--nodes=1".to_owned(),
         "--ntasks=1".to_owned(),
+        // Said, not inherited: from Slurm 23.11 a step in a job whose two CPU variables
+        // disagree (the controller raised cpus-per-task) fails unless it gives its own.
+        "--cpus-per-task=1".to_owned(),
         "--quiet".to_owned(),
         "kill".to_owned(),
         "-KILL".to_owned(),

@@ -11,6 +11,8 @@
 //! - [`queue`]: the queue in one `squeue` call, states and pending reasons in words.
 //! - [`lifecycle`]: why a job's attempt ends ([`lifecycle::Cause`]), decided from what
 //!   `scontrol show job` says, and the requeue that brings it back.
+//! - [`version`]: the Slurm release ([`version::detect`], read once) and every behaviour
+//!   that differs between the releases herd supports.
 //! - [`values`]: SLURM's time and memory formats ([`TimeLimit`](values::TimeLimit),
 //!   [`Memory`](values::Memory), durations in its output), one reading each.
 
@@ -21,3 +23,4 @@ pub mod node;
 pub mod partition;
 pub mod queue;
 pub mod values;
+pub mod version;

@@ -87,6 +87,19 @@ pub fn query(scope: Scope<'_>, timeout: Duration) -> Result<Vec<QueueRow>, Slurm
     }
 }
 
+/// squeue's `exit_code` field as `(code, signal)`. Slurm 22.05 prints the raw wait status
+/// (`768`: the code in the high byte, the signal in the low bits); 24.11 and 26.05 print
+/// `CODE:SIGNAL` (`3:0`, `0:15`), as `scontrol show job` does (docs/slurm.md).
+pub fn parse_exit(field: &str) -> Option<(i32, i32)> {
+    match field.split_once(':') {
+        Some((code, signal)) => Some((code.parse().ok()?, signal.parse().ok()?)),
+        None => {
+            let w = field.parse::<i32>().ok()?;
+            Some(((w >> 8) & 0xff, w & 0x7f))
+        }
+    }
+}
+
 /// Rows of `squeue -h -O FORMAT` output; a line with too few fields is an error naming it.
 pub fn parse(text: &str) -> Result<Vec<QueueRow>, SlurmError> {
     let bad = |line: &str| SlurmError::Output {
@@ -111,7 +124,7 @@ pub fn parse(text: &str) -> Result<Vec<QueueRow>, SlurmError> {
         if job_id.is_empty() || !job_id.bytes().all(|b| b.is_ascii_digit()) {
             return Err(bad(line));
         }
-        let raw_exit = f[9].parse::<i32>().ok();
+        let exit = parse_exit(f[9]);
         rows.push(QueueRow {
             array_job_id: opt(f[1]).unwrap_or_else(|| job_id.clone()),
             job_id,
@@ -122,8 +135,7 @@ pub fn parse(text: &str) -> Result<Vec<QueueRow>, SlurmError> {
             time_limit: parse_duration(f[6]),
             nodes: opt(f[7]).unwrap_or_default(),
             node_count: f[8].parse().unwrap_or(0),
-            // A wait status: the code in the high byte, the signal in the low bits.
-            exit: raw_exit.map(|w| ((w >> 8) & 0xff, w & 0x7f)),
+            exit,
             user: f[10].to_owned(),
             dependency: opt(f[11]),
             start_time: opt(f[12]),
@@ -342,6 +354,31 @@ mod tests {
         let cancelled = &rows[6];
         assert_eq!(cancelled.exit, Some((0, 15)));
         assert_eq!(cancelled.exit_code(), Some(143), "128 + SIGTERM");
+    }
+
+    /// The same kinds of rows from Slurm 26.05.5 (`testbed/up --slurm 26.05`), whose
+    /// `exit_code` is `CODE:SIGNAL` where 22.05's is a raw wait status.
+    const SAMPLE_26_05: &str = "\
+119|119|N/A|FAILED|NonZeroExitCode|0:01|5:00|gpu-a01|1|3:0|root|(null)|2026-12-05T13:35:16|three|
+118|118|N/A|CANCELLED|None|0:01|5:00|gpu-a[01-02]|2|1:0|root|(null)|2026-12-05T13:35:08|victim|
+64|64|N/A|CANCELLED|DependencyNeverSatisfied|0:00|UNLIMITED||1|0:0|root|afterok:63(failed)|2026-12-05T13:35:02|second|
+66|66|N/A|CANCELLED|JobHeldUser|0:00|5:00||1|0:0|root|(null)|2026-12-05T13:35:06|sweep-00|
+";
+
+    #[test]
+    fn newer_releases_exit_codes_read_as_22_05s() {
+        let rows = parse(SAMPLE_26_05).expect("parses");
+        assert_eq!(rows[0].exit, Some((3, 0)));
+        assert_eq!(rows[0].exit_code(), Some(3), "as 22.05's 768");
+        assert_eq!(rows[1].exit, Some((1, 0)));
+        assert_eq!(rows[1].exit_code(), Some(1));
+        assert_eq!(rows[2].depends_on(), ["63"]);
+        assert_eq!(rows[3].exit_code(), Some(1), "cancelled: never 0");
+        assert_eq!(parse_exit("0:15"), Some((0, 15)));
+        assert_eq!(parse_exit("768"), Some((3, 0)));
+        assert_eq!(parse_exit("15"), Some((0, 15)));
+        assert_eq!(parse_exit("N/A"), None);
+        assert_eq!(parse_exit(""), None);
     }
 
     #[test]

@@ -117,6 +117,11 @@ pub struct LaunchInfo {
     pub gpu_bind: GpuBind,
     /// CPUs on this node available to the workers (for `OMP_NUM_THREADS`).
     pub node_cpus: Option<u32>,
+    /// This node's interface on the route to the master (`eth0`; `lo` on one node): every
+    /// worker's `GLOO_SOCKET_IFNAME` and `NCCL_SOCKET_IFNAME`, unless the user set them.
+    pub socket_ifname: Option<String>,
+    /// Which of `GLOO_SOCKET_IFNAME`, `NCCL_SOCKET_IFNAME` the user set: kept as they are.
+    pub user_ifnames: Vec<String>,
     /// `OMP_NUM_THREADS` already set by the user: kept as it is.
     pub user_omp_threads: Option<String>,
     /// SLURM job id (`HERD_JOB_ID`): the job's own, for `srun --jobid` (an array task's
@@ -198,6 +203,12 @@ impl LaunchInfo {
             gpu_bind: GpuBind::default(),
             node_cpus,
             user_omp_threads: vars.get("OMP_NUM_THREADS").map(str::to_owned),
+            socket_ifname: None,
+            user_ifnames: crate::allocation::net::IFNAME_VARS
+                .iter()
+                .filter(|v| vars.get(v).is_some())
+                .map(|v| (*v).to_owned())
+                .collect(),
             job_ref: job_id.map(|j| j.to_string()),
             job_id,
             checkpoint_dir: vars
@@ -300,6 +311,13 @@ pub fn worker_env(layout: &Layout, pos: Position, info: &LaunchInfo) -> BTreeMap
             .to_string(),
     };
     set("OMP_NUM_THREADS", omp);
+    if let Some(ifname) = &info.socket_ifname {
+        for var in crate::allocation::net::IFNAME_VARS {
+            if !info.user_ifnames.iter().any(|u| u == var) {
+                set(var, ifname.clone());
+            }
+        }
+    }
 
     // herd's own.
     set(vars::HERD_ATTEMPT, info.attempt.to_string());

@@ -111,7 +111,18 @@ fn a_bed_left_broken_is_repaired_at_the_next_tests_start() {
         .status()
         .expect("kill")
         .success());
-    assert_eq!(state_of(&ctld), 'T', "slurmctld stopped");
+    // A stop signal takes effect when the kernel next schedules the process (every thread
+    // of a busy slurmctld): look until it shows, within a deadline that only tells a stop
+    // from none.
+    let stopped_by = Instant::now() + Duration::from_secs(10);
+    while state_of(&ctld) != 'T' {
+        assert!(
+            Instant::now() < stopped_by,
+            "slurmctld {ctld} not stopped 10 s after SIGSTOP: state {}",
+            state_of(&ctld)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 
     let said = repair::repair("this test", Duration::from_secs(60));
     eprintln!("the repair said: {said:#?}");

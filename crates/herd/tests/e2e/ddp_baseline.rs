@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use herd_testbed::{rank_lines, shell_join, Bed};
+use herd_testbed::{rank_lines, shell_join, Bed, BED_IFNAME};
 
 use crate::support::{slurm_torch_wrapper, train_command, Job};
 
@@ -45,7 +45,13 @@ fn srun_wrapper_3_nodes_x_2_tasks_end_with_one_checksum() {
             "--cpus-per-task=1",
             "--time=10",
         ],
-        &format!("srun --kill-on-bad-exit=1 --label {}", shell_join(&argv)),
+        // The seeds' way needs the shared network named on the bed's two-network nodes
+        // (gloo would bind to the loopback address a node's own name has there; see
+        // two_networks.rs): herd picks it by itself.
+        &format!(
+            "export GLOO_SOCKET_IFNAME={BED_IFNAME}\nsrun --kill-on-bad-exit=1 --label {}",
+            shell_join(&argv)
+        ),
     );
     let output = job.wait_success(&bed, Duration::from_secs(300));
 

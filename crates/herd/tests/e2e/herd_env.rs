@@ -7,17 +7,19 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use herd_testbed::{run_cmd, shell_join, Bed};
+use herd_testbed::{run_cmd, shell_join, Bed, BED_IFNAME};
 use serde_json::Value;
 
 use crate::support::Job;
 
 /// Each task writes `herd env --json` and the facts from its own node: SLURM_PROCID, the
-/// node's hostname and address, and the step's node list as scontrol expands it.
+/// node's hostname and its address on the network the nodes share (eth0: the bed's nodes
+/// have a docker0 too, whose address `hostname -I` would list first), and the step's node
+/// list as scontrol expands it.
 const TASK_SCRIPT: &str = r#"set -eu
 dir=$1 herd=$2
 "$herd" env --json > "$dir/env-$SLURM_PROCID.json"
-printf '%s %s %s\n' "$SLURM_PROCID" "$(hostname)" "$(hostname -I | cut -d' ' -f1)" > "$dir/truth-$SLURM_PROCID"
+printf '%s %s %s\n' "$SLURM_PROCID" "$(hostname)" "$(ip -4 -o addr show dev eth0 | awk '{print $4}' | cut -d/ -f1)" > "$dir/truth-$SLURM_PROCID"
 scontrol show hostnames "$SLURM_STEP_NODELIST" > "$dir/nodes-$SLURM_PROCID"
 "#;
 
@@ -86,6 +88,7 @@ fn check(dir: &Path, ntasks: u32) {
         assert_eq!(task["local_world_size"], per_node(&t.host), "{ctx}");
         assert_eq!(env["master_node"], nodes[0].as_str(), "{ctx}");
         assert_eq!(env["master_addr"], master_ip.as_str(), "{ctx}");
+        assert_eq!(env["socket_ifname"], BED_IFNAME, "{ctx}");
         let local = task["local_rank"].as_u64().expect("local_rank");
         assert!(local < per_node(&t.host), "{ctx}");
         assert!(
@@ -105,6 +108,8 @@ fn check(dir: &Path, ntasks: u32) {
             "{ctx}"
         );
         assert_eq!(w["MASTER_ADDR"], master_ip.as_str(), "{ctx}");
+        assert_eq!(w["GLOO_SOCKET_IFNAME"], BED_IFNAME, "{ctx}");
+        assert_eq!(w["NCCL_SOCKET_IFNAME"], BED_IFNAME, "{ctx}");
     }
 }
 

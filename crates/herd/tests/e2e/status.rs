@@ -376,9 +376,11 @@ fn counting_wrappers(dir: &Path) -> PathBuf {
     let bin = dir.join("wrappers");
     std::fs::create_dir_all(&bin).expect("wrappers");
     for cmd in ["squeue", "scontrol", "sacct", "sinfo", "scancel"] {
-        let real = ["/usr/bin", "/usr/sbin", "/bin"]
-            .iter()
-            .map(|d| Path::new(d).join(cmd))
+        // The command as PATH finds it: the bed's Slurm release may have its own in
+        // /usr/local/bin, ahead of the host's.
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        let real = std::env::split_paths(&path)
+            .map(|d| d.join(cmd))
             .find(|p| p.is_file())
             .unwrap_or_else(|| PathBuf::from(format!("/usr/bin/{cmd}")));
         write_file(

@@ -243,6 +243,60 @@ fn existing_names_and_unknown_dependencies_are_refused_writing_nothing() {
         !exps.join("eval").exists(),
         "nothing written after a failed check"
     );
+
+    // A job id SLURM does not know (ended long ago, or a typo): Slurm 22.05 dropped such a
+    // dependency and ran the job at once, 23.02 and later refuse it at sbatch; herd refuses
+    // it before anything is written, on every release.
+    let forgotten = submit(
+        &bed,
+        &project,
+        &[
+            &["-J", "late", "--after", "999999"][..],
+            &base,
+            &["--", "true"],
+        ]
+        .concat(),
+    );
+    assert_eq!(forgotten.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&forgotten.stderr);
+    assert!(
+        stderr.contains("SLURM does not know job 999999"),
+        "{stderr}"
+    );
+    assert!(
+        !exps.join("late").exists(),
+        "nothing written for a forgotten job"
+    );
+    // A job that completed can never meet `notok`: SLURM would hold the new one for ever.
+    let never = submit(
+        &bed,
+        &project,
+        &[
+            &["-J", "cleanup", "--after", &format!("{job}:notok")][..],
+            &base,
+            &["--", "true"],
+        ]
+        .concat(),
+    );
+    assert_eq!(never.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&never.stderr);
+    assert!(
+        stderr.contains(&format!("job {job} has ended (COMPLETED)")),
+        "{stderr}"
+    );
+    assert!(!exps.join("cleanup").exists());
+    // …while `ok` on it is met at once.
+    let next = job_id(&submit(
+        &bed,
+        &project,
+        &[
+            &["-J", "next", "--after", &job.to_string()][..],
+            &base,
+            &["--", "true"],
+        ]
+        .concat(),
+    ));
+    wait_ok(&bed, next, &exps.join("next"));
 }
 
 /// `herd submit -J NAME --nodes 1 --exp-root ROOT FLAGS… -- true` from `project`.

@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use herd_testbed::{rank_lines, shell_join, Bed};
+use herd_testbed::{rank_lines, shell_join, Bed, BED_IFNAME};
 
 use crate::support::{slurm_torch_wrapper, train_command, Job};
 
@@ -19,7 +19,12 @@ const RESOURCES: [&str; 4] = [
 fn srun_train(bed: &Bed, args: &[&str]) -> String {
     let mut argv = vec![slurm_torch_wrapper()];
     argv.extend(train_command(bed, args));
-    format!("srun --kill-on-bad-exit=1 --label {}", shell_join(&argv))
+    // Bare srun needs the shared network named on the bed's two-network nodes (herd picks
+    // it by itself; two_networks.rs).
+    format!(
+        "export GLOO_SOCKET_IFNAME={BED_IFNAME}\nsrun --kill-on-bad-exit=1 --label {}",
+        shell_join(&argv)
+    )
 }
 
 fn one_checksum(output: &str, steps: &str) -> String {
