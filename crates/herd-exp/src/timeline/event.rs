@@ -309,7 +309,7 @@ events! {
     PreflightFailed "preflight_failed" by "leader": "a node failed a check before the attempt's workers start (`--preflight`): it is blamed" {
         attempt: u32 => "the attempt about to start",
         node: String => "the node's host name",
-        check: String => "the check that failed: `python`, `command`, `gpus`, `folders`, `port`, or `answer` (the node did not answer in time)",
+        check: String => "the check that failed: `python`, `command`, `gpus`, `folders`, `network`, `port`, or `answer` (the node did not answer in time)",
         detail: String => "what is wrong and what to change",
     }
     AttemptStarted "attempt_started" by "leader": "an attempt's workers start" {
