@@ -3,9 +3,8 @@
 //! `127.0.1.1 NAME` line for its own name (docs/testbed.md). A job launched the usual bare
 //! way (`srun` + `torchrun`, torchrun's own docs) cannot even initialise there: gloo binds
 //! to the address the node's name resolves to, loopback, and its peers cannot connect. The
-//! same job under `herd submit` trains to the right checksum, in all three launch modes
-//! (`submit::three_launch_modes_train_to_one_checksum_from_the_experiment_folder` on this
-//! bed; here torchrun mode, the bare job's twin): herd picks each node's interface on the
+//! same job under `herd submit` trains to the right checksum (the bare job's once the
+//! interface is named), in all three launch modes: herd picks each node's interface on the
 //! route to the master and makes `MASTER_ADDR` node 0's address on the shared network. An
 //! interface the user names that a node lacks fails that node's preflight, naming it.
 
@@ -81,36 +80,39 @@ fn a_bare_torchrun_job_fails_at_init_where_herd_submit_trains() {
     );
     let right = checksum(&named.wait_success(&bed, Duration::from_secs(240)), 2);
 
-    // herd submit, torchrun mode: the same job trains to the same checksum.
+    // herd submit, in each launch mode: the same job trains to the same checksum.
     let (project, exps) = project(&bed, "two_networks_herd");
     let exp_root = exps.display().to_string();
-    let job = job_id(&submit(
-        &bed,
-        &project,
-        &[
-            "-J",
-            "ddp",
-            "--mode",
-            "torchrun",
-            "--nodes",
-            "2",
-            "--gpus-per-node",
-            "1",
-            "--exp-root",
-            &exp_root,
-            "--",
-            "python",
-            "train_ddp.py",
-            "--steps",
-            "5",
-        ],
-    ));
-    let out = wait_ok(&bed, job, &exps.join("ddp"));
-    assert_eq!(
-        checksum(&out, 2),
-        right,
-        "herd's job and the named bare job"
-    );
+    for mode in ["agent", "srun", "torchrun"] {
+        let name = format!("ddp-{mode}");
+        let job = job_id(&submit(
+            &bed,
+            &project,
+            &[
+                "-J",
+                &name,
+                "--mode",
+                mode,
+                "--nodes",
+                "2",
+                "--gpus-per-node",
+                "1",
+                "--exp-root",
+                &exp_root,
+                "--",
+                "python",
+                "train_ddp.py",
+                "--steps",
+                "5",
+            ],
+        ));
+        let out = wait_ok(&bed, job, &exps.join(&name));
+        assert_eq!(
+            checksum(&out, 2),
+            right,
+            "{mode} mode: herd's job and the bare job with the interface named"
+        );
+    }
 }
 
 /// Each agent gives its workers the interface of its route to the master, and `MASTER_ADDR`
