@@ -25,18 +25,17 @@
 use std::ffi::{OsStr, OsString};
 use std::fmt;
 use std::io::{Read, Write};
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use herd_plan::torchrun::is_python;
-use tokio::io::AsyncReadExt;
-use tokio::net::{TcpListener, TcpStream};
-use tokio::task::{JoinHandle, JoinSet};
 
 use crate::config::Config;
+
+mod port;
+pub(crate) use port::HeldPort;
 
 /// How long each check waits for a process, a file system or a connection to answer.
 pub(crate) const CHECK_TIMEOUT: Duration = Duration::from_secs(5);
@@ -814,115 +813,18 @@ fn size(bytes: u64) -> String {
     }
 }
 
-// ---------------------------------------------------------------------------------------
-// port
-
 /// The `port` check: `addr:port` accepts a connection from this node within
 /// [`CHECK_TIMEOUT`]; the connection is closed at once.
 async fn check_port(addr: &str, port: u16) -> Result<(), Finding> {
-    let connect = async {
-        match addr.parse::<IpAddr>() {
-            Ok(ip) => TcpStream::connect(SocketAddr::new(ip, port)).await,
-            Err(_) => TcpStream::connect((addr, port)).await,
-        }
-    };
-    let fix = "allow TCP between the compute nodes on the job's ports (a firewall between nodes on high ports is the usual cause), and make node 0's name resolve to the interface the nodes share";
-    match tokio::time::timeout(CHECK_TIMEOUT, connect).await {
-        Ok(Ok(stream)) => {
-            // This side closes first, so the wait after a closed connection
-            // (TIME_WAIT) is this node's, not the master's port's.
-            drop(stream);
-            Ok(())
-        }
-        Ok(Err(e)) => Err(Finding::new(
-            "port",
-            format!(
-                "the master's port {addr}:{port} cannot be reached from this node ({e}): {fix}"
-            ),
-        )),
-        Err(_) => Err(Finding::new(
-            "port",
-            format!(
-                "the master's port {addr}:{port} did not answer this node within {} s: {fix}",
-                CHECK_TIMEOUT.as_secs()
-            ),
-        )),
-    }
-}
-
-/// A port held open on every interface: it accepts connections and drops each once the
-/// other side has closed it, until [`HeldPort::release`] or drop. The leader holds the
-/// attempt's `MASTER_PORT` so while the agents check that it answers from their nodes.
-#[derive(Debug)]
-pub(crate) struct HeldPort {
-    port: u16,
-    task: Option<JoinHandle<()>>,
+    port::check_port(addr, port, CHECK_TIMEOUT)
+        .await
+        .map_err(|detail| Finding::new("port", detail))
 }
 
 /// Bind a free port on all interfaces of `master_addr`'s family (IPv4 unless it is an IPv6
-/// address) and hold it.
+/// address) and hold it open while the agents check it answers from their nodes.
 pub(crate) async fn hold_port(master_addr: &str) -> std::io::Result<HeldPort> {
-    let any = match master_addr.parse::<IpAddr>() {
-        Ok(IpAddr::V6(_)) => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
-        _ => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
-    };
-    let listener = TcpListener::bind(SocketAddr::new(any, 0)).await?;
-    let port = listener.local_addr()?.port();
-    let task = tokio::spawn(async move {
-        // Connections being closed; dropped (and so closed) with this task.
-        let mut open = JoinSet::new();
-        loop {
-            tokio::select! {
-                accepted = listener.accept() => match accepted {
-                    Ok((mut stream, _)) => {
-                        open.spawn(async move {
-                            // Wait for the other side to close first: the closed
-                            // connection's wait (TIME_WAIT) stays on its node, and the
-                            // port is free for the workers as soon as it is released.
-                            let mut buf = [0u8; 64];
-                            let _ = tokio::time::timeout(CHECK_TIMEOUT, async {
-                                while matches!(stream.read(&mut buf).await, Ok(n) if n > 0) {}
-                            })
-                            .await;
-                        });
-                    }
-                    // Out of file descriptors, or a connection reset before accept: go on.
-                    Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
-                },
-                Some(_) = open.join_next(), if !open.is_empty() => {}
-            }
-        }
-    });
-    Ok(HeldPort {
-        port,
-        task: Some(task),
-    })
-}
-
-impl HeldPort {
-    /// The port held.
-    pub(crate) fn port(&self) -> u16 {
-        self.port
-    }
-
-    /// Stop holding the port: when this returns, its socket is closed and the workers
-    /// can bind it.
-    pub(crate) async fn release(mut self) {
-        if let Some(task) = self.task.take() {
-            task.abort();
-            let _ = task.await;
-        }
-    }
-}
-
-impl Drop for HeldPort {
-    /// Stops holding the port soon (at the runtime's next turn); [`HeldPort::release`]
-    /// waits until it is closed.
-    fn drop(&mut self) {
-        if let Some(task) = self.task.take() {
-            task.abort();
-        }
-    }
+    port::hold_port(master_addr, CHECK_TIMEOUT).await
 }
 
 #[cfg(test)]

@@ -64,15 +64,7 @@ pub fn run(args: ExecArgs) -> Result<ExitStatus, CliError> {
                 }
             }
         }
-        let (program, rest) = args
-            .command
-            .split_first()
-            .ok_or_else(|| CliError::Usage("no command given after `--`".into()))?;
-        let err = worker_command(program, rest, &env).exec();
-        return Err(CliError::System {
-            action: format!("cannot run `{}`", program.to_string_lossy()),
-            source: err,
-        });
+        return exec_command(&args.command, &env);
     }
     let port = match args.master_port {
         Some(p) => p,
@@ -98,11 +90,19 @@ pub fn run(args: ExecArgs) -> Result<ExitStatus, CliError> {
     if let Some(w) = warning {
         eprintln!("herd: rank {}: {w}", task.rank);
     }
-    let (program, rest) = args
-        .command
+    exec_command(&args.command, &env)
+}
+
+/// Replace this process with `command` in this task's environment, `env` on top: returns
+/// only when that fails.
+fn exec_command(
+    command: &[OsString],
+    env: &BTreeMap<String, String>,
+) -> Result<ExitStatus, CliError> {
+    let (program, rest) = command
         .split_first()
         .ok_or_else(|| CliError::Usage("no command given after `--`".into()))?;
-    let err = worker_command(program, rest, &env).exec();
+    let err = worker_command(program, rest, env).exec();
     Err(CliError::System {
         action: format!("cannot run `{}`", program.to_string_lossy()),
         source: err,

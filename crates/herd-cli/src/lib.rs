@@ -7,6 +7,7 @@ use std::io::Write;
 
 use clap::{Parser, Subcommand};
 
+mod after;
 pub mod cancel;
 pub mod completions;
 pub mod env;

@@ -681,14 +681,7 @@ impl Experiment {
         check_job_id(job_id)?;
         let path = self.dir().to_owned();
         self.update(|m| {
-            let count = m.submissions.len();
-            let Some(a) = m.submissions.iter_mut().find(|a| a.number == submission) else {
-                return Err(Error::NoSuchSubmission {
-                    path,
-                    submission,
-                    count,
-                });
-            };
+            let a = submission_mut(m, &path, submission)?;
             match &a.job_id {
                 Some(existing) if existing == job_id => Ok(()),
                 Some(existing) => Err(Error::JobIdAlreadySet {
@@ -708,15 +701,7 @@ impl Experiment {
     pub fn record_slurm_version(&self, submission: u32, version: &str) -> Result<(), Error> {
         let path = self.dir().to_owned();
         self.update(|m| {
-            let count = m.submissions.len();
-            let Some(a) = m.submissions.iter_mut().find(|a| a.number == submission) else {
-                return Err(Error::NoSuchSubmission {
-                    path,
-                    submission,
-                    count,
-                });
-            };
-            a.slurm_version = Some(version.to_owned());
+            submission_mut(m, &path, submission)?.slurm_version = Some(version.to_owned());
             Ok(())
         })
     }
@@ -798,6 +783,24 @@ impl Experiment {
         drop(lock);
         Ok(out)
     }
+}
+
+/// Submission `number` of manifest `m` (of the experiment at `path`), or
+/// [`Error::NoSuchSubmission`].
+fn submission_mut<'m>(
+    m: &'m mut Manifest,
+    path: &Path,
+    number: u32,
+) -> Result<&'m mut Submission, Error> {
+    let count = m.submissions.len();
+    m.submissions
+        .iter_mut()
+        .find(|a| a.number == number)
+        .ok_or_else(|| Error::NoSuchSubmission {
+            path: path.to_owned(),
+            submission: number,
+            count,
+        })
 }
 
 pub(crate) fn check_job_id(job_id: &str) -> Result<(), Error> {

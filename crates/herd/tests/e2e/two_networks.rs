@@ -126,10 +126,12 @@ fn every_worker_uses_the_shared_network_and_a_missing_interface_fails_the_prefli
     std::fs::create_dir_all(&out_dir).expect("out");
     let out_arg = out_dir.display().to_string();
     let dump = worker("env_dump.py");
-    let args = |name: &'static str| {
-        vec![
+    let job = job_id(&submit(
+        &bed,
+        &project,
+        &[
             "-J",
-            name,
+            "env",
             "--nodes",
             "2",
             "--gpus-per-node",
@@ -140,9 +142,8 @@ fn every_worker_uses_the_shared_network_and_a_missing_interface_fails_the_prefli
             "python",
             &dump,
             &out_arg,
-        ]
-    };
-    let job = job_id(&submit(&bed, &project, &args("env")));
+        ],
+    ));
     wait_ok(&bed, job, &exps.join("env"));
     let workers: BTreeMap<u32, Value> = (0..4)
         .map(|rank| {
