@@ -74,12 +74,16 @@ fn a_grid_is_one_array_job_with_one_experiment_per_run() {
     let (project, exps) = project(&bed, "sweep_grid");
     let exp_root = exps.display().to_string();
     // Each worker says its values (the `{KEY}`s inside one word), then trains with them.
-    // `lr=0.1,seed=2` fails its first time (a marker in its own folder says it did).
+    // `lr=0.1,seed=2` fails its first time (a marker in its own folder says it did), once
+    // both of its workers have said their values: herd tears a node's workers down as soon
+    // as one exits, and a worker killed before its `echo` says nothing.
     let cmd = [
         "sh",
         "-c",
-        "echo \"values lr={lr} seed={seed}\"; \
+        "echo \"values lr={lr} seed={seed}\"; touch \"$HERD_EXP_DIR/said-$RANK\"; \
          if [ {lr},{seed} = 0.1,2 ] && [ ! -e \"$HERD_EXP_DIR/failed-once\" ]; then \
+         while [ ! -e \"$HERD_EXP_DIR/said-0\" ] || [ ! -e \"$HERD_EXP_DIR/said-1\" ]; \
+         do sleep 0.05; done; \
          touch \"$HERD_EXP_DIR/failed-once\"; exit 1; fi; \
          exec python train_ddp.py --steps 60 --log-every 10 --lr {lr} --seed {seed}",
     ];
