@@ -130,6 +130,11 @@ class Runtime:
             dist.destroy_process_group()
 
 
+# Checkpoints are read back with torch's safe loader where it can read them: before torch
+# 2.0 (Debian 12's python3-torch is 1.13) it refuses the optimizer's float settings.
+WEIGHTS_ONLY = tuple(int(p) for p in torch.__version__.split(".")[:2]) >= (2, 0)
+
+
 def make_model(hidden: int, seed: int) -> nn.Module:
     torch.manual_seed(seed)
     return nn.Sequential(nn.Linear(16, hidden), nn.Tanh(), nn.Linear(hidden, 1))
@@ -243,7 +248,7 @@ def main(argv: list[str]) -> int:
     resume_from = os.environ.get("HERD_RESUME_FROM")
     resume = Path(resume_from) if resume_from else latest_checkpoint(ckpt_dir)
     if resume is not None:
-        state = torch.load(resume, map_location=rt.device, weights_only=True)
+        state = torch.load(resume, map_location=rt.device, weights_only=WEIGHTS_ONLY)
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["opt"])
         start_step = int(state["step"])
@@ -274,7 +279,7 @@ def main(argv: list[str]) -> int:
             checkpoint(step)
             rt.log(f"stopping on SIGUSR1 step={step}")
             rt.close()
-            return 0
+            leave(0)
         if args.hang_file and rt.rank == rt.world_size - 1 and os.path.exists(args.hang_file):
             hang(rt, args.hang_file, step)
         x, y = batch(args.seed, step, rt.rank, args.batch_size)
@@ -301,7 +306,8 @@ def main(argv: list[str]) -> int:
     checkpoint(step)
     rt.log(f"done steps={step} checksum={checksum(model)}")
     rt.close()
-    return 0
+    leave(0)
+    return 0  # not reached
 
 
 def leave(code: int) -> None:
@@ -312,7 +318,10 @@ def leave(code: int) -> None:
     socket loop per rank, the store's server on rank 0), alive after destroy_process_group()
     until the process ends (torch 2.15), so that teardown runs beside live gloo threads while
     the peers close their sockets; once in a few dozen runs a rank aborted there
-    ("terminate called without an active exception") after its work was done.
+    ("terminate called without an active exception") after its work was done. With torch
+    1.13 (Debian 12's python3-torch) the model's destructor, run when main() returns, joined
+    a gloo thread that never ended: rank 0 hung after `done` in a few runs of ten. So main()
+    leaves from inside, before its locals are destroyed.
     """
     sys.stdout.flush()
     sys.stderr.flush()

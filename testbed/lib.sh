@@ -136,3 +136,8 @@ bed_healthy() {
         END { c = 0; for (k in seen) c++; if (c != n) print c " of " n " nodes registered" }')
     [ -z "$bad" ] || { printf '%s\n' "$bad" | head -n 3 >&2; return 1; }
 }
+
+# The bed's container image (testbed/image): a Debian 12 root with python3-torch, as a
+# directory, as DIR.sqfs, and in podman under this name.
+BED_IMAGE=${HERD_BED_IMAGE:-$HERD_CACHE/image-torch-bookworm}
+BED_PODMAN_IMAGE=localhost/herd-bed-torch:bookworm

@@ -149,14 +149,15 @@ impl Attempt {
             env,
         };
         let sink = self.sink.as_ref().ok_or("output closed")?;
-        let (running, mut child) = spawn(&cfg.argv, &spec, sink).map_err(|e| {
-            let cmd = cfg
-                .argv
-                .first()
-                .map(|a| a.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            format!("cannot start rank {} (`{cmd}`): {e}", pos.rank)
-        })?;
+        let (running, mut child) =
+            spawn(&cfg.argv, &spec, sink, cfg.container.as_ref()).map_err(|e| {
+                let cmd = cfg
+                    .argv
+                    .first()
+                    .map(|a| a.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                format!("cannot start rank {} (`{cmd}`): {e}", pos.rank)
+            })?;
         self.groups.push(running.pid);
         self.managed.insert(running.pid);
         let (tx, number, rank) = (tx.clone(), self.number, running.rank);

@@ -55,6 +55,41 @@ pub struct Config {
     /// are bound, its CPUs, the user's `OMP_NUM_THREADS`, the job id. Each attempt sets
     /// `master_addr`, `master_port` and `restart_count` itself.
     pub launch: LaunchInfo,
+    /// The container image the workers run in, made ready on this node
+    /// ([`ContainerState::start`]); `None`: no container.
+    pub container: Option<ContainerState>,
+}
+
+/// This node's container: made ready once per agent (a SquashFS image mounted once), or why
+/// it could not be, which the preflight reports as the node's `container` finding.
+#[derive(Debug, Clone)]
+pub enum ContainerState {
+    /// Ready: every worker of every attempt starts through it.
+    Ready(std::sync::Arc<herd_container::Container>),
+    /// Not usable on this node: what is wrong and what to change.
+    Failed {
+        /// The image as given.
+        image: String,
+        /// What is wrong.
+        why: String,
+    },
+}
+
+impl ContainerState {
+    /// `spec` made ready on this node (PATH from this process's environment); `tag` names
+    /// what it mounts. Blocks while a SquashFS image is mounted: call it before the agent's
+    /// runtime starts, on the thread that lives as long as the agent (the mount's
+    /// parent-death signal is tied to it).
+    pub fn start(spec: &herd_container::Spec, tag: &str) -> ContainerState {
+        let path = std::env::var_os("PATH");
+        match herd_container::Container::start(spec, path.as_deref(), tag) {
+            Ok(c) => ContainerState::Ready(std::sync::Arc::new(c)),
+            Err(why) => ContainerState::Failed {
+                image: spec.image.clone(),
+                why,
+            },
+        }
+    }
 }
 
 impl Config {
@@ -127,6 +162,7 @@ mod tests {
                 job_ref: job_ref.map(str::to_owned),
                 ..LaunchInfo::default()
             },
+            container: None,
         }
     }
 

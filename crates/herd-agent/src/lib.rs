@@ -46,7 +46,7 @@ mod words;
 pub mod workers;
 
 pub use agent::run;
-pub use config::{Config, KeepAlive, OnHang};
+pub use config::{Config, ContainerState, KeepAlive, OnHang};
 pub use error::AgentError;
 /// Signals as the agent names them (`--stop-signal`).
 pub use nix::sys::signal::Signal;

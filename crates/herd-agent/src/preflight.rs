@@ -1,6 +1,11 @@
 //! The node preflight (docs/launch.md, "Preflight"): before an attempt's workers start,
 //! each agent checks, in a fraction of a second, that its node can run them.
 //!
+//! - `container` (a job with `--container`): the image is ready on this node (found, a
+//!   SquashFS file mounted) and the runtime starts it; inside, the worker's program is
+//!   there and, for a Python command, its interpreter finds `torch` and the module `-m`
+//!   runs; `/dev/shm` inside has at least [`MIN_SHM`]. With a container, this check takes
+//!   the place of `python` and `command`, which look at the host.
 //! - `python`: a Python command's interpreter starts with the workers' environment and
 //!   finds `torch` and the module `-m` runs, without importing them
 //!   (`importlib.util.find_spec` takes milliseconds, `import torch` seconds), and its
@@ -32,8 +37,9 @@ use std::time::{Duration, Instant};
 
 use herd_plan::torchrun::is_python;
 
-use crate::config::Config;
+use crate::config::{Config, ContainerState};
 
+mod container;
 mod port;
 pub(crate) use port::HeldPort;
 
@@ -46,12 +52,26 @@ pub(crate) const CHECK_TIMEOUT: Duration = Duration::from_secs(5);
 pub(crate) const MIN_FREE: u64 = 1 << 30;
 
 /// The checks by name, in the order a finding is chosen when several fail.
-pub(crate) const CHECKS: [&str; 6] = ["python", "command", "gpus", "folders", "network", "port"];
+pub(crate) const CHECKS: [&str; 7] = [
+    "container",
+    "python",
+    "command",
+    "gpus",
+    "folders",
+    "network",
+    "port",
+];
+
+/// The least `/dev/shm` a container's workers get: 1 GiB. NCCL's shared-memory transport
+/// and DataLoader workers put buffers there; Docker's and Podman's default of 64 MiB makes
+/// them fail with "No space left on device" or a bus error.
+pub(crate) const MIN_SHM: u64 = 1 << 30;
 
 /// What is wrong with this node: which check failed and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Finding {
-    /// One of [`CHECKS`]: `python`, `command`, `gpus`, `folders`, `network`, `port`.
+    /// One of [`CHECKS`]: `container`, `python`, `command`, `gpus`, `folders`, `network`,
+    /// `port`.
     pub(crate) check: &'static str,
     /// What is wrong and what to change, one line, naming the path, command or value.
     pub(crate) detail: String,
@@ -109,6 +129,8 @@ pub(crate) struct Node {
     /// The collectives' interface variables the user set (`GLOO_SOCKET_IFNAME`,
     /// `NCCL_SOCKET_IFNAME`) and their values.
     pub(crate) ifnames: Vec<(&'static str, String)>,
+    /// The container the workers run in, when the job has one.
+    pub(crate) container: Option<ContainerState>,
 }
 
 impl Node {
@@ -139,6 +161,7 @@ impl Node {
                 .into_iter()
                 .filter_map(|var| Some((var, vars.get(var)?.to_owned())))
                 .collect(),
+            container: cfg.container.clone(),
         }
     }
 
@@ -151,8 +174,25 @@ impl Node {
                 None => Ok(()),
             }
         };
+        let command = async {
+            match &self.container {
+                Some(c) => {
+                    let probe = match self.argv.first() {
+                        Some(p) if is_python(&p.to_string_lossy()) => {
+                            let (options, module, _) = python_args(&self.argv[1..]);
+                            container::Probe::Python { options, module }
+                        }
+                        _ => container::Probe::Other,
+                    };
+                    container::check_container(c, &self.argv, probe, CHECK_TIMEOUT * 2, MIN_SHM)
+                        .await
+                        .map_err(|e| Finding::new("container", e))
+                }
+                None => check_command(&self.argv, self.path.as_deref()).await,
+            }
+        };
         let (command, gpus, folders, port) = tokio::join!(
-            check_command(&self.argv, self.path.as_deref()),
+            command,
             check_gpus(&self.gpus, self.gres, self.path.as_deref()),
             check_folders(&self.folders, &self.host, MIN_FREE),
             port,

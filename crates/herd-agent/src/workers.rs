@@ -21,8 +21,11 @@ use std::io::Write;
 
 use herd_exp::layout::{AttemptDir, Stream};
 use herd_slurm::worker::vars::{
-    HERD_HEARTBEAT_FILE, HERD_LOG_DIR, HERD_METRICS_FILE, HERD_STOP_SIGNAL, TORCHELASTIC_ERROR_FILE,
+    HERD_CHECKPOINT_DIR, HERD_EXP_DIR, HERD_HEARTBEAT_FILE, HERD_LOG_DIR, HERD_METRICS_FILE,
+    HERD_STOP_SIGNAL, TORCHELASTIC_ERROR_FILE,
 };
+
+use crate::config::ContainerState;
 use herd_slurm::{worker_env, LaunchInfo, Layout, Position};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -354,24 +357,68 @@ impl OutputSink {
 }
 
 /// The worker's program and arguments in the agent's environment, `spec.env` on top and
-/// the variables workers never get taken out ([`herd_slurm::user_program`]).
-fn worker_command(program: &OsString, args: &[OsString], spec: &WorkerSpec) -> Command {
-    let mut cmd = Command::from(herd_slurm::user_program(program, &spec.env));
-    cmd.args(args);
-    cmd
+/// the variables workers never get taken out ([`herd_slurm::user_program`]); inside
+/// `container` when there is one ([`container_command`]).
+fn worker_command(
+    argv: &[OsString],
+    spec: &WorkerSpec,
+    container: Option<&ContainerState>,
+) -> std::io::Result<Command> {
+    let (program, args) = argv.split_first().ok_or_else(|| {
+        std::io::Error::new(std::io::ErrorKind::InvalidInput, "no command to run")
+    })?;
+    let Some(container) = container else {
+        let mut cmd = Command::from(herd_slurm::user_program(program, &spec.env));
+        cmd.args(args);
+        return Ok(cmd);
+    };
+    let wrapped = container_command(container, argv, &spec.env).map_err(std::io::Error::other)?;
+    let mut cmd = Command::from(herd_slurm::user_program(&wrapped.program, &wrapped.env));
+    cmd.args(&wrapped.args);
+    Ok(cmd)
 }
 
-/// Start `argv` as worker `spec`: own process group, parent-death signal, stdin closed,
-/// output carried to `sink`. Returns the handle and the child to wait on.
+/// `argv` through the node's container: in this agent's folder, with the experiment, log
+/// and checkpoint folders (from `env`, else the agent's environment) at their own paths
+/// inside, `env` winning over the image's variables.
+pub fn container_command(
+    container: &ContainerState,
+    argv: &[OsString],
+    env: &BTreeMap<String, String>,
+) -> Result<herd_container::Wrapped, String> {
+    let c = match container {
+        ContainerState::Ready(c) => c,
+        ContainerState::Failed { image, why } => {
+            return Err(format!(
+                "the container image {image} cannot run here: {why}"
+            ))
+        }
+    };
+    let cwd = std::env::current_dir()
+        .map_err(|e| format!("cannot read the agent's working folder: {e}"))?;
+    let need: Vec<std::path::PathBuf> = [HERD_EXP_DIR, HERD_CHECKPOINT_DIR, HERD_LOG_DIR]
+        .into_iter()
+        .filter_map(|k| {
+            env.get(k)
+                .cloned()
+                .or_else(|| std::env::var(k).ok())
+                .filter(|v| v.starts_with('/'))
+        })
+        .map(std::path::PathBuf::from)
+        .collect();
+    c.wrap(argv, env, |k| std::env::var_os(k).is_some(), &cwd, &need)
+}
+
+/// Start `argv` as worker `spec` (inside `container` when there is one): own process
+/// group, parent-death signal, stdin closed, output carried to `sink`. Returns the handle
+/// and the child to wait on.
 pub fn spawn(
     argv: &[OsString],
     spec: &WorkerSpec,
     sink: &OutputSink,
+    container: Option<&ContainerState>,
 ) -> std::io::Result<(Running, Child)> {
-    let (program, args) = argv.split_first().ok_or_else(|| {
-        std::io::Error::new(std::io::ErrorKind::InvalidInput, "no command to run")
-    })?;
-    let mut cmd = worker_command(program, args, spec);
+    let mut cmd = worker_command(argv, spec, container)?;
     cmd.stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -469,7 +516,8 @@ mod tests {
                 ),
             ]),
         };
-        let cmd = worker_command(&"python".into(), &["train.py".into()], &spec);
+        let argv: Vec<OsString> = vec!["python".into(), "train.py".into()];
+        let cmd = worker_command(&argv, &spec, None).expect("a command");
         let envs: BTreeMap<_, _> = cmd.as_std().get_envs().collect();
         assert_eq!(
             envs.get(std::ffi::OsStr::new("RANK")),
@@ -560,7 +608,7 @@ mod tests {
             .iter()
             .map(OsString::from)
             .collect();
-        let (_running, mut child) = spawn(&argv, &spec, &sink).expect("spawns");
+        let (_running, mut child) = spawn(&argv, &spec, &sink, None).expect("spawns");
         assert!(child.wait().await.expect("waits").success());
         sink.finish().await;
         let got = marks(dir.path(), 3);

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::Args;
 use herd_agent::signals::Forwarder;
-use herd_agent::{Config, Outcome};
+use herd_agent::{Config, ContainerState, Outcome};
 use herd_exp::layout::{ExperimentDir, LogsDir};
 use herd_plan::AgentOptions;
 use herd_rendezvous::JobKey;
@@ -117,6 +117,11 @@ fn base_config(
             .get(HERD_EXP_DIR)
             .filter(|d| !d.is_empty())
             .map(PathBuf::from),
+        container: opts.container.spec().map(|spec| {
+            // What it mounts is named for the run and this agent, unique on the node.
+            let tag = format!("{}-{}", launch.run_id, std::process::id());
+            ContainerState::start(&spec, &tag)
+        }),
         launch: LaunchInfo {
             max_restarts: opts.max_restarts,
             gpu_bind: opts.gpus.gpu_bind,

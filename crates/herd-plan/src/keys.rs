@@ -242,6 +242,21 @@ plan_keys! {
     #[key(AvoidBadNodes, example = r#""12h""#)]
     #[arg(long, value_name = "DURATION", value_parser = text)]
     pub avoid_bad_nodes: Option<TextOrNumber>,
+    /// Run each worker inside this container image, at the same absolute path on every
+    /// node: a folder or a SquashFS file (Charliecloud), a SIF file (Apptainer).
+    #[key(Container, example = r#""/shared/images/train.sqfs""#)]
+    #[arg(long, value_name = "IMAGE")]
+    pub container: Option<String>,
+    /// The runtime that starts the image: `charliecloud` or `apptainer` (default: the first
+    /// of the two each node has).
+    #[key(ContainerRuntime, example = r#""charliecloud""#)]
+    #[arg(long, value_name = "RUNTIME")]
+    pub container_runtime: Option<String>,
+    /// Host folders mounted inside the image beside the job's own, as Pyxis writes them:
+    /// `SRC[:DST[:ro]],…`.
+    #[key(ContainerMounts, example = r#""/data:/data:ro""#)]
+    #[arg(long, value_name = "MOUNTS")]
+    pub container_mounts: Option<String>,
 }
 
 /// A count flag (`--nodes 8`): parsed as the `u32` it must be, so clap names the flag when

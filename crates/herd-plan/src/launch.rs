@@ -538,6 +538,97 @@ pub struct AgentOptions {
     /// Time limits, preemption, requeues, hangs.
     #[command(flatten)]
     pub keep: KeepAlive,
+    /// The container image the workers run in.
+    #[command(flatten)]
+    pub container: ContainerArgs,
+}
+
+/// The container the workers run in (docs/containers.md): `--container IMAGE`,
+/// `--container-runtime`, `--container-mounts`; the job keys `container`,
+/// `container_runtime`, `container_mounts`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Args, Serialize, Deserialize)]
+pub struct ContainerArgs {
+    /// Run each worker inside this container image, at the same absolute path on every
+    /// node: a folder or a SquashFS file (Charliecloud), a SIF file (Apptainer).
+    #[arg(long = "container", value_name = "IMAGE", value_parser = absolute_image)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// The runtime that starts it: `charliecloud` or `apptainer` (default: the first of
+    /// the two each node has).
+    #[arg(long = "container-runtime", value_name = "RUNTIME", requires = "image")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<herd_container::Runtime>,
+    /// Host folders mounted inside beside the job's own, as Pyxis writes them:
+    /// `SRC[:DST[:ro]],…`.
+    #[arg(long = "container-mounts", value_name = "MOUNTS", requires = "image")]
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "mounts_text")]
+    pub mounts: Option<herd_container::Mounts>,
+}
+
+impl ContainerArgs {
+    /// No image given.
+    pub fn is_empty(&self) -> bool {
+        self.image.is_none()
+    }
+
+    /// What the agent makes ready on each node, when an image is given.
+    pub fn spec(&self) -> Option<herd_container::Spec> {
+        Some(herd_container::Spec {
+            image: self.image.clone()?,
+            runtime: self.runtime,
+            mounts: self.mounts.clone().map(|m| m.0).unwrap_or_default(),
+        })
+    }
+
+    /// These as `herd launch` flags.
+    pub fn to_args(&self) -> Vec<String> {
+        let mut args = Vec::new();
+        if let Some(image) = &self.image {
+            args.extend(["--container".to_owned(), image.clone()]);
+            if let Some(r) = self.runtime {
+                args.extend(["--container-runtime".to_owned(), r.to_string()]);
+            }
+            if let Some(m) = self.mounts.as_ref().filter(|m| !m.0.is_empty()) {
+                args.extend(["--container-mounts".to_owned(), m.to_string()]);
+            }
+        }
+        args
+    }
+}
+
+/// A `--container` value: an absolute path, since workers start in another folder.
+fn absolute_image(s: &str) -> Result<String, String> {
+    if s.starts_with('/') {
+        Ok(s.to_owned())
+    } else {
+        Err(format!(
+            "the image `{s}` is not an absolute path: give it as /path/to/image (every node \
+             must see it at that path)"
+        ))
+    }
+}
+
+/// Mounts in a manifest: their text, as the key takes it.
+mod mounts_text {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(
+        m: &Option<herd_container::Mounts>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        match m {
+            Some(m) => s.serialize_str(&m.to_string()),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<herd_container::Mounts>, D::Error> {
+        let text = Option::<String>::deserialize(d)?;
+        text.map(|t| t.parse().map_err(serde::de::Error::custom))
+            .transpose()
+    }
 }
 
 impl Default for AgentOptions {
@@ -637,6 +728,7 @@ impl AgentOptions {
         if self.label {
             args.push("--label".into());
         }
+        args.extend(self.container.to_args());
         args
     }
 }

@@ -11,7 +11,7 @@ use herd_slurm::GpuBind;
 use serde::{Deserialize, Serialize};
 
 use crate::keys::{Key, Source};
-use crate::launch::{AgentOptions, GpuBindArg, KeepAlive};
+use crate::launch::{AgentOptions, ContainerArgs, GpuBindArg, KeepAlive};
 use crate::values::{Signal, ValueError};
 use herd_slurm::{Memory, TimeLimit};
 
@@ -156,6 +156,10 @@ pub struct Plan {
     /// excludes them together with any `--exclude` of `sbatch_args`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub avoided_nodes: Vec<String>,
+    /// The container image the workers run in, its runtime and extra mounts
+    /// (`container`, `container_runtime`, `container_mounts`; docs/containers.md).
+    #[serde(default, skip_serializing_if = "ContainerArgs::is_empty")]
+    pub container: ContainerArgs,
     /// The cluster profile that filled defaults, if one matched the host.
     pub profile: Option<PathBuf>,
     /// Where each set key came from; lists that add up have one source per layer that
@@ -215,6 +219,7 @@ impl Plan {
             spare_nodes: self.spare_nodes,
             metrics: self.metrics.clone(),
             keep: self.keep.clone(),
+            container: self.container.clone(),
             ..AgentOptions::default()
         }
     }

@@ -22,6 +22,7 @@ use crate::cpus::resolve_cpus;
 use crate::job::{JobFile, Profile};
 use crate::keep::resolve_keep;
 use crate::keys::{JobKeys, Key, Source};
+use crate::launch::ContainerArgs;
 use crate::layers::Layers;
 use crate::names::{
     command_stem, job_name, sanitize_job_name, sbatch_arg, sbatch_safe, simple_name,
@@ -125,6 +126,7 @@ pub fn resolve(
         window,
         DEFAULT_AVOID_BAD_NODES,
     );
+    let container = container(&mut l);
     let (sbatch_args, exclude) = lists(&mut l);
     // The command, with params substituted when it comes from the job file.
     let (command, params) = resolve_command(&mut l, job, flags);
@@ -175,6 +177,7 @@ pub fn resolve(
         keep,
         avoid_bad_nodes,
         avoided_nodes: Vec::new(),
+        container,
         profile: profile.map(|p| p.path.clone()),
         sources,
     })
@@ -535,3 +538,61 @@ fn resolve_command(
 
 #[cfg(test)]
 mod tests;
+
+/// `container`, `container_runtime` and `container_mounts`: the image must be an absolute
+/// path (the workers start in the code snapshot); the runtime one herd can start workers
+/// with; the mounts `SRC[:DST[:ro]],…`. A runtime or mounts without an image is refused.
+fn container(l: &mut Layers) -> ContainerArgs {
+    let image = l.take(
+        Key::Container,
+        |k| k.container.as_deref(),
+        |s: &str| {
+            if s.starts_with('/') {
+                Ok(s.to_owned())
+            } else {
+                Err(ValueError::new(format!(
+                    "`{s}` is not an absolute path: give the image as /path/to/image, at the \
+                     same path on every node"
+                )))
+            }
+        },
+    );
+    let runtime = l.take(
+        Key::ContainerRuntime,
+        |k| k.container_runtime.as_deref(),
+        |s: &str| {
+            let r = s
+                .parse::<herd_container::Runtime>()
+                .map_err(ValueError::new)?;
+            match r.unsupported() {
+                Some(why) => Err(ValueError::new(why)),
+                None => Ok(r),
+            }
+        },
+    );
+    let mounts = l.take(
+        Key::ContainerMounts,
+        |k| k.container_mounts.as_deref(),
+        |s: &str| s.parse::<herd_container::Mounts>().map_err(ValueError::new),
+    );
+    if image.is_none() {
+        for (key, set) in [
+            (Key::ContainerRuntime, runtime.is_some()),
+            (Key::ContainerMounts, mounts.is_some()),
+        ] {
+            if set {
+                let origin = l.origin(key);
+                l.problem(
+                    key,
+                    origin,
+                    "is set but `container` is not: give the image with `container` (--container IMAGE), or remove it".to_owned(),
+                );
+            }
+        }
+    }
+    ContainerArgs {
+        image,
+        runtime,
+        mounts,
+    }
+}

@@ -323,6 +323,36 @@ pub fn venv_python() -> Result<PathBuf, BedError> {
     Ok(python)
 }
 
+/// The bed's container image (`testbed/image`): a Debian 12 root with Debian's
+/// python3-torch, as a folder; the same root as one SquashFS file is beside it
+/// ([`bed_image_squashfs`]). Its own environment sets `RANK=99`, `LOCAL_RANK=99`,
+/// `WORLD_SIZE=99` and `MASTER_ADDR=wrong`. `scripts/test-all` builds it before the tests;
+/// one that has to be built now takes minutes.
+pub fn bed_image() -> Result<PathBuf, BedError> {
+    let out = run_cmd(
+        &mut Command::new(repo_root().join("testbed/image")),
+        Duration::from_secs(480),
+    )?;
+    let image = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    if !image.join("usr/bin/python3").is_file() {
+        return Err(BedError::Parse {
+            command: "testbed/image".into(),
+            output: format!(
+                "it printed {}, which holds no usr/bin/python3",
+                image.display()
+            ),
+        });
+    }
+    Ok(image)
+}
+
+/// The bed's image as one SquashFS file: [`bed_image`]'s folder with `.sqfs` added.
+pub fn bed_image_squashfs(image: &Path) -> PathBuf {
+    let mut name = image.as_os_str().to_owned();
+    name.push(".sqfs");
+    PathBuf::from(name)
+}
+
 /// The interface of the network the bed's nodes share, inside each node (`BED_IFNAME` in
 /// testbed/lib.sh). Each node also has a `docker0` before it that reaches no other node.
 pub const BED_IFNAME: &str = "eth0";

@@ -644,6 +644,7 @@ fn config(argv: Vec<OsString>, logs: &Path, checkpoints: Option<PathBuf>) -> Con
             checkpoint_dir: checkpoints,
             ..herd_slurm::LaunchInfo::default()
         },
+        container: None,
     }
 }
 
@@ -691,9 +692,28 @@ async fn the_first_finding_is_chosen_by_the_order_of_the_checks() {
         host: "gpu-a01".into(),
         master: Some(("127.0.0.1".into(), closed)),
         ifnames: vec![("GLOO_SOCKET_IFNAME", "herd-no-such-if0".into())],
+        container: None,
     };
     let f = finding(node.check().await, "all failing");
     assert_eq!(f.check, "command");
+    // A container that cannot run here comes first, in place of the host's command check.
+    let f = finding(
+        Node {
+            container: Some(crate::config::ContainerState::Failed {
+                image: "/images/train.sqfs".into(),
+                why: "squashfuse is not on this node's PATH".into(),
+            }),
+            ..node.clone()
+        }
+        .check()
+        .await,
+        "a container that cannot run",
+    );
+    assert_eq!(f.check, "container");
+    assert!(
+        f.detail.contains("/images/train.sqfs") && f.detail.contains("squashfuse"),
+        "{f}"
+    );
     let f = finding(
         Node {
             argv: os(&["sh", "-c", "true"]),

@@ -43,6 +43,15 @@ fn every_option_changed() -> AgentOptions {
             on_hang: OnHang::Restart,
             preflight: Preflight::Off,
         },
+        container: crate::launch::ContainerArgs {
+            image: Some("/shared/images/train.sqfs".into()),
+            runtime: Some(herd_container::Runtime::Apptainer),
+            mounts: Some(
+                "/data:/data:ro,/scratch:/mnt/0"
+                    .parse()
+                    .unwrap_or_else(|e| panic!("{e}")),
+            ),
+        },
     }
 }
 

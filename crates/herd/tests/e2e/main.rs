@@ -10,6 +10,7 @@ mod avoid_bad_nodes;
 mod bed_repair;
 mod chains;
 mod checkpoints;
+mod containers;
 mod ddp_baseline;
 mod frameworks;
 mod frameworks_stop;

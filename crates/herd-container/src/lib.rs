@@ -1,0 +1,395 @@
+//! Training in containers (docs/containers.md): what the user asks for ([`Spec`]: an image,
+//! a runtime, extra mounts), which runtime a node has ([`detect`]), and on each node the
+//! image made ready once ([`Container::start`]) and each worker's command line inside it
+//! ([`Container::wrap`]).
+//!
+//! What holds for every runtime:
+//! - herd's own binary never runs inside the image: the agent stays on the host (where
+//!   `scontrol`, py-spy and the node's tools are) and starts each worker through the
+//!   runtime, which execs the worker's own program, so the worker's pid, exit code and
+//!   signal are Python's, never a wrapper's.
+//! - Workers keep the host's PID, IPC and network namespaces: intra-node collectives,
+//!   `/dev/shm`, signals and host-side stack dumps work as on bare metal.
+//! - The worker's environment ([`worker_env`]): the host's, then the image's own (its
+//!   `ENV`: `PATH` and the like must be the image's), then herd's variables, which always
+//!   win (an image's `RANK=…` or `MASTER_ADDR=…` never reaches the worker), and
+//!   `PYTHONNOUSERSITE=1` unless the job sets it (a home folder's `~/.local` packages never
+//!   shadow the image's).
+//! - The folders the job uses (its working folder, the experiment, log and checkpoint
+//!   folders) are at the same paths inside ([`Container::wrap`]'s `need`), and so are the
+//!   user's `container_mounts`.
+
+use std::collections::BTreeMap;
+use std::ffi::{OsStr, OsString};
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+mod charliecloud;
+mod mounts;
+
+pub use mounts::{Mount, Mounts};
+
+/// The container runtimes herd starts workers with.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Runtime {
+    /// Charliecloud's `ch-run`: a directory image, or a SquashFS file herd mounts with
+    /// `squashfuse` once per node.
+    Charliecloud,
+    /// `podman run`.
+    Podman,
+    /// `apptainer exec` (or `singularity exec`).
+    Apptainer,
+    /// Pyxis, enroot's SLURM plugin: `srun --container-image`.
+    Pyxis,
+}
+
+impl Runtime {
+    /// Every runtime, in the order [`detect`] prefers them.
+    pub const ALL: [Runtime; 4] = [
+        Runtime::Charliecloud,
+        Runtime::Apptainer,
+        Runtime::Podman,
+        Runtime::Pyxis,
+    ];
+
+    /// The name the job key and flag take.
+    pub fn name(self) -> &'static str {
+        match self {
+            Runtime::Charliecloud => "charliecloud",
+            Runtime::Podman => "podman",
+            Runtime::Apptainer => "apptainer",
+            Runtime::Pyxis => "pyxis",
+        }
+    }
+
+    /// The programs that start it, in the order looked for on PATH.
+    pub fn programs(self) -> &'static [&'static str] {
+        match self {
+            Runtime::Charliecloud => &["ch-run"],
+            Runtime::Podman => &["podman"],
+            Runtime::Apptainer => &["apptainer", "singularity"],
+            Runtime::Pyxis => &["enroot"],
+        }
+    }
+
+    /// Why herd cannot start workers with this runtime yet, or `None` when it can.
+    pub fn unsupported(self) -> Option<&'static str> {
+        match self {
+            Runtime::Charliecloud | Runtime::Apptainer => None,
+            Runtime::Podman => Some(
+                "herd does not start workers with podman yet; use charliecloud or apptainer \
+                 with the same image (docs/containers.md)",
+            ),
+            Runtime::Pyxis => Some(
+                "herd does not start workers through pyxis yet; use charliecloud or apptainer \
+                 with the same image (docs/containers.md)",
+            ),
+        }
+    }
+}
+
+impl fmt::Display for Runtime {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Runtime {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Runtime, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "charliecloud" | "ch-run" => Ok(Runtime::Charliecloud),
+            "podman" => Ok(Runtime::Podman),
+            "apptainer" | "singularity" => Ok(Runtime::Apptainer),
+            "pyxis" | "enroot" => Ok(Runtime::Pyxis),
+            other => Err(format!(
+                "unknown container runtime `{other}`: choose charliecloud, podman, apptainer or pyxis"
+            )),
+        }
+    }
+}
+
+/// What the user asked for: `--container IMAGE`, `--container-runtime`,
+/// `--container-mounts`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Spec {
+    /// The image: a directory, a SquashFS file, a SIF file.
+    pub image: String,
+    /// The runtime; `None`: the first of [`Runtime::ALL`] the node has.
+    pub runtime: Option<Runtime>,
+    /// Host folders mounted inside beside the job's own.
+    pub mounts: Vec<Mount>,
+}
+
+/// What an image is, by what is at its path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ImageKind {
+    /// A folder holding an unpacked root (Charliecloud's directory image).
+    Directory,
+    /// A SquashFS file (`.sqfs`, `.squashfs`, enroot's `.sqsh`, or its magic).
+    SquashFs,
+    /// An Apptainer/Singularity image file.
+    Sif,
+}
+
+impl ImageKind {
+    /// What `image` is, or why it is none that herd can run.
+    pub fn of(image: &Path) -> Result<ImageKind, String> {
+        let meta = std::fs::metadata(image).map_err(|e| {
+            format!(
+                "the container image {} cannot be read here: {e}; give the path of an image \
+                 folder or file that every node sees",
+                image.display()
+            )
+        })?;
+        if meta.is_dir() {
+            return Ok(ImageKind::Directory);
+        }
+        let mut magic = [0u8; 4];
+        let read = std::fs::File::open(image)
+            .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut magic))
+            .map_err(|e| format!("cannot read the container image {}: {e}", image.display()));
+        let ext = image
+            .extension()
+            .map(|e| e.to_string_lossy().to_ascii_lowercase())
+            .unwrap_or_default();
+        if read.is_ok() && &magic == b"hsqs" {
+            return Ok(ImageKind::SquashFs);
+        }
+        if ext == "sif" || ext == "simg" {
+            return Ok(ImageKind::Sif);
+        }
+        read?;
+        Err(format!(
+            "the container image {} is neither a folder, a SquashFS file nor a SIF file",
+            image.display()
+        ))
+    }
+}
+
+/// The first program of `names` on `path` (a PATH value) that is an executable file.
+pub fn find_program(names: &[&str], path: Option<&OsStr>) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = path?;
+    names.iter().find_map(|name| {
+        std::env::split_paths(path)
+            .filter(|dir| dir.is_absolute())
+            .map(|dir| dir.join(name))
+            .find(|p| {
+                std::fs::metadata(p)
+                    .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+            })
+    })
+}
+
+/// The runtime a node with `path` (its PATH) has: the first of [`Runtime::ALL`] whose
+/// program is there and that herd can start workers with.
+pub fn detect(path: Option<&OsStr>) -> Result<Runtime, String> {
+    Runtime::ALL
+        .into_iter()
+        .filter(|r| r.unsupported().is_none())
+        .find(|r| find_program(r.programs(), path).is_some())
+        .ok_or_else(|| {
+            "no container runtime here: neither ch-run (Charliecloud) nor apptainer is on PATH; \
+             install one, or name the runtime with --container-runtime"
+                .to_owned()
+        })
+}
+
+/// A worker's environment inside the image, set on top of the host's: the image's own
+/// variables, then herd's (`herd_env`, which win), then `PYTHONNOUSERSITE=1` unless the
+/// host's environment (`host_has`) or herd's sets it.
+pub fn worker_env(
+    image_env: &[(String, String)],
+    herd_env: &BTreeMap<String, String>,
+    host_has: impl Fn(&str) -> bool,
+) -> BTreeMap<String, String> {
+    let mut env: BTreeMap<String, String> = image_env.iter().cloned().collect();
+    env.extend(herd_env.iter().map(|(k, v)| (k.clone(), v.clone())));
+    if !host_has("PYTHONNOUSERSITE") && !herd_env.contains_key("PYTHONNOUSERSITE") {
+        env.insert("PYTHONNOUSERSITE".into(), "1".into());
+    }
+    env
+}
+
+/// A worker's command line through the runtime: the program to start (an absolute path),
+/// its arguments, and the environment to set on top of the host's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Wrapped {
+    /// The runtime's program, found on the host's PATH.
+    pub program: PathBuf,
+    /// Its arguments: the runtime's options, the image, then the worker's own command.
+    pub args: Vec<OsString>,
+    /// Set on top of the host's environment.
+    pub env: BTreeMap<String, String>,
+}
+
+/// The image made ready on one node: found, mounted when it is a SquashFS file, its own
+/// environment read. Dropping it unmounts what it mounted.
+#[derive(Debug)]
+pub struct Container {
+    runtime: Runtime,
+    image: PathBuf,
+    program: PathBuf,
+    mounts: Vec<Mount>,
+    inner: Inner,
+}
+
+#[derive(Debug)]
+enum Inner {
+    Charliecloud(charliecloud::Ready),
+    Apptainer,
+}
+
+impl Container {
+    /// `spec`'s image made ready on this node, whose PATH is `path`; `tag` names what it
+    /// mounts (unique per agent). Says what to change when the runtime or the image is not
+    /// usable here.
+    pub fn start(spec: &Spec, path: Option<&OsStr>, tag: &str) -> Result<Container, String> {
+        let runtime = match spec.runtime {
+            Some(r) => r,
+            None => detect(path)?,
+        };
+        if let Some(why) = runtime.unsupported() {
+            return Err(why.to_owned());
+        }
+        let program = find_program(runtime.programs(), path).ok_or_else(|| {
+            format!(
+                "container runtime {runtime}: `{}` is not on this node's PATH; install it or \
+                 choose another with --container-runtime",
+                runtime.programs().join("` or `")
+            )
+        })?;
+        let image = PathBuf::from(&spec.image);
+        if !image.is_absolute() {
+            return Err(format!(
+                "the container image `{}` is not an absolute path: give it as /path/to/image",
+                spec.image
+            ));
+        }
+        let kind = ImageKind::of(&image)?;
+        let inner = match runtime {
+            Runtime::Charliecloud => {
+                Inner::Charliecloud(charliecloud::Ready::start(&image, kind, path, tag)?)
+            }
+            Runtime::Apptainer => Inner::Apptainer,
+            Runtime::Podman | Runtime::Pyxis => unreachable!("refused above"),
+        };
+        Ok(Container {
+            runtime,
+            image,
+            program,
+            mounts: spec.mounts.clone(),
+            inner,
+        })
+    }
+
+    /// The runtime in use.
+    pub fn runtime(&self) -> Runtime {
+        self.runtime
+    }
+
+    /// The image as given.
+    pub fn image(&self) -> &Path {
+        &self.image
+    }
+
+    /// `argv` started inside the image in folder `cwd`, with herd's variables `herd_env`
+    /// winning over the image's, the host folders `need` at the same paths inside, and the
+    /// user's mounts. `host_has` says whether the host's environment sets a variable.
+    pub fn wrap(
+        &self,
+        argv: &[OsString],
+        herd_env: &BTreeMap<String, String>,
+        host_has: impl Fn(&str) -> bool,
+        cwd: &Path,
+        need: &[PathBuf],
+    ) -> Result<Wrapped, String> {
+        let mounts = &self.mounts;
+        match &self.inner {
+            Inner::Charliecloud(ready) => {
+                let env = worker_env(ready.image_env(), herd_env, &host_has);
+                let mut env = env;
+                if !host_has("USER") && !env.contains_key("USER") {
+                    // ch-run refuses to start without $USER.
+                    if let Ok(Some(user)) = nix::unistd::User::from_uid(nix::unistd::getuid()) {
+                        env.insert("USER".into(), user.name);
+                    }
+                }
+                Ok(Wrapped {
+                    program: self.program.clone(),
+                    args: ready.args(argv, cwd, need, mounts)?,
+                    env,
+                })
+            }
+            Inner::Apptainer => Ok(apptainer(
+                &self.program,
+                &self.image,
+                argv,
+                herd_env,
+                &host_has,
+                cwd,
+                need,
+                mounts,
+            )),
+        }
+    }
+}
+
+/// `apptainer exec` of `argv` in `image`: `--nv` when the worker sees GPUs
+/// (`CUDA_VISIBLE_DEVICES` set and not empty), `--bind` of each needed folder at its own
+/// path and of the user's mounts (Apptainer makes the mount points), `--pwd` the worker's
+/// folder. Apptainer has no PID namespace without `--containall` (never given: it would
+/// also drop the environment and give a small private `/dev/shm`). herd's variables and
+/// `PYTHONNOUSERSITE` are passed as `APPTAINERENV_NAME`, which wins over the image's own
+/// `%environment`.
+#[allow(clippy::too_many_arguments)]
+fn apptainer(
+    program: &Path,
+    image: &Path,
+    argv: &[OsString],
+    herd_env: &BTreeMap<String, String>,
+    host_has: &impl Fn(&str) -> bool,
+    cwd: &Path,
+    need: &[PathBuf],
+    mounts: &[Mount],
+) -> Wrapped {
+    let mut args: Vec<OsString> = vec!["exec".into()];
+    if herd_env
+        .get("CUDA_VISIBLE_DEVICES")
+        .is_some_and(|v| !v.trim().is_empty())
+    {
+        args.push("--nv".into());
+    }
+    let mut binds: Vec<String> = mounts::outermost(need)
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect();
+    binds.extend(mounts.iter().map(Mount::to_string));
+    if !binds.is_empty() {
+        args.push("--bind".into());
+        args.push(binds.join(",").into());
+    }
+    args.push("--pwd".into());
+    args.push(cwd.as_os_str().to_owned());
+    args.push(image.as_os_str().to_owned());
+    args.extend(argv.iter().cloned());
+    let mut env: BTreeMap<String, String> = BTreeMap::new();
+    for (k, v) in worker_env(&[], herd_env, host_has) {
+        env.insert(format!("APPTAINERENV_{k}"), v.clone());
+        env.insert(k, v);
+    }
+    Wrapped {
+        program: program.to_owned(),
+        args,
+        env,
+    }
+}
+
+#[cfg(test)]
+mod tests;
