@@ -127,6 +127,17 @@ pub fn resolve(
         DEFAULT_AVOID_BAD_NODES,
     );
     let container = container(&mut l);
+    if container.image.is_some() && mode != Mode::Agent {
+        let origin = l.origin(Key::Container);
+        l.problem(
+            Key::Container,
+            origin,
+            format!(
+                "runs the workers through herd's agents, and `mode` is {mode}: use mode agent \
+                 (the default) with a container"
+            ),
+        );
+    }
     let (sbatch_args, exclude) = lists(&mut l);
     // The command, with params substituted when it comes from the job file.
     let (command, params) = resolve_command(&mut l, job, flags);

@@ -4,6 +4,7 @@
 //! in `views.rs`; the record of bad nodes (`herd nodes`, `submit --avoid-bad-nodes`) in
 //! `nodes.rs`; herd's own SLURM commands with fake ones on PATH in `slurm.rs`.
 
+mod containers;
 mod cpus;
 mod hangs;
 mod nodes;

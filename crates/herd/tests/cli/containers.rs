@@ -1,0 +1,88 @@
+//! The container keys with `herd submit` (fake SLURM commands): a bad image path, runtime
+//! or mount list, a runtime or mounts without an image, and a container outside agent mode
+//! are refused with exit 2, naming what to change, before anything is written or queued;
+//! a good one reaches the batch script's `herd launch` as flags, quoted.
+
+use super::submit::{herd_here, slurm_called, submit_project};
+
+/// `herd submit --dry-run` or `herd submit` of one node × 2 workers with `extra` flags.
+fn submit(dir: &std::path::Path, dry_run: bool, extra: &[&str]) -> std::process::Output {
+    let mut args = vec!["submit"];
+    if dry_run {
+        args.push("--dry-run");
+    }
+    args.extend(["-J", "ct", "--nodes", "1", "--gpus-per-node", "2"]);
+    args.extend(extra);
+    args.extend(["--", "python3", "train.py"]);
+    herd_here(dir, &args, &[])
+}
+
+#[test]
+fn bad_container_keys_are_refused_naming_the_fix_with_nothing_written() {
+    let dir = submit_project(&[("train.py", 10)]);
+    for (flags, says) in [
+        (
+            vec!["--container", "images/train.sqfs"],
+            "`images/train.sqfs` is not an absolute path: give the image as /path/to/image",
+        ),
+        (
+            vec!["--container", "/i.sqfs", "--container-runtime", "docker"],
+            "unknown container runtime `docker`: choose charliecloud, podman, apptainer or pyxis",
+        ),
+        (
+            vec!["--container", "/i.sqfs", "--container-runtime", "podman"],
+            "herd does not start workers with podman yet; use charliecloud or apptainer",
+        ),
+        (
+            vec!["--container", "/i.sqfs", "--container-mounts", "data:/data"],
+            "container mount `data:/data`: the source `data` is not an absolute path",
+        ),
+        (
+            vec!["--container-runtime", "charliecloud"],
+            "is set but `container` is not: give the image with `container` (--container IMAGE), or remove it",
+        ),
+        (
+            vec!["--container", "/i.sqfs", "--mode", "srun"],
+            "runs the workers through herd's agents, and `mode` is srun: use mode agent",
+        ),
+    ] {
+        let out = submit(dir.path(), false, &flags);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{flags:?}: {stderr}");
+        assert!(stderr.contains(says), "{flags:?}: {stderr}");
+        assert!(out.stdout.is_empty(), "{flags:?}: {out:?}");
+    }
+    assert!(
+        !dir.path().join("project/herd-exp").exists(),
+        "no experiment folder"
+    );
+    assert!(
+        !slurm_called(dir.path()).contains("sbatch"),
+        "nothing queued"
+    );
+}
+
+#[test]
+fn a_container_reaches_each_nodes_agent_as_flags() {
+    let dir = submit_project(&[("train.py", 10)]);
+    let out = submit(
+        dir.path(),
+        true,
+        &[
+            "--container",
+            "/shared/images/my train.sqfs",
+            "--container-runtime",
+            "charliecloud",
+            "--container-mounts",
+            "/data:/data:ro,/scratch",
+        ],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        stdout.contains(
+            "--container '/shared/images/my train.sqfs' --container-runtime charliecloud --container-mounts /data:/data:ro,/scratch"
+        ),
+        "{stdout}"
+    );
+}
