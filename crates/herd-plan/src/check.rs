@@ -147,9 +147,15 @@ pub fn check(plan: &Plan, ctx: &CheckContext<'_>) -> Vec<Finding> {
         check_partitions(plan, parts, &mut out);
     }
     if let Some(lookup) = &ctx.programs {
-        check_program(plan, lookup, &mut out);
-        if plan.mode == Mode::Torchrun {
-            check_torchrun(plan, lookup, &mut out);
+        match &plan.container.image {
+            // The program is the image's, not this machine's: the image must be here.
+            Some(image) => check_container_image(image, &mut out),
+            None => {
+                check_program(plan, lookup, &mut out);
+                if plan.mode == Mode::Torchrun {
+                    check_torchrun(plan, lookup, &mut out);
+                }
+            }
         }
     }
     if let Some(script) = ctx.script {
@@ -664,6 +670,22 @@ fn script_argument(kind: &str, args: &[String]) -> Option<(usize, String)> {
         }
     }
     None
+}
+
+/// A job in a container: its image must exist where herd is run (it is a path every node
+/// sees, on a shared file system); the worker's program is looked for inside it by each
+/// node's preflight, not here.
+fn check_container_image(image: &str, out: &mut Vec<Finding>) {
+    if !Path::new(image).exists() {
+        out.push(error(
+            "container-not-found",
+            &[Key::Container],
+            format!(
+                "the container image {image} does not exist here: give the path of an image \
+                 folder, SquashFS or SIF file that every node sees"
+            ),
+        ));
+    }
 }
 
 fn check_program(plan: &Plan, lookup: &ProgramLookup<'_>, out: &mut Vec<Finding>) {

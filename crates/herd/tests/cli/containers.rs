@@ -62,15 +62,44 @@ fn bad_container_keys_are_refused_naming_the_fix_with_nothing_written() {
     );
 }
 
+/// An image that is not there is refused by the check (exit 1), nothing written; the
+/// worker's program is the image's, so one missing on this machine is no finding.
+#[test]
+fn a_missing_image_is_refused_and_the_program_is_not_looked_for_here() {
+    let dir = submit_project(&[("train.py", 10)]);
+    let out = submit(
+        dir.path(),
+        false,
+        &["--container", "/nonexistent/images/train.sqfs"],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("the container image /nonexistent/images/train.sqfs does not exist here"),
+        "{stderr}"
+    );
+    assert!(
+        !dir.path().join("project/herd-exp").exists(),
+        "no experiment folder"
+    );
+    assert!(
+        !slurm_called(dir.path()).contains("sbatch"),
+        "nothing queued"
+    );
+}
+
 #[test]
 fn a_container_reaches_each_nodes_agent_as_flags() {
     let dir = submit_project(&[("train.py", 10)]);
+    let image = dir.path().join("my train.sqfs");
+    std::fs::write(&image, "hsqs").expect("image");
+    let image = image.display().to_string();
     let out = submit(
         dir.path(),
         true,
         &[
             "--container",
-            "/shared/images/my train.sqfs",
+            &image,
             "--container-runtime",
             "charliecloud",
             "--container-mounts",
@@ -80,9 +109,35 @@ fn a_container_reaches_each_nodes_agent_as_flags() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{out:?}");
     assert!(
-        stdout.contains(
-            "--container '/shared/images/my train.sqfs' --container-runtime charliecloud --container-mounts /data:/data:ro,/scratch"
-        ),
+        stdout.contains(&format!(
+            "--container '{image}' --container-runtime charliecloud --container-mounts /data:/data:ro,/scratch"
+        )),
         "{stdout}"
     );
+}
+
+#[test]
+fn the_workers_program_is_the_images_not_this_machines() {
+    let dir = submit_project(&[("train.py", 10)]);
+    let image = dir.path().join("image");
+    std::fs::create_dir(&image).expect("image");
+    let image = image.display().to_string();
+    let args = [
+        "check",
+        "-J",
+        "ct",
+        "--container",
+        &image,
+        "--",
+        "herd-python-only-in-the-image",
+        "train.py",
+    ];
+    let out = herd_here(dir.path(), &args, &[]);
+    assert!(out.status.success(), "{out:?}");
+    let without = herd_here(
+        dir.path(),
+        &["check", "-J", "ct", "--", "herd-python-only-in-the-image"],
+        &[],
+    );
+    assert_eq!(without.status.code(), Some(1), "{without:?}");
 }
