@@ -40,7 +40,9 @@ use herd_plan::torchrun::is_python;
 use crate::config::{Config, ContainerState};
 
 mod container;
+mod find_modules;
 mod port;
+use find_modules::FIND_MODULES;
 pub(crate) use port::HeldPort;
 
 /// How long each check waits for a process, a file system or a connection to answer.
@@ -299,19 +301,6 @@ enum Program {
     /// Any other program, resolved.
     Other(PathBuf),
 }
-
-/// The small program the interpreter runs: exit 3 and `MODULE<tab>WHY` for the first of
-/// its arguments it cannot find, 0 when it finds them all. Nothing is imported but
-/// `importlib.util` (and the parents of a dotted name, which is never given).
-const FIND_MODULES: &str = "import importlib.util, sys\n\
-for m in sys.argv[1:]:\n    \
-try:\n        \
-found, why = importlib.util.find_spec(m) is not None, 'no module named ' + m\n    \
-except Exception as e:\n        \
-found, why = False, '%s: %s' % (type(e).__name__, e)\n    \
-if not found:\n        \
-print(m + '\\t' + why)\n        \
-sys.exit(3)\n";
 
 /// The `python` or `command` check of `argv`, with the workers' `path`.
 async fn check_command(argv: &[OsString], path: Option<&OsStr>) -> Result<(), Finding> {

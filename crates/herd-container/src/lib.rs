@@ -172,6 +172,19 @@ impl ImageKind {
     }
 }
 
+/// `image` as `--container` takes it: an absolute path (the workers start in another
+/// folder, on every node), or what to change.
+pub fn absolute_image(image: &str) -> Result<(), String> {
+    if image.starts_with('/') {
+        Ok(())
+    } else {
+        Err(format!(
+            "`{image}` is not an absolute path: give the image as /path/to/image, at the same \
+             path on every node"
+        ))
+    }
+}
+
 /// The first program of `names` on `path` (a PATH value) that is an executable file.
 pub fn find_program(names: &[&str], path: Option<&OsStr>) -> Option<PathBuf> {
     use std::os::unix::fs::PermissionsExt;
@@ -265,13 +278,8 @@ impl Container {
                 runtime.programs().join("` or `")
             )
         })?;
+        absolute_image(&spec.image)?;
         let image = PathBuf::from(&spec.image);
-        if !image.is_absolute() {
-            return Err(format!(
-                "the container image `{}` is not an absolute path: give it as /path/to/image",
-                spec.image
-            ));
-        }
         let kind = ImageKind::of(&image)?;
         let inner = match runtime {
             Runtime::Charliecloud => {
@@ -313,8 +321,7 @@ impl Container {
         let mounts = &self.mounts;
         match &self.inner {
             Inner::Charliecloud(ready) => {
-                let env = worker_env(ready.image_env(), herd_env, &host_has);
-                let mut env = env;
+                let mut env = worker_env(ready.image_env(), herd_env, &host_has);
                 if !host_has("USER") && !env.contains_key("USER") {
                     // ch-run refuses to start without $USER.
                     if let Ok(Some(user)) = nix::unistd::User::from_uid(nix::unistd::getuid()) {

@@ -596,16 +596,9 @@ impl ContainerArgs {
     }
 }
 
-/// A `--container` value: an absolute path, since workers start in another folder.
+/// A `--container` value: an absolute path ([`herd_container::absolute_image`]).
 fn absolute_image(s: &str) -> Result<String, String> {
-    if s.starts_with('/') {
-        Ok(s.to_owned())
-    } else {
-        Err(format!(
-            "the image `{s}` is not an absolute path: give it as /path/to/image (every node \
-             must see it at that path)"
-        ))
-    }
+    herd_container::absolute_image(s).map(|()| s.to_owned())
 }
 
 /// Mounts in a manifest: their text, as the key takes it.

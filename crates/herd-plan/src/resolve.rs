@@ -558,14 +558,9 @@ fn container(l: &mut Layers) -> ContainerArgs {
         Key::Container,
         |k| k.container.as_deref(),
         |s: &str| {
-            if s.starts_with('/') {
-                Ok(s.to_owned())
-            } else {
-                Err(ValueError::new(format!(
-                    "`{s}` is not an absolute path: give the image as /path/to/image, at the \
-                     same path on every node"
-                )))
-            }
+            herd_container::absolute_image(s)
+                .map(|()| s.to_owned())
+                .map_err(ValueError::new)
         },
     );
     let runtime = l.take(

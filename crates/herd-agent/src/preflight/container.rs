@@ -5,6 +5,7 @@
 use std::ffi::OsString;
 use std::time::Duration;
 
+use super::find_modules::FIND_MODULES;
 use crate::config::ContainerState;
 
 /// What the worker command runs, as the check needs it: a Python with its options that
@@ -21,21 +22,13 @@ pub(super) enum Probe {
     Other,
 }
 
-/// What the `container` check runs inside the image: [`FIND_MODULES`]'s search, then
+/// What the `container` check adds to [`FIND_MODULES`] inside the image: a line
 /// `shm<tab>BYTES`, the size of `/dev/shm` there.
-const PROBE_PYTHON: &str = "import importlib.util, os, sys\n\
-for m in sys.argv[1:]:\n    \
-try:\n        \
-found, why = importlib.util.find_spec(m) is not None, 'no module named ' + m\n    \
-except Exception as e:\n        \
-found, why = False, '%s: %s' % (type(e).__name__, e)\n    \
-if not found:\n        \
-print(m + '\\t' + why)\n        \
-sys.exit(3)\n\
+const SHM_SIZE: &str = "import os\n\
 s = os.statvfs('/dev/shm')\n\
 print('shm\\t%d' % (s.f_frsize * s.f_blocks))\n";
 
-/// The same for a command that is not Python: its program is found inside (exit 4 when it
+/// For a command that is not Python: its program is found inside (exit 4 when it
 /// is not), then the size of `/dev/shm`.
 const PROBE_SHELL: &str = "command -v \"$0\" >/dev/null 2>&1 || exit 4; \
 printf 'shm\\t%s\\n' \"$(($(stat -f -c '%S * %b' /dev/shm)))\"";
@@ -73,7 +66,7 @@ pub(super) async fn check_container(
         }
         let mut p = vec![program.clone()];
         p.extend(options);
-        p.extend(["-c".into(), PROBE_PYTHON.into()]);
+        p.extend(["-c".into(), format!("{FIND_MODULES}{SHM_SIZE}").into()]);
         p.extend(modules.into_iter().map(OsString::from));
         p
     } else {

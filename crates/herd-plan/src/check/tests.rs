@@ -3,6 +3,7 @@ use crate::job::JobFile;
 use crate::keys::JobKeys;
 use crate::resolve::resolve;
 use herd_slurm::scheduler::partition::{add_node_groups, parse_scontrol_partitions, parse_sinfo};
+use std::path::{Path, PathBuf};
 
 fn plan_with(text: &str, flags: &JobKeys) -> Plan {
     let job = JobFile::parse(text, Path::new("jobs/train.toml")).unwrap_or_else(|e| panic!("{e}"));
