@@ -17,8 +17,20 @@ use crate::message::{RankProgress, RankStack};
 use crate::pace::Pace;
 use crate::procs;
 use crate::workers::{
-    agent_worker_env, spawn, unix_ms, HighestStep, OutputConfig, OutputSink, Running, WorkerSpec,
+    agent_worker_env, spawn, unix_ms, HighestStep, OutputConfig, OutputSink, PidFile, Running,
+    WorkerSpec,
 };
+
+/// How long a worker started through `podman exec` may take to say its own pid.
+const PID_FILE_LIMIT: Duration = Duration::from_secs(60);
+
+/// A worker's exit as told by a program that exits 128 + N when signal N killed it.
+fn signal_from_code(exit: Exit) -> Exit {
+    match exit {
+        Exit::Code(code @ 129..=192) => Exit::Signal(crate::exit::signal_name(code - 128)),
+        other => other,
+    }
+}
 use herd_exp::failure::{Exit, FailureReport, WorkerError};
 use herd_exp::layout::AttemptDir;
 
@@ -40,6 +52,8 @@ pub(crate) struct Attempt {
     /// The highest training step its workers printed.
     step: HighestStep,
     sink: Option<OutputSink>,
+    /// The node's container, released after the teardown ([`Attempt::teardown_with`]).
+    container: Option<std::sync::Arc<herd_container::Container>>,
 }
 
 impl Attempt {
@@ -98,6 +112,10 @@ impl Attempt {
             paces: HashMap::new(),
             step: sink.highest_step(),
             sink: Some(sink),
+            container: match &cfg.container {
+                Some(crate::config::ContainerState::Ready(c)) => Some(c.clone()),
+                _ => None,
+            },
         };
         for local_rank in 0..layout.tasks_per_node[slot] {
             let pos = Position {
@@ -108,7 +126,29 @@ impl Attempt {
             let env = attempt.env_of(cfg, layout, pos, &info).map_err(&failed)?;
             attempt.spawn_worker(cfg, pos, env, tx).map_err(&failed)?;
         }
+        attempt.resolve_pids().await;
         Ok(attempt)
+    }
+
+    /// The workers started through a program that is not the worker (`podman exec`): wait
+    /// (all at once) for each worker's own pid, which signals, stack dumps and reports use
+    /// from then on. One whose program ended first never started: its exit tells why.
+    async fn resolve_pids(&mut self) {
+        let deadline = tokio::time::Instant::now() + PID_FILE_LIMIT;
+        loop {
+            let mut waiting = false;
+            for w in self.running.values_mut().filter(|w| w.pid_file.is_some()) {
+                match w.poll_pid() {
+                    PidFile::Arrived(pid) => self.groups.push(pid),
+                    PidFile::Waiting => waiting = true,
+                    PidFile::Never => {}
+                }
+            }
+            if !waiting || tokio::time::Instant::now() >= deadline {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
     }
 
     /// Worker `pos`'s variables ([`agent_worker_env`]). A stale error file left by an
@@ -158,7 +198,9 @@ impl Attempt {
                     .unwrap_or_default();
                 format!("cannot start rank {} (`{cmd}`): {e}", pos.rank)
             })?;
-        self.groups.push(running.pid);
+        if running.pid_file.is_none() {
+            self.groups.push(running.pid);
+        }
         self.managed.insert(running.pid);
         let (tx, number, rank) = (tx.clone(), self.number, running.rank);
         tokio::spawn(async move {
@@ -182,6 +224,7 @@ impl Attempt {
     ) -> Option<FailureReport> {
         let mut w = self.running.remove(&rank)?;
         let exit = match status {
+            Ok(s) if w.signal_as_code => signal_from_code(exit_of(s)),
             Ok(s) => exit_of(s),
             Err(_) => Exit::Code(-1),
         };
@@ -311,6 +354,11 @@ impl Attempt {
     /// that handles it (KeyboardInterrupt) has the grace to do so.
     pub(crate) async fn teardown_with(&mut self, first: Signal, grace: Duration) {
         procs::terminate_all(&self.groups, &self.managed, first, grace).await;
+        if let Some(c) = self.container.clone() {
+            // Podman's record of the attempt's container, removed before the agent goes on
+            // (or ends: SLURM may kill it soon after).
+            let _ = tokio::task::spawn_blocking(move || c.release_ended()).await;
+        }
         self.running.clear();
         // Those groups are gone; never signal their ids again (they may be reused).
         self.groups.clear();

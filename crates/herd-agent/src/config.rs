@@ -80,9 +80,9 @@ impl ContainerState {
     /// what it mounts. Blocks while a SquashFS image is mounted: call it before the agent's
     /// runtime starts, on the thread that lives as long as the agent (the mount's
     /// parent-death signal is tied to it).
-    pub fn start(spec: &herd_container::Spec, tag: &str) -> ContainerState {
+    pub fn start(spec: &herd_container::Spec, tag: &str, gpus: bool) -> ContainerState {
         let path = std::env::var_os("PATH");
-        match herd_container::Container::start(spec, path.as_deref(), tag) {
+        match herd_container::Container::start(spec, path.as_deref(), tag, gpus) {
             Ok(c) => ContainerState::Ready(std::sync::Arc::new(c)),
             Err(why) => ContainerState::Failed {
                 image: spec.image.clone(),
@@ -178,5 +178,15 @@ mod tests {
         );
         assert_eq!(id(&config(Some(41), None)).as_deref(), Some("41"));
         assert_eq!(id(&config(None, None)), None);
+    }
+
+    /// The container runtimes' own commands withhold what every user program does.
+    #[test]
+    fn container_runtimes_withhold_what_user_programs_do() {
+        assert_eq!(
+            herd_container::WITHHELD,
+            herd_slurm::worker::vars::WITHHELD,
+            "herd_container::WITHHELD must name the same variables"
+        );
     }
 }

@@ -18,6 +18,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::ffi::OsString;
 use std::io::Write;
+use std::path::PathBuf;
 
 use herd_exp::layout::{AttemptDir, Stream};
 use herd_slurm::worker::vars::{
@@ -101,6 +102,53 @@ pub struct Running {
     pub last_output_ms: Arc<AtomicU64>,
     /// When it started, milliseconds since the Unix epoch.
     pub started_ms: u64,
+    /// Started through a program that is not the worker itself (`podman exec`): the file
+    /// the worker's own pid arrives in. Until it has, `pid` is that program's, which
+    /// signals must not reach ([`Running::resolve_pid`]).
+    pub pid_file: Option<PathBuf>,
+    /// Its program exits 128 + N when signal N killed the worker.
+    pub signal_as_code: bool,
+}
+
+/// Where a worker's own pid stands ([`Running::poll_pid`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PidFile {
+    /// Arrived: it is the worker's `pid` now.
+    Arrived(i32),
+    /// Not yet: the program that starts the worker still runs.
+    Waiting,
+    /// Never: the program ended first (its exit says why), or there is nothing to wait for.
+    Never,
+}
+
+impl Running {
+    /// The worker's own pid from its [`Running::pid_file`], when it is there.
+    pub fn poll_pid(&mut self) -> PidFile {
+        let Some(file) = &self.pid_file else {
+            return PidFile::Never;
+        };
+        if let Some(pid) = std::fs::read_to_string(file)
+            .ok()
+            .filter(|s| s.ends_with('\n'))
+            .and_then(|s| s.trim().parse::<i32>().ok())
+        {
+            self.pid = pid;
+            self.pid_file = None;
+            return PidFile::Arrived(pid);
+        }
+        let starter_runs =
+            std::fs::read_to_string(format!("/proc/{}/stat", self.pid)).is_ok_and(|s| {
+                s.rsplit_once(')')
+                    .and_then(|(_, t)| t.split_whitespace().next())
+                    .is_some_and(|state| state != "Z")
+            });
+        if starter_runs {
+            PidFile::Waiting
+        } else {
+            self.pid_file = None;
+            PidFile::Never
+        }
+    }
 }
 
 /// Milliseconds since the Unix epoch, now.
@@ -363,19 +411,19 @@ fn worker_command(
     argv: &[OsString],
     spec: &WorkerSpec,
     container: Option<&ContainerState>,
-) -> std::io::Result<Command> {
+) -> std::io::Result<(Command, Option<PathBuf>, bool)> {
     let (program, args) = argv.split_first().ok_or_else(|| {
         std::io::Error::new(std::io::ErrorKind::InvalidInput, "no command to run")
     })?;
     let Some(container) = container else {
         let mut cmd = Command::from(herd_slurm::user_program(program, &spec.env));
         cmd.args(args);
-        return Ok(cmd);
+        return Ok((cmd, None, false));
     };
     let wrapped = container_command(container, argv, &spec.env).map_err(std::io::Error::other)?;
     let mut cmd = Command::from(herd_slurm::user_program(&wrapped.program, &wrapped.env));
     cmd.args(&wrapped.args);
-    Ok(cmd)
+    Ok((cmd, wrapped.pid_file, wrapped.signal_as_code))
 }
 
 /// `argv` through the node's container: in this agent's folder, with the experiment, log
@@ -406,7 +454,10 @@ pub fn container_command(
         })
         .map(std::path::PathBuf::from)
         .collect();
-    c.wrap(argv, env, |k| std::env::var_os(k).is_some(), &cwd, &need)
+    // What the host gives a worker: its environment less what no user program gets.
+    let host_has =
+        |k: &str| !herd_slurm::worker::vars::WITHHELD.contains(&k) && std::env::var_os(k).is_some();
+    c.wrap(argv, env, host_has, &cwd, &need)
 }
 
 /// Start `argv` as worker `spec` (inside `container` when there is one): own process
@@ -418,7 +469,7 @@ pub fn spawn(
     sink: &OutputSink,
     container: Option<&ContainerState>,
 ) -> std::io::Result<(Running, Child)> {
-    let mut cmd = worker_command(argv, spec, container)?;
+    let (mut cmd, pid_file, signal_as_code) = worker_command(argv, spec, container)?;
     cmd.stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -481,6 +532,8 @@ pub fn spawn(
             stderr_closed: Some(closed_rx),
             last_output_ms,
             started_ms,
+            pid_file,
+            signal_as_code,
         },
         child,
     ))
@@ -517,7 +570,8 @@ mod tests {
             ]),
         };
         let argv: Vec<OsString> = vec!["python".into(), "train.py".into()];
-        let cmd = worker_command(&argv, &spec, None).expect("a command");
+        let (cmd, pid_file, _) = worker_command(&argv, &spec, None).expect("a command");
+        assert_eq!(pid_file, None, "a bare worker is its own program");
         let envs: BTreeMap<_, _> = cmd.as_std().get_envs().collect();
         assert_eq!(
             envs.get(std::ffi::OsStr::new("RANK")),

@@ -120,7 +120,7 @@ fn base_config(
         container: opts.container.spec().map(|spec| {
             // What it mounts is named for the run and this agent, unique on the node.
             let tag = format!("{}-{}", launch.run_id, std::process::id());
-            ContainerState::start(&spec, &tag)
+            ContainerState::start(&spec, &tag, !launch.node_gpus.is_empty())
         }),
         launch: LaunchInfo {
             max_restarts: opts.max_restarts,

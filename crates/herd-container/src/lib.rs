@@ -27,8 +27,13 @@ use std::str::FromStr;
 
 mod charliecloud;
 mod mounts;
+mod podman;
 
 pub use mounts::{Mount, Mounts};
+
+/// The variables no program but herd's own gets (`herd_slurm::worker::vars::WITHHELD`,
+/// which herd-agent checks this against): the runtimes' own commands run without them.
+pub const WITHHELD: [&str; 1] = ["HERD_JOB_SECRET"];
 
 /// The container runtimes herd starts workers with.
 #[derive(
@@ -39,7 +44,8 @@ pub enum Runtime {
     /// Charliecloud's `ch-run`: a directory image, or a SquashFS file herd mounts with
     /// `squashfuse` once per node.
     Charliecloud,
-    /// `podman run`.
+    /// Podman: one `podman run` per node per attempt, each worker `podman exec`'d into it;
+    /// the image is a name in the node's store, or a root folder (`--rootfs`).
     Podman,
     /// `apptainer exec` (or `singularity exec`).
     Apptainer,
@@ -79,14 +85,10 @@ impl Runtime {
     /// Why herd cannot start workers with this runtime yet, or `None` when it can.
     pub fn unsupported(self) -> Option<&'static str> {
         match self {
-            Runtime::Charliecloud | Runtime::Apptainer => None,
-            Runtime::Podman => Some(
-                "herd does not start workers with podman yet; use charliecloud or apptainer \
-                 with the same image (docs/containers.md)",
-            ),
+            Runtime::Charliecloud | Runtime::Apptainer | Runtime::Podman => None,
             Runtime::Pyxis => Some(
-                "herd does not start workers through pyxis yet; use charliecloud or apptainer \
-                 with the same image (docs/containers.md)",
+                "herd does not start workers through pyxis yet; use charliecloud, apptainer \
+                 or podman with the same image (docs/containers.md)",
             ),
         }
     }
@@ -118,7 +120,8 @@ impl FromStr for Runtime {
 /// `--container-mounts`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Spec {
-    /// The image: a directory, a SquashFS file, a SIF file.
+    /// The image: the absolute path of a directory, a SquashFS file or a SIF file, or the
+    /// name of an image in Podman's store.
     pub image: String,
     /// The runtime; `None`: the first of [`Runtime::ALL`] the node has.
     pub runtime: Option<Runtime>,
@@ -173,15 +176,47 @@ impl ImageKind {
 }
 
 /// `image` as `--container` takes it: an absolute path (the workers start in another
-/// folder, on every node), or what to change.
-pub fn absolute_image(image: &str) -> Result<(), String> {
+/// folder, on every node), or the name of an image in Podman's store
+/// (`localhost/torch:24.05`, `nvcr.io/nvidia/pytorch:24.05-py3`); or what to change.
+pub fn image_ref(image: &str) -> Result<(), String> {
     if image.starts_with('/') {
-        Ok(())
-    } else {
-        Err(format!(
+        return Ok(());
+    }
+    let path_like = image.starts_with('.')
+        || image.starts_with('~')
+        || [".sqfs", ".squashfs", ".sqsh", ".sif", ".simg"]
+            .iter()
+            .any(|e| image.to_ascii_lowercase().ends_with(e));
+    let name_chars = !image.is_empty()
+        && image
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "._-/:@".contains(c));
+    if path_like || !name_chars {
+        return Err(format!(
             "`{image}` is not an absolute path: give the image as /path/to/image, at the same \
-             path on every node"
-        ))
+             path on every node (or, for podman, the name of an image in its store)"
+        ));
+    }
+    Ok(())
+}
+
+/// Whether `image` names an image in Podman's store rather than a path.
+pub fn is_image_name(image: &str) -> bool {
+    !image.starts_with('/')
+}
+
+/// The runtime `spec` asks for that can run its image: a name in a store is Podman's, so
+/// it must be Podman or unset; `None` when any may be detected.
+pub fn runtime_for(image: &str, runtime: Option<Runtime>) -> Result<Option<Runtime>, String> {
+    if !is_image_name(image) {
+        return Ok(runtime);
+    }
+    match runtime {
+        None | Some(Runtime::Podman) => Ok(Some(Runtime::Podman)),
+        Some(other) => Err(format!(
+            "{other} runs an image folder or file, and `{image}` is a name in Podman's store: \
+             give the image's absolute path, or --container-runtime podman"
+        )),
     }
 }
 
@@ -208,8 +243,8 @@ pub fn detect(path: Option<&OsStr>) -> Result<Runtime, String> {
         .filter(|r| r.unsupported().is_none())
         .find(|r| find_program(r.programs(), path).is_some())
         .ok_or_else(|| {
-            "no container runtime here: neither ch-run (Charliecloud) nor apptainer is on PATH; \
-             install one, or name the runtime with --container-runtime"
+            "no container runtime here: neither ch-run (Charliecloud), apptainer nor podman is \
+             on PATH; install one, or name the runtime with --container-runtime"
                 .to_owned()
         })
 }
@@ -240,6 +275,13 @@ pub struct Wrapped {
     pub args: Vec<OsString>,
     /// Set on top of the host's environment.
     pub env: BTreeMap<String, String>,
+    /// Where the worker's own pid will be written, when the runtime's program is not the
+    /// worker itself (Podman: `podman exec` starts it in a container of its own); `None`:
+    /// the program execs the worker in place and keeps its pid.
+    pub pid_file: Option<PathBuf>,
+    /// The program exits 128 + N when signal N killed the worker (Podman), instead of
+    /// dying of that signal itself.
+    pub signal_as_code: bool,
 }
 
 /// The image made ready on one node: found, mounted when it is a SquashFS file, its own
@@ -257,14 +299,21 @@ pub struct Container {
 enum Inner {
     Charliecloud(charliecloud::Ready),
     Apptainer,
+    Podman(podman::Podman),
 }
 
 impl Container {
     /// `spec`'s image made ready on this node, whose PATH is `path`; `tag` names what it
-    /// mounts (unique per agent). Says what to change when the runtime or the image is not
-    /// usable here.
-    pub fn start(spec: &Spec, path: Option<&OsStr>, tag: &str) -> Result<Container, String> {
-        let runtime = match spec.runtime {
+    /// mounts (unique per agent); `gpus`: the job has GPUs on this node. Says what to
+    /// change when the runtime or the image is not usable here.
+    pub fn start(
+        spec: &Spec,
+        path: Option<&OsStr>,
+        tag: &str,
+        gpus: bool,
+    ) -> Result<Container, String> {
+        image_ref(&spec.image)?;
+        let runtime = match runtime_for(&spec.image, spec.runtime)? {
             Some(r) => r,
             None => detect(path)?,
         };
@@ -278,15 +327,53 @@ impl Container {
                 runtime.programs().join("` or `")
             )
         })?;
-        absolute_image(&spec.image)?;
         let image = PathBuf::from(&spec.image);
-        let kind = ImageKind::of(&image)?;
         let inner = match runtime {
-            Runtime::Charliecloud => {
-                Inner::Charliecloud(charliecloud::Ready::start(&image, kind, path, tag)?)
+            Runtime::Charliecloud => Inner::Charliecloud(charliecloud::Ready::start(
+                &image,
+                ImageKind::of(&image)?,
+                path,
+                tag,
+            )?),
+            Runtime::Apptainer => {
+                ImageKind::of(&image)?;
+                Inner::Apptainer
             }
-            Runtime::Apptainer => Inner::Apptainer,
-            Runtime::Podman | Runtime::Pyxis => unreachable!("refused above"),
+            Runtime::Podman => {
+                let what = if is_image_name(&spec.image) {
+                    podman::Image::Name(spec.image.clone())
+                } else {
+                    match ImageKind::of(&image)? {
+                        ImageKind::Directory => podman::Image::Rootfs(image.clone()),
+                        _ => {
+                            return Err(format!(
+                                "podman runs a root folder or an image in its store, not the \
+                                 file {}: give the folder, load the image into the store \
+                                 (`podman load`, `podman import`), or use charliecloud or \
+                                 apptainer",
+                                image.display()
+                            ))
+                        }
+                    }
+                };
+                let gpus = if !gpus {
+                    podman::Gpus::None
+                } else if podman::has_nvidia_cdi() {
+                    podman::Gpus::Cdi
+                } else if find_program(&["nvidia-smi"], path).is_some() {
+                    return Err(
+                        "this node has NVIDIA GPUs but no CDI spec for them, which podman needs \
+                         to put them in the container: generate it with `nvidia-ctk cdi \
+                         generate --output=/etc/cdi/nvidia.yaml`"
+                            .to_owned(),
+                    );
+                } else {
+                    // GPUs SLURM hands out, but no NVIDIA driver here: nothing to put in.
+                    podman::Gpus::None
+                };
+                Inner::Podman(podman::Podman::start(&program, what, tag, gpus)?)
+            }
+            Runtime::Pyxis => unreachable!("refused above"),
         };
         Ok(Container {
             runtime,
@@ -295,6 +382,14 @@ impl Container {
             mounts: spec.mounts.clone(),
             inner,
         })
+    }
+
+    /// After an attempt's teardown: forget what the runtime made for it and what ended
+    /// with it (Podman: remove its container). Blocks while the runtime does so.
+    pub fn release_ended(&self) {
+        if let Inner::Podman(p) = &self.inner {
+            p.release_ended();
+        }
     }
 
     /// The runtime in use.
@@ -332,6 +427,31 @@ impl Container {
                     program: self.program.clone(),
                     args: ready.args(argv, cwd, need, mounts)?,
                     env,
+                    pid_file: None,
+                    signal_as_code: false,
+                })
+            }
+            Inner::Podman(podman) => {
+                // The image's variables are the container's already; podman exec gets, by
+                // name, the host's that the image does not set, then herd's.
+                let image_sets: std::collections::BTreeSet<&str> =
+                    podman.image_env().iter().map(|(k, _)| k.as_str()).collect();
+                let env = worker_env(&[], herd_env, &host_has);
+                let mut names: Vec<String> = std::env::vars_os()
+                    .filter_map(|(k, _)| k.into_string().ok())
+                    .filter(|k| {
+                        host_has(k) && !image_sets.contains(k.as_str()) && !env.contains_key(k)
+                    })
+                    .filter(|k| !PODMAN_OWN.contains(&k.as_str()))
+                    .collect();
+                names.extend(env.keys().cloned());
+                let (args, pid_file) = podman.args(argv, &names, cwd, need, mounts)?;
+                Ok(Wrapped {
+                    program: self.program.clone(),
+                    args,
+                    env,
+                    pid_file: Some(pid_file),
+                    signal_as_code: true,
                 })
             }
             Inner::Apptainer => Ok(apptainer(
@@ -395,8 +515,20 @@ fn apptainer(
         program: program.to_owned(),
         args,
         env,
+        pid_file: None,
+        signal_as_code: false,
     }
 }
+
+/// Host variables never passed into a Podman container: Podman's own, and those that
+/// describe the host's shell rather than the job.
+const PODMAN_OWN: [&str; 5] = [
+    "CONTAINERS_CONF",
+    "CONTAINERS_STORAGE_CONF",
+    "CONTAINERS_REGISTRIES_CONF",
+    "HOSTNAME",
+    "container",
+];
 
 #[cfg(test)]
 mod tests;

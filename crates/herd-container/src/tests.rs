@@ -121,7 +121,9 @@ fn the_runtime_is_the_first_the_node_has_that_herd_can_start() {
     assert_eq!(detect(Some(&path)), Ok(Runtime::Charliecloud));
     let (_d, path) = path_with(&["podman", "singularity"]);
     assert_eq!(detect(Some(&path)), Ok(Runtime::Apptainer));
-    let (_d, path) = path_with(&["podman"]);
+    let (_d, path) = path_with(&["podman", "enroot"]);
+    assert_eq!(detect(Some(&path)), Ok(Runtime::Podman));
+    let (_d, path) = path_with(&["enroot"]);
     let err = detect(Some(&path)).expect_err("refused");
     assert!(err.contains("no container runtime here"), "{err}");
 }
@@ -158,7 +160,7 @@ fn charliecloud_binds_each_folder_at_its_path_or_its_deepest_ancestor_the_image_
             read_only: false,
         }],
     };
-    let c = Container::start(&spec, Some(&path), "t").expect("starts");
+    let c = Container::start(&spec, Some(&path), "t", false).expect("starts");
     assert_eq!(c.runtime(), Runtime::Charliecloud);
     let herd = env(&[("RANK", "1")]);
     let need = [
@@ -212,7 +214,7 @@ fn charliecloud_names_the_folder_an_image_lacks_and_refuses_to_cover_system_ones
             runtime: Some(Runtime::Charliecloud),
             mounts,
         };
-        let c = Container::start(&spec, Some(&path), "t").expect("starts");
+        let c = Container::start(&spec, Some(&path), "t", false).expect("starts");
         c.wrap(
             &os(&["python3"]),
             &BTreeMap::new(),
@@ -252,7 +254,6 @@ fn a_runtime_herd_cannot_start_yet_or_a_missing_one_is_named() {
     let img = folder_image(&[], "");
     let (_d, path) = path_with(&["podman"]);
     for (runtime, says) in [
-        (Runtime::Podman, "does not start workers with podman yet"),
         (Runtime::Pyxis, "does not start workers through pyxis yet"),
         (Runtime::Charliecloud, "`ch-run` is not on this node's PATH"),
     ] {
@@ -261,17 +262,225 @@ fn a_runtime_herd_cannot_start_yet_or_a_missing_one_is_named() {
             runtime: Some(runtime),
             mounts: Vec::new(),
         };
-        let err = Container::start(&spec, Some(&path), "t").expect_err("refused");
+        let err = Container::start(&spec, Some(&path), "t", false).expect_err("refused");
         assert!(err.contains(says), "{runtime}: {err}");
     }
     let (_d, path) = path_with(&["ch-run"]);
-    let spec = Spec {
+    let mut spec = Spec {
         image: "relative/img".into(),
         runtime: None,
         mounts: Vec::new(),
     };
-    let err = Container::start(&spec, Some(&path), "t").expect_err("refused");
-    assert!(err.contains("not an absolute path"), "{err}");
+    let err = Container::start(&spec, Some(&path), "t", false).expect_err("refused");
+    assert!(
+        err.contains("`podman` is not on this node's PATH"),
+        "a name is Podman's: {err}"
+    );
+    spec.runtime = Some(Runtime::Charliecloud);
+    let err = Container::start(&spec, Some(&path), "t", false).expect_err("refused");
+    assert!(
+        err.contains("charliecloud runs an image folder or file")
+            && err.contains("--container-runtime podman"),
+        "a name is Podman's: {err}"
+    );
+    for bad in ["img.sqfs", "./img", "images/train.sif", "~/img", "a b", ""] {
+        let err = image_ref(bad).expect_err(bad);
+        assert!(err.contains("not an absolute path"), "{bad}: {err}");
+    }
+    for good in [
+        "/abs/img.sqfs",
+        "localhost/herd-bed-torch:bookworm",
+        "nvcr.io/nvidia/pytorch:24.05-py3",
+        "python@sha256:0123abcd",
+        "ubuntu",
+    ] {
+        assert_eq!(image_ref(good), Ok(()), "{good}");
+    }
+    assert_eq!(runtime_for("ubuntu", None), Ok(Some(Runtime::Podman)));
+    assert_eq!(runtime_for("/img", None), Ok(None));
+    assert!(runtime_for("ubuntu", Some(Runtime::Apptainer)).is_err());
+}
+
+#[test]
+fn podman_runs_one_guarded_container_with_the_hosts_namespaces_and_never_pulls() {
+    use crate::podman::{run_args, Gpus, Image, GUARD};
+    let a = strs(&run_args(
+        "herd-r1-7-0",
+        Path::new("/tmp/herd-podman-r1-7/herd-r1-7-0.pid"),
+        &Image::Name("localhost/torch:24".into()),
+        &[
+            PathBuf::from("/lustre/me"),
+            PathBuf::from("/tmp/herd-podman-r1-7"),
+        ],
+        &[Mount {
+            src: "/data".into(),
+            dst: "/mnt/data".into(),
+            read_only: true,
+        }],
+        Gpus::Cdi,
+        true,
+        Path::new("/tmp/herd-podman-r1-7/guard"),
+    ));
+    let want: Vec<String> = [
+        "run",
+        "--detach",
+        "--rm",
+        "--name",
+        "herd-r1-7-0",
+        "--pidfile",
+        "/tmp/herd-podman-r1-7/herd-r1-7-0.pid",
+        "--pid",
+        "host",
+        "--ipc",
+        "host",
+        "--network",
+        "host",
+        "--uts",
+        "host",
+        "--pull",
+        "never",
+        "--log-driver",
+        "none",
+        "--device",
+        "nvidia.com/gpu=all",
+        "--volume",
+        "/lustre/me:/lustre/me",
+        "--volume",
+        "/tmp/herd-podman-r1-7:/tmp/herd-podman-r1-7",
+        "--volume",
+        "/data:/mnt/data:ro",
+        "localhost/torch:24",
+        "/bin/sh",
+        "-c",
+        GUARD,
+        "/tmp/herd-podman-r1-7/guard",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    assert_eq!(a, want);
+    // Rootless, no GPU, a root folder: the user's own ids, no device, an overlay on it.
+    let a = strs(&run_args(
+        "n",
+        Path::new("/p"),
+        &Image::Rootfs("/images/torch".into()),
+        &[],
+        &[],
+        Gpus::None,
+        false,
+        Path::new("/f"),
+    ));
+    let joined = a.join(" ");
+    assert!(joined.contains("--userns keep-id"), "{joined}");
+    assert!(!joined.contains("--device"), "{joined}");
+    assert!(
+        joined.contains("--rootfs /images/torch:O /bin/sh -c"),
+        "{joined}"
+    );
+}
+
+#[test]
+fn podman_execs_each_worker_by_a_wrapper_that_says_its_pid_and_passes_variables_by_name() {
+    use crate::podman::{exec_args, PID_WRAPPER};
+    let a = strs(&exec_args(
+        "herd-r1-7-0",
+        Path::new("/lustre/me/proj"),
+        &["RANK".into(), "MASTER_ADDR".into()],
+        Path::new("/tmp/herd-podman-r1-7/worker-1.pid"),
+        &os(&["python3", "-u", "train.py", "--lr", "1e-3; rm -rf /"]),
+    ));
+    assert_eq!(
+        a,
+        [
+            "exec",
+            "--workdir",
+            "/lustre/me/proj",
+            "--env",
+            "RANK",
+            "--env",
+            "MASTER_ADDR",
+            "herd-r1-7-0",
+            "/bin/sh",
+            "-c",
+            PID_WRAPPER,
+            "/tmp/herd-podman-r1-7/worker-1.pid",
+            "python3",
+            "-u",
+            "train.py",
+            "--lr",
+            "1e-3; rm -rf /",
+        ]
+    );
+    // The wrapper really execs its arguments as they are, never evaluating one, and
+    // writes its own pid, which is then the worker's.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pid_file = dir.path().join("w.pid");
+    let out = std::process::Command::new("/bin/sh")
+        .args(["-c", PID_WRAPPER])
+        .arg(&pid_file)
+        .args(["/bin/sh", "-c", "echo $$ \"$1\"", "x", "a b; $(false) *"])
+        .output()
+        .expect("sh");
+    let said = String::from_utf8_lossy(&out.stdout);
+    let written = std::fs::read_to_string(&pid_file).expect("pid file");
+    assert!(written.ends_with('\n'), "{written:?}");
+    assert_eq!(said, format!("{} a b; $(false) *\n", written.trim()));
+}
+
+#[test]
+fn the_podman_guard_kills_only_its_own_containers_processes() {
+    use crate::podman::GUARD;
+    // Outside any container (no libpod cgroup) it kills nothing and ends when the FIFO's
+    // writer is gone.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sub = dir.path().join("run");
+    std::fs::create_dir(&sub).expect("dir");
+    let fifo = sub.join("guard");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).expect("mkfifo");
+    let writer = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&fifo)
+        .expect("open");
+    let mut bystander = std::process::Command::new("sleep")
+        .arg("30")
+        .spawn()
+        .expect("sleep");
+    let mut guard = std::process::Command::new("/bin/sh")
+        .args(["-c", GUARD])
+        .arg(&fifo)
+        .spawn()
+        .expect("guard");
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    assert!(
+        guard.try_wait().expect("wait").is_none(),
+        "waits on the FIFO"
+    );
+    drop(writer);
+    let status = guard.wait().expect("wait");
+    assert!(status.success(), "{status}");
+    assert!(
+        bystander.try_wait().expect("wait").is_none(),
+        "a process outside its container lives on"
+    );
+    let _ = bystander.kill();
+    let _ = bystander.wait();
+}
+
+#[test]
+fn podman_env_lines_parse_as_pairs() {
+    assert_eq!(
+        crate::podman::parse_env_lines("PATH=/usr/bin:/bin\nRANK=99\nA=b=c\n\n"),
+        [
+            ("PATH".to_owned(), "/usr/bin:/bin".to_owned()),
+            ("RANK".to_owned(), "99".to_owned()),
+            ("A".to_owned(), "b=c".to_owned()),
+        ]
+    );
+}
+
+fn strs(a: &[OsString]) -> Vec<String> {
+    a.iter().map(|s| s.to_string_lossy().into_owned()).collect()
 }
 
 #[test]
@@ -289,7 +498,7 @@ fn apptainer_execs_with_nv_binds_pwd_and_herds_variables_as_apptainerenv() {
             read_only: true,
         }],
     };
-    let c = Container::start(&spec, Some(&path), "t").expect("starts");
+    let c = Container::start(&spec, Some(&path), "t", false).expect("starts");
     let herd = env(&[("RANK", "5"), ("CUDA_VISIBLE_DEVICES", "0,1")]);
     let w = c
         .wrap(
@@ -327,4 +536,23 @@ fn apptainer_execs_with_nv_binds_pwd_and_herds_variables_as_apptainerenv() {
         .wrap(&os(&["python"]), &env(&[]), |_| false, Path::new("/p"), &[])
         .expect("wraps");
     assert!(!w.args.contains(&OsString::from("--nv")), "{:?}", w.args);
+}
+
+#[test]
+fn podman_folders_of_dead_agents_are_removed_and_live_ones_kept() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let live = tmp
+        .path()
+        .join(format!("herd-podman-run-1-{}", std::process::id()));
+    // Far above any pid_max: no such process.
+    let dead = tmp.path().join("herd-podman-run-2-999999999");
+    let other = tmp.path().join("herd-image-run-3-999999999");
+    for d in [&live, &dead, &other] {
+        std::fs::create_dir(d).expect("dir");
+        std::fs::write(d.join("worker-0.pid"), "1\n").expect("file");
+    }
+    crate::podman::remove_abandoned_folders(tmp.path());
+    assert!(live.exists(), "a running agent's folder stays");
+    assert!(!dead.exists(), "a dead agent's folder goes");
+    assert!(other.exists(), "what is not Podman's stays");
 }

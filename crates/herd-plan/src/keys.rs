@@ -243,12 +243,13 @@ plan_keys! {
     #[arg(long, value_name = "DURATION", value_parser = text)]
     pub avoid_bad_nodes: Option<TextOrNumber>,
     /// Run each worker inside this container image, at the same absolute path on every
-    /// node: a folder or a SquashFS file (Charliecloud), a SIF file (Apptainer).
+    /// node: a folder or a SquashFS file (Charliecloud), a SIF file (Apptainer), a folder
+    /// (Podman); or the name of an image in each node's Podman store.
     #[key(Container, example = r#""/shared/images/train.sqfs""#)]
     #[arg(long, value_name = "IMAGE")]
     pub container: Option<String>,
-    /// The runtime that starts the image: `charliecloud` or `apptainer` (default: the first
-    /// of the two each node has).
+    /// The runtime that starts the image: `charliecloud`, `apptainer` or `podman` (default:
+    /// podman for an image name, else the first of the three each node has).
     #[key(ContainerRuntime, example = r#""charliecloud""#)]
     #[arg(long, value_name = "RUNTIME")]
     pub container_runtime: Option<String>,

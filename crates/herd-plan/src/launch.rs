@@ -549,12 +549,13 @@ pub struct AgentOptions {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Args, Serialize, Deserialize)]
 pub struct ContainerArgs {
     /// Run each worker inside this container image, at the same absolute path on every
-    /// node: a folder or a SquashFS file (Charliecloud), a SIF file (Apptainer).
-    #[arg(long = "container", value_name = "IMAGE", value_parser = absolute_image)]
+    /// node: a folder or a SquashFS file (Charliecloud), a SIF file (Apptainer), a folder
+    /// (Podman); or the name of an image in each node's Podman store.
+    #[arg(long = "container", value_name = "IMAGE", value_parser = image_ref)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
-    /// The runtime that starts it: `charliecloud` or `apptainer` (default: the first of
-    /// the two each node has).
+    /// The runtime that starts it: `charliecloud`, `apptainer` or `podman` (default:
+    /// podman for an image name, else the first of the three each node has).
     #[arg(long = "container-runtime", value_name = "RUNTIME", requires = "image")]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runtime: Option<herd_container::Runtime>,
@@ -596,9 +597,10 @@ impl ContainerArgs {
     }
 }
 
-/// A `--container` value: an absolute path ([`herd_container::absolute_image`]).
-fn absolute_image(s: &str) -> Result<String, String> {
-    herd_container::absolute_image(s).map(|()| s.to_owned())
+/// A `--container` value: an absolute path or a Podman image name
+/// ([`herd_container::image_ref`]).
+fn image_ref(s: &str) -> Result<String, String> {
+    herd_container::image_ref(s).map(|()| s.to_owned())
 }
 
 /// Mounts in a manifest: their text, as the key takes it.

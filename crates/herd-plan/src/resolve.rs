@@ -558,7 +558,7 @@ fn container(l: &mut Layers) -> ContainerArgs {
         Key::Container,
         |k| k.container.as_deref(),
         |s: &str| {
-            herd_container::absolute_image(s)
+            herd_container::image_ref(s)
                 .map(|()| s.to_owned())
                 .map_err(ValueError::new)
         },
@@ -594,6 +594,12 @@ fn container(l: &mut Layers) -> ContainerArgs {
                     "is set but `container` is not: give the image with `container` (--container IMAGE), or remove it".to_owned(),
                 );
             }
+        }
+    }
+    if let Some(image) = &image {
+        if let Err(why) = herd_container::runtime_for(image, runtime) {
+            let origin = l.origin(Key::ContainerRuntime);
+            l.problem(Key::ContainerRuntime, origin, why);
         }
     }
     ContainerArgs {

@@ -346,6 +346,19 @@ pub fn bed_image() -> Result<PathBuf, BedError> {
     Ok(image)
 }
 
+/// The bed's image in Podman's store (`BED_PODMAN_IMAGE` in testbed/lib.sh), imported by
+/// `testbed/image` from [`bed_image`]'s folder with the same environment (`ENV RANK=99`,
+/// `MASTER_ADDR=wrong`, …). An error when Podman does not have it.
+pub fn bed_podman_image() -> Result<String, BedError> {
+    const NAME: &str = "localhost/herd-bed-torch:bookworm";
+    bed_image()?;
+    run_cmd(
+        Command::new("podman").args(["image", "exists", NAME]),
+        Duration::from_secs(60),
+    )?;
+    Ok(NAME.to_owned())
+}
+
 /// The bed's image as one SquashFS file: [`bed_image`]'s folder with `.sqfs` added.
 pub fn bed_image_squashfs(image: &Path) -> PathBuf {
     let mut name = image.as_os_str().to_owned();

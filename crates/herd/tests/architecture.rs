@@ -646,7 +646,7 @@ fn the_experiment_layout_is_named_only_in_herd_exp_layout() {
 /// The files that may start a process, each with what it starts. A program the user
 /// controls (a worker, the preflight's Python, py-spy, nvidia-smi) is started only through
 /// `herd_slurm::user_program`, which withholds the job's secret.
-const STARTS_PROCESSES: [(&str, &str); 6] = [
+const STARTS_PROCESSES: [(&str, &str); 7] = [
     (
         "crates/herd-slurm/src/worker/mod.rs",
         "user_program: every user program",
@@ -670,6 +670,10 @@ const STARTS_PROCESSES: [(&str, &str); 6] = [
     (
         "crates/herd-container/src/charliecloud.rs",
         "squashfuse and fusermount, which mount a SquashFS image, with an empty environment",
+    ),
+    (
+        "crates/herd-container/src/podman.rs",
+        "podman's own commands (image inspect, run, ps, rm), without herd_container::WITHHELD",
     ),
 ];
 

@@ -77,11 +77,11 @@ fn script_argument(kind: &str, args: &[String]) -> Option<(usize, String)> {
     None
 }
 
-/// A job in a container: its image must exist where herd is run (it is a path every node
-/// sees, on a shared file system); the worker's program is looked for inside it by each
-/// node's preflight, not here.
+/// A job in a container: its image, when it is a path, must exist where herd is run (a
+/// path every node sees, on a shared file system); an image in Podman's store is each
+/// node's, looked for by the node's preflight, as is the worker's program inside.
 fn check_container_image(image: &str, out: &mut Vec<Finding>) {
-    if !Path::new(image).exists() {
+    if !herd_container::is_image_name(image) && !Path::new(image).exists() {
         out.push(error(
             "container-not-found",
             &[Key::Container],

@@ -1,7 +1,8 @@
 //! The container keys with `herd submit` (fake SLURM commands): a bad image path, runtime
 //! or mount list, a runtime or mounts without an image, and a container outside agent mode
 //! are refused with exit 2, naming what to change, before anything is written or queued;
-//! a good one reaches the batch script's `herd launch` as flags, quoted.
+//! a good one reaches the batch script's `herd launch` as flags, quoted; a Podman image
+//! name is each node's, never looked for on the login node.
 
 use super::submit::{herd_here, slurm_called, submit_project};
 
@@ -30,8 +31,17 @@ fn bad_container_keys_are_refused_naming_the_fix_with_nothing_written() {
             "unknown container runtime `docker`: choose charliecloud, podman, apptainer or pyxis",
         ),
         (
-            vec!["--container", "/i.sqfs", "--container-runtime", "podman"],
-            "herd does not start workers with podman yet; use charliecloud or apptainer",
+            vec!["--container", "/i.sqfs", "--container-runtime", "pyxis"],
+            "herd does not start workers through pyxis yet; use charliecloud, apptainer or podman",
+        ),
+        (
+            vec![
+                "--container",
+                "localhost/torch:24",
+                "--container-runtime",
+                "charliecloud",
+            ],
+            "charliecloud runs an image folder or file, and `localhost/torch:24` is a name in Podman's store",
         ),
         (
             vec!["--container", "/i.sqfs", "--container-mounts", "data:/data"],
@@ -140,4 +150,22 @@ fn the_workers_program_is_the_images_not_this_machines() {
         &[],
     );
     assert_eq!(without.status.code(), Some(1), "{without:?}");
+}
+
+/// A Podman image is a name in each node's store: the login node's check does not look for
+/// it (each node's preflight does), and it reaches the agents as given.
+#[test]
+fn a_podman_image_name_is_left_to_the_nodes() {
+    let dir = submit_project(&[("train.py", 10)]);
+    let out = submit(
+        dir.path(),
+        true,
+        &["--container", "nvcr.io/nvidia/pytorch:24.05-py3"],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        stdout.contains("--container nvcr.io/nvidia/pytorch:24.05-py3"),
+        "{stdout}"
+    );
 }

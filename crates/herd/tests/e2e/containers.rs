@@ -1,12 +1,12 @@
 //! Training in containers on the bed (docs/containers.md): the bed's image (testbed/image: a
 //! Debian 12 root with Debian's python3-torch, whose own environment sets `RANK=99`,
 //! `LOCAL_RANK=99`, `WORLD_SIZE=99` and `MASTER_ADDR=wrong`) run by Charliecloud as a
-//! folder and as a SquashFS file.
+//! folder and as a SquashFS file, and by Podman from its store.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use herd_testbed::{bed_image, bed_image_squashfs, read_lossy, Bed};
+use herd_testbed::{bed_image, bed_image_squashfs, bed_podman_image, read_lossy, Bed};
 use serde_json::Value;
 
 use crate::staying_alive::{args, checksum, project, wait_final};
@@ -437,5 +437,312 @@ fn in_a_container_a_hang_is_reported_with_every_stack_and_a_frozen_node_is_repla
             .node_processes(needle)
             .expect("the nodes' process tables");
         assert!(left.is_empty(), "left running: {left:#?}");
+    }
+}
+
+/// Every container Podman has on this machine whose name herd gave (`herd-…`).
+fn herd_containers() -> Vec<String> {
+    let out = std::process::Command::new("podman")
+        .args(["ps", "--all", "--format", "{{.Names}} {{.Status}}"])
+        .output()
+        .expect("podman ps");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.starts_with("herd-"))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Podman, the bed's image from its store: 2 nodes × 2 workers of train_ddp.py with a
+/// 1-minute time limit. Each worker sees herd's ranks and master, never the image's, and
+/// the image's own `LANG`, with `PYTHONNOUSERSITE=1`; herd's warning signal reaches Python
+/// itself inside the container (it checkpoints), the job is requeued with the host's
+/// `scontrol`, resumes and ends with the checksum of the same training with the image's
+/// python and no container. Then rank 3 hangs (SIGSTOP) and the report names the pid it
+/// printed inside, with every rank's py-spy stack taken from the host; then a worker that
+/// dies of SIGSEGV is reported as SIGSEGV, not as Podman's exit code 139. Nothing of these
+/// jobs is left on any node, and no container.
+#[test]
+fn podman_workers_get_herds_variables_signals_stacks_and_their_own_exit_and_leave_nothing() {
+    use crate::staying_alive::{kill, wait_for};
+    use herd_testbed::rank_lines;
+    use std::time::Instant;
+
+    let bed = Bed::require();
+    let image = bed_image().expect("the bed's image (testbed/image)");
+    let name = bed_podman_image().expect("the bed's image in podman (testbed/image)");
+    let (project, exps) = crate::support::project_with(
+        &bed,
+        "containers_podman",
+        &[
+            ("crates/herd/tests/e2e/workers/hang.py", "hang.py"),
+            ("examples/train_ddp.py", "train_ddp.py"),
+        ],
+    );
+    let exp_root = exps.display().to_string();
+
+    // --- a time limit, requeue and resume, with the variables each worker sees ------------
+    let train = [
+        "--steps",
+        "100",
+        "--log-every",
+        "1",
+        "--ckpt-every",
+        "100000",
+    ];
+    let said = format!(
+        "echo \"env RANK=$RANK LOCAL_RANK=$LOCAL_RANK WORLD_SIZE=$WORLD_SIZE \
+         MASTER_ADDR=$MASTER_ADDR LANG=$LANG NOUSERSITE=$PYTHONNOUSERSITE\"; \
+         exec python3 train_ddp.py {} --step-time 0.5",
+        train.join(" ")
+    );
+    let common = in_image(
+        &[
+            "-J",
+            "limited",
+            "-p",
+            "dev",
+            "--time",
+            "1",
+            "--nodes",
+            "2",
+            "--gpus-per-node",
+            "2",
+            "--warn-before",
+            "20",
+            "--stop-grace",
+            "15",
+            "--max-requeues",
+            "8",
+        ],
+        &name,
+    );
+    let job = job_id(&submit(
+        &bed,
+        &project,
+        &args(&common, &exp_root, &["sh", "-c", &said]),
+    ));
+    let reference = bare_reference(&project, &exps, &image, &train);
+    let exp = exps.join("limited");
+    let info = wait_final(&bed, job, &exp, Duration::from_secs(480));
+    let out = read_lossy(exp.join(format!("logs/{job}.out")));
+    assert!(
+        info.succeeded(),
+        "{info:?}\n{out}\n{}",
+        read_lossy(exp.join(format!("logs/{job}.err")))
+    );
+    let all = timeline(&exp);
+    let requeues = events(&all, "requeue");
+    assert!(!requeues.is_empty(), "{:#?}", names(&all));
+    assert!(
+        requeues.iter().all(|r| r["cause"] == "time_limit"),
+        "{requeues:#?}"
+    );
+    assert!(
+        out.contains("resumed from="),
+        "a later attempt resumed from the checkpoint:\n{out}"
+    );
+    assert_eq!(checksum(&out), checksum(&reference), "no step lost");
+    for rank in 0..4u32 {
+        let log = read_lossy(exp.join(format!("logs/attempt-0/rank-{rank}.out")));
+        let env = env_line(&log);
+        assert_eq!(env["RANK"], rank.to_string(), "{log}");
+        assert_eq!(env["LOCAL_RANK"], (rank % 2).to_string(), "{log}");
+        assert_eq!(env["WORLD_SIZE"], "4", "{log}");
+        assert!(
+            env["MASTER_ADDR"] != "wrong" && !env["MASTER_ADDR"].is_empty(),
+            "herd's master, not the image's: {log}"
+        );
+        assert_eq!(env["LANG"], "C.UTF-8", "the image's own variable: {log}");
+        assert_eq!(env["NOUSERSITE"], "1", "{log}");
+    }
+
+    // --- a hang: the pid inside is the one herd names, every stack from the host ----------
+    let common = in_image(
+        &[
+            "-J",
+            "hang",
+            "--nodes",
+            "2",
+            "--gpus-per-node",
+            "2",
+            "--hang-timeout",
+            "8",
+            "--on-hang",
+            "fail",
+        ],
+        &name,
+    );
+    let job = job_id(&submit(
+        &bed,
+        &project,
+        &args(
+            &common,
+            &exp_root,
+            &["python3", "hang.py", "--rounds", "15"],
+        ),
+    ));
+    let exp = exps.join("hang");
+    let log = wait_for(
+        &exp.join("logs/attempt-0/rank-3.out"),
+        "rank=3 barrier=2\n",
+        Duration::from_secs(240),
+    );
+    let pid = rank_lines(&log, "start")[&3]["pid"].clone();
+    kill("STOP", &pid);
+    let stopped = Instant::now();
+    let report_path = exp.join("logs/attempt-0/failure.json");
+    while !report_path.exists() {
+        assert!(
+            stopped.elapsed() < Duration::from_secs(120),
+            "no hang report 120 s after the stop (hang timeout 8 s)"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let report: Value =
+        serde_json::from_str(&read_lossy(&report_path)).expect("failure.json parses");
+    let cause = report["cause"].as_str().unwrap_or_default();
+    assert!(
+        cause.contains(&format!("rank 3 (pid {pid} on {})", bed.nodes()[1])),
+        "the pid the worker printed inside the container is the one herd names: {report:#}"
+    );
+    let stacks = report["stacks"].as_array().expect("stacks");
+    let ranks: Vec<u64> = stacks.iter().filter_map(|s| s["rank"].as_u64()).collect();
+    assert_eq!(ranks, [0, 1, 2, 3], "a stack for every rank: {report:#}");
+    for s in stacks {
+        let text = s["stack"].as_str().unwrap_or_default();
+        assert!(
+            text.contains("Thread") && text.contains("hang.py"),
+            "py-spy's stack of rank {} inside the container: {text}",
+            s["rank"]
+        );
+    }
+    let info = wait_final(&bed, job, &exp, Duration::from_secs(240));
+    assert!(!info.succeeded(), "--on-hang fail: {info:?}");
+
+    // --- a worker that dies of SIGSEGV ----------------------------------------------------
+    let marker = "herd-e2e-podman-segv";
+    let segv = format!(
+        "import os, signal, time  # {marker}\n\
+         if os.environ['RANK'] == '1':\n    os.kill(os.getpid(), signal.SIGSEGV)\n\
+         time.sleep(300)\n"
+    );
+    let segv_args = in_image(
+        &[
+            "-J",
+            "segv",
+            "--nodes",
+            "1",
+            "--gpus-per-node",
+            "2",
+            "--time",
+            "5",
+        ],
+        &name,
+    );
+    let job = job_id(&submit(
+        &bed,
+        &project,
+        &args(&segv_args, &exp_root, &["python3", "-c", &segv]),
+    ));
+    let exp = exps.join("segv");
+    let info = wait_final(&bed, job, &exp, Duration::from_secs(240));
+    assert!(!info.succeeded(), "the job fails: {info:?}");
+    let report: Value = serde_json::from_str(&read_lossy(exp.join("logs/attempt-0/failure.json")))
+        .unwrap_or_else(|e| {
+            panic!(
+                "failure.json: {e}\n{}",
+                read_lossy(exp.join(format!("logs/{job}.err")))
+            )
+        });
+    assert_eq!(report["rank"], 1, "{report:#}");
+    assert_eq!(
+        report["exit"],
+        serde_json::json!({"signal": "SIGSEGV"}),
+        "Python's own signal, not podman's exit code: {report:#}"
+    );
+
+    // --- nothing left ---------------------------------------------------------------------
+    nothing_left_of_podman(&bed, &[marker, "train_ddp.py", "hang.py"], true);
+
+    // --- a frozen node replaced by a spare ------------------------------------------------
+    let train = ["--steps", "60", "--log-every", "1", "--ckpt-every", "10"];
+    let mut slow = vec!["python3", "train_ddp.py"];
+    slow.extend(train);
+    slow.extend(["--step-time", "0.3"]);
+    let common = in_image(
+        &[
+            "-J",
+            "spare",
+            "--nodes",
+            "2",
+            "--spare-nodes",
+            "1",
+            "--gpus-per-node",
+            "2",
+            "--max-requeues",
+            "1",
+        ],
+        &name,
+    );
+    let job = job_id(&submit(&bed, &project, &args(&common, &exp_root, &slow)));
+    let exp = exps.join("spare");
+    wait_for(
+        &exp.join("logs/attempt-0/rank-2.out"),
+        "rank=2 step=15 ",
+        Duration::from_secs(240),
+    );
+    let all = timeline(&exp);
+    let rendezvous = &events(&all, "rendezvous")[0];
+    let frozen_host = rendezvous["nodes"][1]["host"]
+        .as_str()
+        .expect("host")
+        .to_owned();
+    let spare_host = rendezvous["spares"][0]
+        .as_str()
+        .expect("a spare")
+        .to_owned();
+    crate::staying_alive::stop(&bed, &frozen_host, &exp, "train_ddp.py --steps 60 ");
+    let reference = bare_reference(&project, &exps, &image, &train);
+    let info = wait_final(&bed, job, &exp, Duration::from_secs(300));
+    let out = read_lossy(exp.join(format!("logs/{job}.out")));
+    assert!(info.succeeded(), "{info:?}\n{out}");
+    let all = timeline(&exp);
+    let replace = events(&all, "replace");
+    assert_eq!(replace.len(), 1, "{:?}", names(&all));
+    assert_eq!(replace[0]["node"], Value::from(frozen_host));
+    assert_eq!(replace[0]["by"], Value::from(spare_host));
+    assert_eq!(checksum(&out), checksum(&reference));
+    // The stopped node's agent was killed by SLURM at the job's end, with no chance to
+    // remove its container: nothing of it runs (its guard, or SLURM, ended the workers),
+    // and the next herd agent on that node removes the record Podman keeps.
+    nothing_left_of_podman(&bed, &["train_ddp.py"], false);
+}
+
+/// No process of the jobs (`needles`), no conmon or podman process, on any node, and no
+/// container of herd's running (`or_stopped`: nor stopped) within 30 s of their end.
+fn nothing_left_of_podman(bed: &Bed, needles: &[&str], or_stopped: bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let mut left = Vec::new();
+        for needle in needles.iter().chain(&["conmon", "podman"]) {
+            left.extend(
+                bed.node_processes(needle)
+                    .expect("the nodes' process tables"),
+            );
+        }
+        left.extend(
+            herd_containers()
+                .into_iter()
+                .filter(|c| or_stopped || c.contains(" Up ")),
+        );
+        if left.is_empty() {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "left 30 s after the last job ended: {left:#?}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
     }
 }
