@@ -80,9 +80,13 @@ impl ContainerState {
     /// what it mounts. Blocks while a SquashFS image is mounted: call it before the agent's
     /// runtime starts, on the thread that lives as long as the agent (the mount's
     /// parent-death signal is tied to it).
-    pub fn start(spec: &herd_container::Spec, tag: &str, gpus: bool) -> ContainerState {
+    pub fn start(
+        spec: &herd_container::Spec,
+        tag: &str,
+        node: &herd_container::Node,
+    ) -> ContainerState {
         let path = std::env::var_os("PATH");
-        match herd_container::Container::start(spec, path.as_deref(), tag, gpus) {
+        match herd_container::Container::start(spec, path.as_deref(), tag, node) {
             Ok(c) => ContainerState::Ready(std::sync::Arc::new(c)),
             Err(why) => ContainerState::Failed {
                 image: spec.image.clone(),

@@ -120,7 +120,13 @@ fn base_config(
         container: opts.container.spec().map(|spec| {
             // What it mounts is named for the run and this agent, unique on the node.
             let tag = format!("{}-{}", launch.run_id, std::process::id());
-            ContainerState::start(&spec, &tag, !launch.node_gpus.is_empty())
+            let node = herd_container::Node {
+                gpus: !launch.node_gpus.is_empty(),
+                job_id: launch.job_id,
+                host: vars.get("SLURMD_NODENAME").map(str::to_owned),
+                cpus_per_worker: launch.node_cpus.map(|c| (c / nproc.max(1)).max(1)),
+            };
+            ContainerState::start(&spec, &tag, &node)
         }),
         launch: LaunchInfo {
             max_restarts: opts.max_restarts,

@@ -28,6 +28,7 @@ use std::str::FromStr;
 mod charliecloud;
 mod mounts;
 mod podman;
+mod pyxis;
 
 pub use mounts::{Mount, Mounts};
 
@@ -49,7 +50,8 @@ pub enum Runtime {
     Podman,
     /// `apptainer exec` (or `singularity exec`).
     Apptainer,
-    /// Pyxis, enroot's SLURM plugin: `srun --container-image`.
+    /// Pyxis, enroot's SLURM plugin: each worker a job step of its own, `srun --overlap
+    /// --container-image` (not run in herd's CI).
     Pyxis,
 }
 
@@ -72,24 +74,14 @@ impl Runtime {
         }
     }
 
-    /// The programs that start it, in the order looked for on PATH.
+    /// The programs that tell it is there, in the order looked for on PATH (Pyxis: enroot;
+    /// it starts workers with srun).
     pub fn programs(self) -> &'static [&'static str] {
         match self {
             Runtime::Charliecloud => &["ch-run"],
             Runtime::Podman => &["podman"],
             Runtime::Apptainer => &["apptainer", "singularity"],
             Runtime::Pyxis => &["enroot"],
-        }
-    }
-
-    /// Why herd cannot start workers with this runtime yet, or `None` when it can.
-    pub fn unsupported(self) -> Option<&'static str> {
-        match self {
-            Runtime::Charliecloud | Runtime::Apptainer | Runtime::Podman => None,
-            Runtime::Pyxis => Some(
-                "herd does not start workers through pyxis yet; use charliecloud, apptainer \
-                 or podman with the same image (docs/containers.md)",
-            ),
         }
     }
 }
@@ -190,11 +182,11 @@ pub fn image_ref(image: &str) -> Result<(), String> {
     let name_chars = !image.is_empty()
         && image
             .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "._-/:@".contains(c));
+            .all(|c| c.is_ascii_alphanumeric() || "._-/:@#".contains(c));
     if path_like || !name_chars {
         return Err(format!(
             "`{image}` is not an absolute path: give the image as /path/to/image, at the same \
-             path on every node (or, for podman, the name of an image in its store)"
+             path on every node (or, for podman or pyxis, the name of an image)"
         ));
     }
     Ok(())
@@ -205,19 +197,35 @@ pub fn is_image_name(image: &str) -> bool {
     !image.starts_with('/')
 }
 
-/// The runtime `spec` asks for that can run its image: a name in a store is Podman's, so
-/// it must be Podman or unset; `None` when any may be detected.
+/// The runtime `spec` asks for that can run its image: a name is Podman's (an image in its
+/// store) or Pyxis' (an enroot URI), Podman when not said; `None` when any may be
+/// detected.
 pub fn runtime_for(image: &str, runtime: Option<Runtime>) -> Result<Option<Runtime>, String> {
     if !is_image_name(image) {
         return Ok(runtime);
     }
     match runtime {
         None | Some(Runtime::Podman) => Ok(Some(Runtime::Podman)),
+        Some(Runtime::Pyxis) => Ok(Some(Runtime::Pyxis)),
         Some(other) => Err(format!(
-            "{other} runs an image folder or file, and `{image}` is a name in Podman's store: \
-             give the image's absolute path, or --container-runtime podman"
+            "{other} runs an image folder or file, and `{image}` is an image name: give the \
+             image's absolute path, or --container-runtime podman (or pyxis)"
         )),
     }
+}
+
+/// What a node's agent knows that a runtime may need.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Node {
+    /// The job has GPUs on this node.
+    pub gpus: bool,
+    /// The SLURM job the agent runs in (its own id, for `srun --jobid`); `None` outside
+    /// SLURM (`herd run`).
+    pub job_id: Option<u64>,
+    /// This node's name as SLURM knows it (`SLURMD_NODENAME`).
+    pub host: Option<String>,
+    /// The CPUs each worker may use.
+    pub cpus_per_worker: Option<u32>,
 }
 
 /// The first program of `names` on `path` (a PATH value) that is an executable file.
@@ -236,15 +244,15 @@ pub fn find_program(names: &[&str], path: Option<&OsStr>) -> Option<PathBuf> {
 }
 
 /// The runtime a node with `path` (its PATH) has: the first of [`Runtime::ALL`] whose
-/// program is there and that herd can start workers with.
+/// program is there.
 pub fn detect(path: Option<&OsStr>) -> Result<Runtime, String> {
     Runtime::ALL
         .into_iter()
-        .filter(|r| r.unsupported().is_none())
         .find(|r| find_program(r.programs(), path).is_some())
         .ok_or_else(|| {
-            "no container runtime here: neither ch-run (Charliecloud), apptainer nor podman is \
-             on PATH; install one, or name the runtime with --container-runtime"
+            "no container runtime here: neither ch-run (Charliecloud), apptainer, podman nor \
+             enroot (Pyxis) is on PATH; install one, or name the runtime with \
+             --container-runtime"
                 .to_owned()
         })
 }
@@ -300,26 +308,25 @@ enum Inner {
     Charliecloud(charliecloud::Ready),
     Apptainer,
     Podman(podman::Podman),
+    Pyxis(pyxis::Pyxis),
 }
 
 impl Container {
     /// `spec`'s image made ready on this node, whose PATH is `path`; `tag` names what it
-    /// mounts (unique per agent); `gpus`: the job has GPUs on this node. Says what to
+    /// mounts (unique per agent); `node` is what the agent knows of the node. Says what to
     /// change when the runtime or the image is not usable here.
     pub fn start(
         spec: &Spec,
         path: Option<&OsStr>,
         tag: &str,
-        gpus: bool,
+        node: &Node,
     ) -> Result<Container, String> {
+        let gpus = node.gpus;
         image_ref(&spec.image)?;
         let runtime = match runtime_for(&spec.image, spec.runtime)? {
             Some(r) => r,
             None => detect(path)?,
         };
-        if let Some(why) = runtime.unsupported() {
-            return Err(why.to_owned());
-        }
         let program = find_program(runtime.programs(), path).ok_or_else(|| {
             format!(
                 "container runtime {runtime}: `{}` is not on this node's PATH; install it or \
@@ -373,7 +380,25 @@ impl Container {
                 };
                 Inner::Podman(podman::Podman::start(&program, what, tag, gpus)?)
             }
-            Runtime::Pyxis => unreachable!("refused above"),
+            Runtime::Pyxis => {
+                if !is_image_name(&spec.image) && ImageKind::of(&image)? != ImageKind::SquashFs {
+                    return Err(format!(
+                        "pyxis runs a SquashFS file (enroot's .sqsh) or an image name \
+                         (`nvcr.io#nvidia/pytorch:24.05-py3`), not {}",
+                        image.display()
+                    ));
+                }
+                let srun = find_program(&["srun"], path)
+                    .ok_or_else(|| "pyxis: `srun` is not on this node's PATH".to_owned())?;
+                Inner::Pyxis(pyxis::Pyxis::start(
+                    &srun,
+                    &spec.image,
+                    tag,
+                    node.job_id,
+                    node.host.as_deref(),
+                    node.cpus_per_worker,
+                )?)
+            }
         };
         Ok(Container {
             runtime,
@@ -450,6 +475,19 @@ impl Container {
                     program: self.program.clone(),
                     args,
                     env,
+                    pid_file: Some(pid_file),
+                    signal_as_code: true,
+                })
+            }
+            Inner::Pyxis(pyxis) => {
+                // herd's variables go on `env`'s command line inside, set after Pyxis and
+                // slurmstepd set theirs; srun itself runs in the agent's environment.
+                let env = worker_env(&[], herd_env, &host_has);
+                let (args, pid_file) = pyxis.args(argv, &env, cwd, need, mounts)?;
+                Ok(Wrapped {
+                    program: pyxis.program().to_owned(),
+                    args,
+                    env: BTreeMap::new(),
                     pid_file: Some(pid_file),
                     signal_as_code: true,
                 })

@@ -48,6 +48,9 @@ done; rm -rf \"${0%/*}\"; exit 0";
 /// The worker's wrapper: its pid into the file `$0`, then the worker in its place.
 pub(crate) const PID_WRAPPER: &str = "echo $$ > \"$0\" && exec \"$@\"";
 
+/// [`PID_WRAPPER`] with `env`: the arguments start with `NAME=VALUE`s set on the worker.
+pub(crate) const PID_WRAPPER_ENV: &str = "echo $$ > \"$0\" && exec env \"$@\"";
+
 /// The image Podman runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Image {
@@ -309,10 +312,14 @@ pub(crate) fn remove_abandoned_folders(tmp: &Path) {
     }
 }
 
-/// Podman's own command (`image inspect`, `run`, `ps`, `rm`): the agent's environment less
-/// what no program but herd's own gets ([`crate::WITHHELD`]).
+/// Podman's own command (`image inspect`, `run`, `ps`, `rm`).
 fn podman(program: &Path) -> Command {
-    let mut cmd = Command::new(program);
+    without_withheld(Command::new(program))
+}
+
+/// `cmd` with the agent's environment less what no program but herd's own gets
+/// ([`crate::WITHHELD`]): how the runtimes' own commands start.
+pub(crate) fn without_withheld(mut cmd: Command) -> Command {
     for var in crate::WITHHELD {
         cmd.env_remove(var);
     }

@@ -124,6 +124,8 @@ fn the_runtime_is_the_first_the_node_has_that_herd_can_start() {
     let (_d, path) = path_with(&["podman", "enroot"]);
     assert_eq!(detect(Some(&path)), Ok(Runtime::Podman));
     let (_d, path) = path_with(&["enroot"]);
+    assert_eq!(detect(Some(&path)), Ok(Runtime::Pyxis));
+    let (_d, path) = path_with(&["docker"]);
     let err = detect(Some(&path)).expect_err("refused");
     assert!(err.contains("no container runtime here"), "{err}");
 }
@@ -160,7 +162,7 @@ fn charliecloud_binds_each_folder_at_its_path_or_its_deepest_ancestor_the_image_
             read_only: false,
         }],
     };
-    let c = Container::start(&spec, Some(&path), "t", false).expect("starts");
+    let c = Container::start(&spec, Some(&path), "t", &Node::default()).expect("starts");
     assert_eq!(c.runtime(), Runtime::Charliecloud);
     let herd = env(&[("RANK", "1")]);
     let need = [
@@ -214,7 +216,7 @@ fn charliecloud_names_the_folder_an_image_lacks_and_refuses_to_cover_system_ones
             runtime: Some(Runtime::Charliecloud),
             mounts,
         };
-        let c = Container::start(&spec, Some(&path), "t", false).expect("starts");
+        let c = Container::start(&spec, Some(&path), "t", &Node::default()).expect("starts");
         c.wrap(
             &os(&["python3"]),
             &BTreeMap::new(),
@@ -250,11 +252,14 @@ fn charliecloud_names_the_folder_an_image_lacks_and_refuses_to_cover_system_ones
 }
 
 #[test]
-fn a_runtime_herd_cannot_start_yet_or_a_missing_one_is_named() {
+fn a_missing_runtime_or_one_that_cannot_run_the_image_is_named() {
     let img = folder_image(&[], "");
-    let (_d, path) = path_with(&["podman"]);
+    let (_d, path) = path_with(&["podman", "enroot"]);
     for (runtime, says) in [
-        (Runtime::Pyxis, "does not start workers through pyxis yet"),
+        (
+            Runtime::Pyxis,
+            "pyxis runs a SquashFS file (enroot's .sqsh) or an image name",
+        ),
         (Runtime::Charliecloud, "`ch-run` is not on this node's PATH"),
     ] {
         let spec = Spec {
@@ -262,7 +267,7 @@ fn a_runtime_herd_cannot_start_yet_or_a_missing_one_is_named() {
             runtime: Some(runtime),
             mounts: Vec::new(),
         };
-        let err = Container::start(&spec, Some(&path), "t", false).expect_err("refused");
+        let err = Container::start(&spec, Some(&path), "t", &Node::default()).expect_err("refused");
         assert!(err.contains(says), "{runtime}: {err}");
     }
     let (_d, path) = path_with(&["ch-run"]);
@@ -271,13 +276,13 @@ fn a_runtime_herd_cannot_start_yet_or_a_missing_one_is_named() {
         runtime: None,
         mounts: Vec::new(),
     };
-    let err = Container::start(&spec, Some(&path), "t", false).expect_err("refused");
+    let err = Container::start(&spec, Some(&path), "t", &Node::default()).expect_err("refused");
     assert!(
         err.contains("`podman` is not on this node's PATH"),
         "a name is Podman's: {err}"
     );
     spec.runtime = Some(Runtime::Charliecloud);
-    let err = Container::start(&spec, Some(&path), "t", false).expect_err("refused");
+    let err = Container::start(&spec, Some(&path), "t", &Node::default()).expect_err("refused");
     assert!(
         err.contains("charliecloud runs an image folder or file")
             && err.contains("--container-runtime podman"),
@@ -498,7 +503,7 @@ fn apptainer_execs_with_nv_binds_pwd_and_herds_variables_as_apptainerenv() {
             read_only: true,
         }],
     };
-    let c = Container::start(&spec, Some(&path), "t", false).expect("starts");
+    let c = Container::start(&spec, Some(&path), "t", &Node::default()).expect("starts");
     let herd = env(&[("RANK", "5"), ("CUDA_VISIBLE_DEVICES", "0,1")]);
     let w = c
         .wrap(
@@ -555,4 +560,228 @@ fn podman_folders_of_dead_agents_are_removed_and_live_ones_kept() {
     assert!(live.exists(), "a running agent's folder stays");
     assert!(!dead.exists(), "a dead agent's folder goes");
     assert!(other.exists(), "what is not Podman's stays");
+}
+
+/// A fake `srun` on a PATH, whose `--help` has Pyxis' options when `pyxis`.
+fn path_with_srun(pyxis: bool) -> (tempfile::TempDir, OsString) {
+    use std::os::unix::fs::PermissionsExt;
+    let (dir, path) = path_with(&["enroot"]);
+    let help = if pyxis {
+        "      --container-image=[USER@][REGISTRY#]IMAGE[:TAG]|PATH"
+    } else {
+        "      --overlap"
+    };
+    let srun = dir.path().join("srun");
+    std::fs::write(&srun, format!("#!/bin/sh\necho '{help}'\n")).expect("write");
+    std::fs::set_permissions(&srun, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    (dir, path)
+}
+
+#[test]
+fn pyxis_needs_a_slurm_job_step_and_an_srun_with_pyxis() {
+    let spec = Spec {
+        image: "nvcr.io#nvidia/pytorch:24.05-py3".into(),
+        runtime: Some(Runtime::Pyxis),
+        mounts: Vec::new(),
+    };
+    let in_job = Node {
+        gpus: true,
+        job_id: Some(41),
+        host: Some("gpu-a02".into()),
+        cpus_per_worker: Some(8),
+    };
+    let (_d, path) = path_with_srun(true);
+    let err = Container::start(&spec, Some(&path), "t", &Node::default()).expect_err("refused");
+    assert!(err.contains("only in a SLURM job step"), "{err}");
+    let (_d, path) = path_with_srun(false);
+    let err = Container::start(&spec, Some(&path), "t", &in_job).expect_err("refused");
+    assert!(
+        err.contains("has no --container-image: Pyxis is not installed"),
+        "{err}"
+    );
+    let (_d, path) = path_with_srun(true);
+    let tag = format!("r9-{}", std::process::id());
+    let c = Container::start(&spec, Some(&path), &tag, &in_job).expect("starts");
+    let w = c
+        .wrap(
+            &os(&["python3", "train.py"]),
+            &env(&[("RANK", "3"), ("HERD_JOB_SECRET", "s")]),
+            |_| false,
+            Path::new("/lustre/me/proj"),
+            &[PathBuf::from("/lustre/me/exps/run1")],
+        )
+        .expect("wraps");
+    assert!(w.program.ends_with("srun"), "{w:?}");
+    assert!(
+        w.env.is_empty(),
+        "srun runs in the agent's environment: {w:?}"
+    );
+    assert!(w.signal_as_code, "srun exits 128 + N for signal N");
+    let args = strs(&w.args);
+    let joined = args.join(" ");
+    assert!(
+        joined.starts_with("--jobid=41 --overlap --nodelist=gpu-a02 --nodes=1 --ntasks=1"),
+        "{joined}"
+    );
+    assert!(joined.contains("--cpus-per-task=8"), "{joined}");
+    assert!(
+        joined.contains(&format!("--container-name=herd-{tag} ")),
+        "one container per agent, shared by its steps: {joined}"
+    );
+    assert!(
+        args.contains(&"RANK=3".to_owned()) && args.contains(&"PYTHONNOUSERSITE=1".to_owned()),
+        "{joined}"
+    );
+    assert!(
+        !joined.contains("HERD_JOB_SECRET"),
+        "never the secret: {joined}"
+    );
+    let pid_file = w.pid_file.expect("a pid file");
+    assert!(
+        joined.contains(&format!(
+            "--container-mounts=/lustre/me/exps/run1:/lustre/me/exps/run1,\
+             /lustre/me/proj:/lustre/me/proj,{d}:{d} ",
+            d = pid_file.parent().expect("dir").display()
+        )),
+        "{joined}"
+    );
+    drop(c);
+    assert!(
+        !pid_file.parent().expect("dir").exists(),
+        "its folder goes with it"
+    );
+}
+
+#[test]
+fn pyxis_starts_each_worker_as_a_step_with_herds_variables_set_last() {
+    use crate::pyxis::{srun_args, Step};
+    let step = Step {
+        job_id: 1234,
+        host: "gpu-b07",
+        cpus_per_worker: Some(12),
+        image: "/shared/images/pytorch.sqsh",
+        name: "herd-1234-77",
+    };
+    let a = strs(
+        &srun_args(
+            &step,
+            Path::new("/lustre/me/proj"),
+            &[
+                PathBuf::from("/lustre/me"),
+                PathBuf::from("/tmp/herd-pyxis-1234-77"),
+            ],
+            &[Mount {
+                src: "/datasets".into(),
+                dst: "/data".into(),
+                read_only: true,
+            }],
+            &env(&[
+                ("MASTER_ADDR", "10.0.0.7"),
+                ("RANK", "5"),
+                ("LOCAL_RANK", "1"),
+                ("CUDA_VISIBLE_DEVICES", "1"),
+            ]),
+            Path::new("/tmp/herd-pyxis-1234-77/worker-3.pid"),
+            &os(&["python3", "-m", "train", "--lr", "1e-3; rm -rf /"]),
+        )
+        .expect("a command line"),
+    );
+    let want: Vec<String> = [
+        "--jobid=1234",
+        "--overlap",
+        "--nodelist=gpu-b07",
+        "--nodes=1",
+        "--ntasks=1",
+        "--ntasks-per-node=1",
+        "--cpus-per-task=12",
+        "--mem=0",
+        "--quiet",
+        "--container-image=/shared/images/pytorch.sqsh",
+        "--container-name=herd-1234-77",
+        "--container-workdir=/lustre/me/proj",
+        "--container-mounts=/lustre/me:/lustre/me,/tmp/herd-pyxis-1234-77:/tmp/herd-pyxis-1234-77,/datasets:/data:ro",
+        "--no-container-mount-home",
+        "/bin/sh",
+        "-c",
+        crate::podman::PID_WRAPPER_ENV,
+        "/tmp/herd-pyxis-1234-77/worker-3.pid",
+        "CUDA_VISIBLE_DEVICES=1",
+        "LOCAL_RANK=1",
+        "MASTER_ADDR=10.0.0.7",
+        "RANK=5",
+        "python3",
+        "-m",
+        "train",
+        "--lr",
+        "1e-3; rm -rf /",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    assert_eq!(a, want);
+
+    // The wrapper sets the variables over what the step had, then execs the worker in
+    // place with its arguments as they are, never evaluated.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pid_file = dir.path().join("w.pid");
+    let out = std::process::Command::new("/bin/sh")
+        .args(["-c", crate::podman::PID_WRAPPER_ENV])
+        .arg(&pid_file)
+        .args([
+            "RANK=5",
+            "SLURM_PROCID=5",
+            "/bin/sh",
+            "-c",
+            "echo $$ $RANK $SLURM_PROCID \"$1\"",
+            "x",
+            "a; $(false)",
+        ])
+        .env("RANK", "0")
+        .env("SLURM_PROCID", "0")
+        .output()
+        .expect("sh");
+    let written = std::fs::read_to_string(&pid_file).expect("pid file");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!("{} 5 5 a; $(false)\n", written.trim())
+    );
+
+    // What `env` cannot take is refused, naming it.
+    let bad_env = env(&[("NOTE", "two\nlines")]);
+    let err = srun_args(
+        &step,
+        Path::new("/p"),
+        &[],
+        &[],
+        &bad_env,
+        Path::new("/f"),
+        &os(&["python3"]),
+    )
+    .expect_err("refused");
+    assert!(
+        err.contains("`NOTE` cannot be given to a worker through Pyxis"),
+        "{err}"
+    );
+    let err = srun_args(
+        &step,
+        Path::new("/p"),
+        &[],
+        &[],
+        &env(&[]),
+        Path::new("/f"),
+        &os(&["A=b", "x"]),
+    )
+    .expect_err("refused");
+    assert!(err.contains("has `=` in its name"), "{err}");
+    let err = srun_args(
+        &step,
+        Path::new("/p"),
+        &[PathBuf::from("/a,b")],
+        &[],
+        &env(&[]),
+        Path::new("/f"),
+        &os(&["python3"]),
+    )
+    .expect_err("refused");
+    assert!(err.contains("comma"), "{err}");
 }

@@ -244,12 +244,13 @@ plan_keys! {
     pub avoid_bad_nodes: Option<TextOrNumber>,
     /// Run each worker inside this container image, at the same absolute path on every
     /// node: a folder or a SquashFS file (Charliecloud), a SIF file (Apptainer), a folder
-    /// (Podman); or the name of an image in each node's Podman store.
+    /// (Podman), a SquashFS file (Pyxis); or an image name: in each node's Podman store, or
+    /// an enroot URI (Pyxis).
     #[key(Container, example = r#""/shared/images/train.sqfs""#)]
     #[arg(long, value_name = "IMAGE")]
     pub container: Option<String>,
-    /// The runtime that starts the image: `charliecloud`, `apptainer` or `podman` (default:
-    /// podman for an image name, else the first of the three each node has).
+    /// The runtime that starts the image: `charliecloud`, `apptainer`, `podman` or `pyxis`
+    /// (default: podman for an image name, else the first of the four each node has).
     #[key(ContainerRuntime, example = r#""charliecloud""#)]
     #[arg(long, value_name = "RUNTIME")]
     pub container_runtime: Option<String>,

@@ -550,12 +550,13 @@ pub struct AgentOptions {
 pub struct ContainerArgs {
     /// Run each worker inside this container image, at the same absolute path on every
     /// node: a folder or a SquashFS file (Charliecloud), a SIF file (Apptainer), a folder
-    /// (Podman); or the name of an image in each node's Podman store.
+    /// (Podman), a SquashFS file (Pyxis); or an image name: in each node's Podman store, or
+    /// an enroot URI (Pyxis).
     #[arg(long = "container", value_name = "IMAGE", value_parser = image_ref)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
-    /// The runtime that starts it: `charliecloud`, `apptainer` or `podman` (default:
-    /// podman for an image name, else the first of the three each node has).
+    /// The runtime that starts it: `charliecloud`, `apptainer`, `podman` or `pyxis`
+    /// (default: podman for an image name, else the first of the four each node has).
     #[arg(long = "container-runtime", value_name = "RUNTIME", requires = "image")]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runtime: Option<herd_container::Runtime>,

@@ -567,13 +567,8 @@ fn container(l: &mut Layers) -> ContainerArgs {
         Key::ContainerRuntime,
         |k| k.container_runtime.as_deref(),
         |s: &str| {
-            let r = s
-                .parse::<herd_container::Runtime>()
-                .map_err(ValueError::new)?;
-            match r.unsupported() {
-                Some(why) => Err(ValueError::new(why)),
-                None => Ok(r),
-            }
+            s.parse::<herd_container::Runtime>()
+                .map_err(ValueError::new)
         },
     );
     let mounts = l.take(

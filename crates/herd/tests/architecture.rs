@@ -646,7 +646,7 @@ fn the_experiment_layout_is_named_only_in_herd_exp_layout() {
 /// The files that may start a process, each with what it starts. A program the user
 /// controls (a worker, the preflight's Python, py-spy, nvidia-smi) is started only through
 /// `herd_slurm::user_program`, which withholds the job's secret.
-const STARTS_PROCESSES: [(&str, &str); 7] = [
+const STARTS_PROCESSES: [(&str, &str); 8] = [
     (
         "crates/herd-slurm/src/worker/mod.rs",
         "user_program: every user program",
@@ -674,6 +674,10 @@ const STARTS_PROCESSES: [(&str, &str); 7] = [
     (
         "crates/herd-container/src/podman.rs",
         "podman's own commands (image inspect, run, ps, rm), without herd_container::WITHHELD",
+    ),
+    (
+        "crates/herd-container/src/pyxis.rs",
+        "srun --help and enroot remove (Pyxis), without herd_container::WITHHELD",
     ),
 ];
 

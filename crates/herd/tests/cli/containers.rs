@@ -31,17 +31,13 @@ fn bad_container_keys_are_refused_naming_the_fix_with_nothing_written() {
             "unknown container runtime `docker`: choose charliecloud, podman, apptainer or pyxis",
         ),
         (
-            vec!["--container", "/i.sqfs", "--container-runtime", "pyxis"],
-            "herd does not start workers through pyxis yet; use charliecloud, apptainer or podman",
-        ),
-        (
             vec![
                 "--container",
                 "localhost/torch:24",
                 "--container-runtime",
                 "charliecloud",
             ],
-            "charliecloud runs an image folder or file, and `localhost/torch:24` is a name in Podman's store",
+            "charliecloud runs an image folder or file, and `localhost/torch:24` is an image name: give the image's absolute path, or --container-runtime podman (or pyxis)",
         ),
         (
             vec!["--container", "/i.sqfs", "--container-mounts", "data:/data"],
