@@ -48,6 +48,14 @@ fn all_stats() -> Vec<Stat> {
     .collect()
 }
 
+/// Whether process `pid` exists and is not a zombie.
+pub fn running(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|t| parse_stat(&t))
+        .is_some_and(|s| !s.zombie)
+}
+
 /// Live (not zombie) descendants of `root`, and zombie direct children (to reap).
 pub fn descendants(root: i32) -> (Vec<i32>, Vec<i32>) {
     let (live, zombies) = descendant_stats(root);

@@ -136,13 +136,7 @@ impl Running {
             self.pid_file = None;
             return PidFile::Arrived(pid);
         }
-        let starter_runs =
-            std::fs::read_to_string(format!("/proc/{}/stat", self.pid)).is_ok_and(|s| {
-                s.rsplit_once(')')
-                    .and_then(|(_, t)| t.split_whitespace().next())
-                    .is_some_and(|state| state != "Z")
-            });
-        if starter_runs {
+        if crate::procs::running(self.pid) {
             PidFile::Waiting
         } else {
             self.pid_file = None;

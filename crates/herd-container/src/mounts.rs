@@ -105,6 +105,19 @@ pub(crate) fn outermost(paths: &[PathBuf]) -> Vec<PathBuf> {
     out
 }
 
+/// The host folders a runtime that makes its own mount points (Podman, Pyxis) binds at
+/// their own paths: the outermost of `wanted` (never a system folder, which would hide the
+/// image's own) and the agent's folder `dir`.
+pub(crate) fn own_path_binds(wanted: &[PathBuf], dir: &Path) -> Vec<PathBuf> {
+    let mut all: Vec<PathBuf> = wanted
+        .iter()
+        .filter(|p| p.is_absolute() && !is_system(p))
+        .cloned()
+        .collect();
+    all.push(dir.to_owned());
+    outermost(&all)
+}
+
 /// Whether `p` is a folder of the operating system itself, which a bind must never cover.
 pub(crate) fn is_system(p: &Path) -> bool {
     const SYSTEM: [&str; 13] = [

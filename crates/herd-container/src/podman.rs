@@ -27,7 +27,7 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 
-use crate::mounts::{is_system, outermost};
+use crate::mounts::own_path_binds;
 use crate::Mount;
 
 /// The guard, the container's main process: wait until the agent is gone (its end of the
@@ -192,7 +192,7 @@ impl Podman {
         }
         let n = self.counter.fetch_add(1, Ordering::Relaxed);
         let name = format!("herd-{}-{n}", self.tag);
-        let binds = binds(wanted, &self.dir);
+        let binds = own_path_binds(wanted, &self.dir);
         let pid_file = self.dir.join(format!("{name}.pid"));
         let args = run_args(
             &name,
@@ -334,18 +334,6 @@ fn remove(program: &Path, name: &str) {
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status();
-}
-
-/// The host folders to bind at their own paths: the outermost of `wanted` (never a system
-/// folder, which would hide the image's own) and this agent's folder.
-fn binds(wanted: &[PathBuf], dir: &Path) -> Vec<PathBuf> {
-    let mut all: Vec<PathBuf> = wanted
-        .iter()
-        .filter(|p| p.is_absolute() && !is_system(p))
-        .cloned()
-        .collect();
-    all.push(dir.to_owned());
-    outermost(&all)
 }
 
 /// The image's `ENV` from the node's store (`podman image inspect`), or what to change.

@@ -33,7 +33,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use crate::mounts::{is_system, outermost};
+use crate::mounts::own_path_binds;
 use crate::podman::PID_WRAPPER_ENV;
 use crate::Mount;
 
@@ -110,7 +110,7 @@ impl Pyxis {
         let pid_file = self.dir.join(format!("worker-{n}.pid"));
         let mut wanted: Vec<PathBuf> = need.to_vec();
         wanted.push(cwd.to_owned());
-        let binds = binds(&wanted, &self.dir);
+        let binds = own_path_binds(&wanted, &self.dir);
         let step = Step {
             job_id: self.job_id,
             host: &self.host,
@@ -148,18 +148,6 @@ impl Drop for Pyxis {
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
-}
-
-/// The host folders bound at their own paths: the outermost of `wanted` (never a system
-/// folder) and the agent's folder.
-fn binds(wanted: &[PathBuf], dir: &Path) -> Vec<PathBuf> {
-    let mut all: Vec<PathBuf> = wanted
-        .iter()
-        .filter(|p| p.is_absolute() && !is_system(p))
-        .cloned()
-        .collect();
-    all.push(dir.to_owned());
-    outermost(&all)
 }
 
 /// What a worker's step is: its job, node, CPUs, image and container name.
