@@ -4,7 +4,8 @@
 //! - `container` (a job with `--container`): the image is ready on this node (found, a
 //!   SquashFS file mounted) and the runtime starts it; inside, the worker's program is
 //!   there and, for a Python command, its interpreter finds `torch` and the module `-m`
-//!   runs; `/dev/shm` inside has at least [`MIN_SHM`]. With a container, this check takes
+//!   runs; `/dev/shm` inside has at least [`MIN_SHM`]; when SLURM gave the node GPUs and
+//!   it has NVIDIA's driver, CUDA inside sees every one. With a container, this check takes
 //!   the place of `python` and `command`, which look at the host.
 //! - `python`: a Python command's interpreter starts with the workers' environment and
 //!   finds `torch` and the module `-m` runs, without importing them
@@ -179,6 +180,18 @@ impl Node {
         let command = async {
             match &self.container {
                 Some(c) => {
+                    // CUDA inside is asked when SLURM gave GPUs and the node has NVIDIA's
+                    // driver (its `nvidia-smi`), as the `gpus` check asks on the host.
+                    let gpus = if self.gpus.is_empty() {
+                        None
+                    } else {
+                        let path = self.path.clone();
+                        blocking("container", "the PATH search for nvidia-smi", move || {
+                            resolve(OsStr::new("nvidia-smi"), path.as_deref()).is_ok()
+                        })
+                        .await?
+                        .then_some(self.gpus.as_slice())
+                    };
                     let probe = match self.argv.first() {
                         Some(p) if is_python(&p.to_string_lossy()) => {
                             let (options, module, _) = python_args(&self.argv[1..]);
@@ -186,9 +199,16 @@ impl Node {
                         }
                         _ => container::Probe::Other,
                     };
-                    container::check_container(c, &self.argv, probe, CHECK_TIMEOUT * 2, MIN_SHM)
-                        .await
-                        .map_err(|e| Finding::new("container", e))
+                    container::check_container(
+                        c,
+                        &self.argv,
+                        probe,
+                        CHECK_TIMEOUT * 2,
+                        MIN_SHM,
+                        gpus,
+                    )
+                    .await
+                    .map_err(|e| Finding::new("container", e))
                 }
                 None => check_command(&self.argv, self.path.as_deref()).await,
             }

@@ -366,6 +366,26 @@ pub fn bed_image_squashfs(image: &Path) -> PathBuf {
     PathBuf::from(name)
 }
 
+/// A stand-in for NVIDIA's driver library, built with `cc` into `dir` as `libcuda.so.1`
+/// (`fake_libcuda.c`: `cuInit`, `cuDeviceGetCount` and `cuGetErrorName` with CUDA's rules
+/// for `CUDA_VISIBLE_DEVICES`; 4 devices, or 1 on the node `HERD_FAKE_CUDA_SHORT` names).
+/// Put `dir` on `LD_LIBRARY_PATH` where a Python's `ctypes` should load it. Returns `dir`.
+pub fn fake_libcuda(dir: &Path) -> Result<PathBuf, BedError> {
+    let io = |source| BedError::Io {
+        path: dir.to_owned(),
+        source,
+    };
+    std::fs::create_dir_all(dir).map_err(io)?;
+    let source = dir.join("fake_libcuda.c");
+    std::fs::write(&source, include_str!("fake_libcuda.c")).map_err(io)?;
+    let mut cc = std::process::Command::new("cc");
+    cc.args(["-shared", "-fPIC", "-O1", "-o"])
+        .arg(dir.join("libcuda.so.1"))
+        .arg(&source);
+    run_cmd(&mut cc, Duration::from_secs(60))?;
+    Ok(dir.to_owned())
+}
+
 /// The interface of the network the bed's nodes share, inside each node (`BED_IFNAME` in
 /// testbed/lib.sh). Each node also has a `docker0` before it that reaches no other node.
 pub const BED_IFNAME: &str = "eth0";

@@ -790,3 +790,100 @@ async fn the_first_finding_is_chosen_by_the_order_of_the_checks() {
         format!("preflight check `port` failed: {}", f.detail)
     );
 }
+
+/// What the container check's CUDA probe prints when run by the `python3` on PATH with
+/// `CUDA_VISIBLE_DEVICES=visible` and `LD_LIBRARY_PATH=lib_path` (the bed's stand-in for
+/// NVIDIA's driver library, or a folder without one), on the node `node`.
+fn cuda_probe(lib_path: &Path, visible: &str, node: &str) -> String {
+    let out = Command::new("python3")
+        .args(["-c", container::CUDA_COUNT])
+        .env("LD_LIBRARY_PATH", lib_path)
+        .env("CUDA_VISIBLE_DEVICES", visible)
+        .env("SLURMD_NODENAME", node)
+        .env("HERD_FAKE_CUDA_SHORT", "short-node")
+        .output()
+        .unwrap_or_else(|e| panic!("these tests need python3 on PATH: {e}"));
+    assert!(out.status.success(), "the probe never fails: {out:?}");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(stdout.lines().count(), 1, "one line: {stdout:?}");
+    stdout
+        .strip_prefix("gpus\t")
+        .unwrap_or_else(|| panic!("a gpus line: {stdout:?}"))
+        .trim_end()
+        .to_owned()
+}
+
+#[test]
+fn the_cuda_probe_counts_what_cuda_sees_with_the_workers_devices() {
+    let dir = tmp();
+    let lib = herd_testbed::fake_libcuda(&dir.path().join("lib")).expect("cc builds the stand-in");
+    // Four devices inside: the two given are seen; CUDA stops at the first it lacks.
+    assert_eq!(cuda_probe(&lib, "0,1", "node-a"), "2");
+    assert_eq!(cuda_probe(&lib, "2,7,1", "node-a"), "1");
+    // A runtime that put one GPU in.
+    assert_eq!(cuda_probe(&lib, "0,1", "short-node"), "1");
+    assert_eq!(
+        cuda_probe(&lib, "1", "short-node"),
+        "error\t100\tCUDA_ERROR_NO_DEVICE"
+    );
+    // No driver library at all.
+    let said = cuda_probe(&dir.path().join("empty"), "0,1", "node-a");
+    assert!(
+        said.starts_with("nolib\t") && said.contains("libcuda.so.1"),
+        "{said}"
+    );
+}
+
+#[test]
+fn gpus_missing_inside_an_image_name_the_count_and_each_runtimes_fix() {
+    use herd_container::Runtime;
+    let given = ["0".to_owned(), "1".to_owned()];
+    let image = "/images/pt";
+    let inside = |said: &str, rt: Runtime| container::gpus_inside(said, &given, rt, image);
+    assert_eq!(inside("2", Runtime::Charliecloud), Ok(()));
+    let short = inside("1", Runtime::Charliecloud).expect_err("one of two");
+    assert!(
+        short.starts_with("inside the image /images/pt CUDA sees 1 of the 2 GPUs SLURM gave this node (CUDA_VISIBLE_DEVICES=0,1): ")
+            && short.contains("this node shows fewer GPUs than SLURM gave: check its /dev/nvidia*"),
+        "{short}"
+    );
+    let nolib_ch = inside(
+        "nolib\tlibcuda.so.1: cannot open shared object file",
+        Runtime::Charliecloud,
+    )
+    .expect_err("no library");
+    assert!(
+        nolib_ch.contains("`ch-fromhost --nvidia /images/pt`"),
+        "{nolib_ch}"
+    );
+    let none = inside("error\t100\tCUDA_ERROR_NO_DEVICE", Runtime::Podman).expect_err("none");
+    assert!(
+        none.contains("CUDA sees 0 of the 2 GPUs")
+            && none.contains("nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml"),
+        "{none}"
+    );
+    let nolib = inside(
+        "nolib\tlibcuda.so.1: cannot open shared object file: No such file or directory",
+        Runtime::Apptainer,
+    )
+    .expect_err("no library");
+    assert!(
+        nolib.starts_with("the image /images/pt has no NVIDIA driver library (libcuda.so.1: cannot open shared object file: No such file or directory), so its workers would see none of the 2 GPUs")
+            && nolib.contains("--nv")
+            && nolib.contains("nvliblist.conf"),
+        "{nolib}"
+    );
+    let compat = inside(
+        "error\t804\tCUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE",
+        Runtime::Pyxis,
+    )
+    .expect_err("a mismatched driver");
+    assert!(
+        compat.contains("(CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE, error 804)")
+            && compat.contains("does not match this node's driver")
+            && compat.contains("NVIDIA_VISIBLE_DEVICES"),
+        "{compat}"
+    );
+    // What the probe cannot say is not a finding.
+    assert_eq!(inside("", Runtime::Charliecloud), Ok(()));
+}

@@ -43,7 +43,7 @@ fn venv_without_torch(bed: &Bed, dir: &Path) -> PathBuf {
 
 /// `srun -N3 --ntasks-per-node=1 --gres=gpu:2 [--export …] herd launch ARGS -- CMD` from
 /// `dir`, with `env` added to srun's environment: srun's output, or why it failed.
-fn srun_launch(
+pub(crate) fn srun_launch(
     dir: &Path,
     env: &[(&str, &str)],
     launch: &[&str],

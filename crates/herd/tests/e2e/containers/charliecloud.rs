@@ -219,3 +219,133 @@ fn in_a_container_a_hang_is_reported_with_every_stack_and_a_frozen_node_is_repla
         assert!(left.is_empty(), "left running: {left:#?}");
     }
 }
+
+/// The GPUs inside the image, on nodes with NVIDIA's driver stood in (an `nvidia-smi` on
+/// PATH listing 4 GPUs, and a `libcuda.so.1` the image's Python loads through
+/// `LD_LIBRARY_PATH`, with CUDA's rules for `CUDA_VISIBLE_DEVICES`): `srun -N3
+/// --gres=gpu:2 herd launch --container IMAGE` where the "container" of one node has only
+/// one GPU blames that node before any worker starts, naming the count. Without the
+/// driver library in the image on any node, the finding is the job's: it is said with
+/// Charliecloud's fix (`ch-fromhost --nvidia`), and the workers start.
+#[test]
+fn a_node_whose_image_sees_fewer_gpus_than_slurm_gave_is_blamed_before_any_worker_starts() {
+    use crate::preflight::srun_launch;
+    use herd_testbed::{fake_libcuda, write_file, BedError};
+
+    let bed = Bed::require();
+    let image = bed_image().expect("the bed's image (testbed/image)");
+    let dir = bed.scratch("containers_gpus").expect("scratch");
+    let lib = fake_libcuda(&dir.join("lib")).expect("cc builds the stand-in libcuda.so.1");
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).expect("bin");
+    let listing: String = (0..4)
+        .map(|g| format!("echo 'GPU {g}: Stand-in (UUID: GPU-0000000{g})'\n"))
+        .collect();
+    write_file(
+        &bin.join("nvidia-smi"),
+        &format!("#!/bin/sh\n{listing}"),
+        0o755,
+    )
+    .expect("nvidia-smi");
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let image_arg = image.display().to_string();
+    // Each worker writes a file named by its rank; as a Python command, or through `sh`
+    // (the preflight then asks CUDA with the image's `python3`).
+    let launch = |out: &Path, env: &[(&str, &str)], through_sh: bool| {
+        std::fs::create_dir_all(out).expect("out");
+        let log_dir = out.join("logs").display().to_string();
+        let cmd: Vec<String> = if through_sh {
+            vec![
+                "sh".into(),
+                "-c".into(),
+                "echo \"$CUDA_VISIBLE_DEVICES\" > \"$0/$RANK\"".into(),
+                out.display().to_string(),
+            ]
+        } else {
+            vec![
+                "python3".into(),
+                "-c".into(),
+                "import os, sys; open(os.path.join(sys.argv[1], os.environ['RANK']), 'w').write(os.environ['CUDA_VISIBLE_DEVICES'])".into(),
+                out.display().to_string(),
+            ]
+        };
+        let mut env = env.to_vec();
+        env.push(("PATH", &path));
+        srun_launch(
+            &dir,
+            &env,
+            &[
+                "--nproc-per-node",
+                "2",
+                "--log-dir",
+                &log_dir,
+                "--container",
+                &image_arg,
+                "--container-runtime",
+                "charliecloud",
+            ],
+            &cmd,
+        )
+    };
+    let ran = |out: &Path| -> Vec<String> {
+        let mut r: Vec<String> = std::fs::read_dir(out)
+            .expect("out")
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n != "logs")
+            .collect();
+        r.sort();
+        r
+    };
+
+    // One node's container has one GPU of the two SLURM gave; the command is `sh`.
+    let short = bed.nodes()[1].clone();
+    let lib_path = lib.display().to_string();
+    let out = dir.join("short");
+    let said = match launch(
+        &out,
+        &[
+            ("LD_LIBRARY_PATH", &lib_path),
+            ("HERD_FAKE_CUDA_SHORT", &short),
+        ],
+        true,
+    ) {
+        Ok(out) => panic!("the job should fail without starting, but it ran:\n{out}"),
+        Err(BedError::Failed { stderr, .. }) => stderr,
+        Err(e) => panic!("{e}"),
+    };
+    assert!(
+        said.contains(&format!(
+            "{short}: preflight check `container` failed: inside the image {image_arg} CUDA sees 1 of the 2 GPUs SLURM gave this node (CUDA_VISIBLE_DEVICES=0,1): Charliecloud keeps the host's /dev, so this node shows fewer GPUs than SLURM gave"
+        )),
+        "names the node, the count and the fix:\n{said}"
+    );
+    assert!(
+        said.contains(&format!("blaming node 1 ({short})")),
+        "blames that node:\n{said}"
+    );
+    assert!(ran(&out).is_empty(), "no worker started anywhere:\n{said}");
+
+    // No driver library in the image on any node: the job's finding, said; workers start.
+    // The command is Python's.
+    let out = dir.join("nolib");
+    let said = launch(&out, &[], false).unwrap_or_else(|e| panic!("the job runs: {e}"));
+    assert!(
+        said.contains("every node fails check `container` (the image")
+            && said.contains(
+                "has no NVIDIA driver library (libcuda.so.1: cannot open shared object file"
+            )
+            && said.contains(&format!("`ch-fromhost --nvidia {image_arg}`"))
+            && said.contains("starting the workers"),
+        "the leader says the finding is the job's:\n{said}"
+    );
+    assert_eq!(
+        ran(&out),
+        ["0", "1", "2", "3", "4", "5"],
+        "every worker of every node ran:\n{said}"
+    );
+}
