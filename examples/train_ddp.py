@@ -15,7 +15,8 @@ up") makes every rank agree on a step, checkpoint it and exit 0. At the end ever
 one resumed from a checkpoint, because each step's data depends only on (seed, step, rank).
 
 For benchmarks and fault tests, two opt-in options (off by default, the output unchanged):
---log-time adds `time=` (Unix seconds, to the millisecond) to the key=value step lines; and
+--log-time adds `time=` (Unix seconds, to the millisecond) to the key=value step lines and to
+the `start` line (written once the process group is up); and
 --hang-file PATH makes the last rank, at the first step where PATH exists, remove it and stop
 making progress for good (a hung rank: it sleeps, its peers block in the next collective),
 so a restarted job does not hang again.
@@ -236,9 +237,11 @@ def main(argv: list[str]) -> int:
 
     rt = Runtime(args.backend)
     ckpt_dir = Path(args.ckpt_dir) if args.ckpt_dir else None
+    stamp = f" time={time.time():.3f}" if args.log_time else ""
     rt.log(
         f"start host={rt.host} world_size={rt.world_size} local_rank={rt.local_rank} "
         f"backend={rt.backend if rt.distributed else 'none'} device={rt.device} pid={os.getpid()}"
+        f"{stamp}"
     )
 
     model = make_model(args.hidden, args.seed).to(rt.device)

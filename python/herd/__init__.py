@@ -270,6 +270,7 @@ def save_atomic(path: Union[str, os.PathLike[str]]) -> Iterator[str]:
     path = os.fspath(path)
     tmp = _temporary(path)
     publish = _rank() == 0
+    started, clock = time.time(), time.monotonic()
     try:
         yield tmp
     except BaseException:
@@ -296,6 +297,23 @@ def save_atomic(path: Union[str, os.PathLike[str]]) -> Iterator[str]:
     _fsync(os.path.dirname(target))
     for stale in _leftovers(path):
         _remove(stale)
+    _record_save(target, started, time.monotonic() - clock)
+
+
+def _record_save(path: str, started: float, seconds: float) -> None:
+    """One line for herd's report (its checkpoint advice): when a save began and how long
+    it took, written, published and synced, into this attempt's log folder
+    (``HERD_LOG_DIR/checkpoints.jsonl``). Nothing outside a herd job; a failed write is
+    no error."""
+    folder = os.environ.get("HERD_LOG_DIR")
+    if not folder:
+        return
+    line = json.dumps({"path": path, "started": round(started, 3), "seconds": round(seconds, 4)})
+    try:
+        with open(os.path.join(folder, "checkpoints.jsonl"), "a") as f:
+            f.write(line + "\n")
+    except OSError:
+        pass
 
 
 def heartbeat() -> None:

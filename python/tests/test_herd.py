@@ -414,6 +414,36 @@ class SaveAtomic(unittest.TestCase):
         self.assertEqual(self.names(), ["step-40"])
         self.assertEqual(sorted(os.listdir(final)), ["shard-0", "shard-1"])
 
+    def test_each_published_save_is_timed_into_the_attempts_log_folder(self):
+        logs = os.path.join(self.d, "attempt-3")
+        os.makedirs(logs)
+        final = os.path.join(self.d, "step-60.pt")
+        before = time.time()
+        with mock.patch.dict(os.environ, {"HERD_LOG_DIR": logs}):
+            with herd.save_atomic(final) as tmp:
+                with open(tmp, "w") as f:
+                    f.write("weights")
+                time.sleep(0.05)
+            # Nothing written, nothing published: no record.
+            with herd.save_atomic(os.path.join(self.d, "empty.pt")):
+                pass
+            # Rank 1's part of a save every rank takes: rank 0 records it.
+            with mock.patch.dict(os.environ, {"RANK": "1"}):
+                with herd.save_atomic(os.path.join(self.d, "x.pt")) as tmp:
+                    with open(tmp, "w") as f:
+                        f.write("part")
+        with open(os.path.join(logs, "checkpoints.jsonl")) as f:
+            lines = [json.loads(l) for l in f]
+        self.assertEqual(len(lines), 1, lines)
+        self.assertEqual(lines[0]["path"], final)
+        self.assertGreaterEqual(lines[0]["seconds"], 0.05)
+        self.assertTrue(before - 0.01 <= lines[0]["started"] <= time.time(), lines[0])
+        # Outside a herd job (no HERD_LOG_DIR) nothing is written anywhere.
+        with herd.save_atomic(os.path.join(self.d, "step-70.pt")) as tmp:
+            with open(tmp, "w") as f:
+                f.write("w")
+        self.assertEqual(sorted(os.listdir(logs)), ["checkpoints.jsonl"])
+
 
 class Progress(unittest.TestCase):
     def test_heartbeat_touches_the_file_at_most_once_a_second(self):

@@ -29,6 +29,14 @@ use serde_json::{json, Map, Value};
 
 use crate::timeline::{Action, Entry, Event, JobRef};
 
+pub mod advice;
+mod faults;
+mod words;
+
+pub use faults::{Fault, Phase};
+use words::secs;
+pub use words::{duration, percent};
+
 /// One part of the wall time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Part {
@@ -158,6 +166,11 @@ pub struct Accounting {
     pub split: bool,
     /// Whether the job still runs (the end is now).
     pub running: bool,
+    /// Each fault that ended an attempt, and where its cost went.
+    pub faults: Vec<Fault>,
+    /// What the job's timed saves and its faults say about its checkpoint interval; set
+    /// by the caller that read the saves ([`advice::advise`]).
+    pub advice: Option<advice::Advice>,
 }
 
 /// One attempt's step readings, of one rank: `(ms since the epoch, step)` in the order
@@ -216,6 +229,27 @@ impl Accounting {
         parts_line(&self.parts, self.rework_steps)
     }
 
+    /// `2 faults, 1:00 from fault to training again in all`, or `None` without a fault.
+    pub fn faults_line(&self) -> Option<String> {
+        if self.faults.is_empty() {
+            return None;
+        }
+        let n = self.faults.len();
+        let costs: Vec<u64> = self.faults.iter().filter_map(Fault::cost_ms).collect();
+        let mut s = format!("{n} fault{}", if n == 1 { "" } else { "s" });
+        if !costs.is_empty() {
+            s.push_str(&format!(
+                ", {} from fault to training again{}",
+                duration(costs.iter().sum()),
+                if costs.len() == 1 { "" } else { " in all" }
+            ));
+            if costs.len() < n {
+                s.push_str(&format!(" ({} of them trained again)", costs.len()));
+            }
+        }
+        Some(s)
+    }
+
     /// Everything, for `--json`: seconds, ratios, each attempt.
     pub fn json(&self) -> Value {
         json!({
@@ -227,6 +261,8 @@ impl Accounting {
             "running": self.running,
             "parts": self.parts.json(),
             "rework_steps": self.rework_steps,
+            "faults": self.faults.iter().map(Fault::json).collect::<Vec<_>>(),
+            "checkpoint_advice": self.advice.as_ref().map(advice::Advice::json),
             "attempts": self.attempts.iter().map(|a| json!({
                 "attempt": a.attempt,
                 "from": crate::timeline::rfc3339(a.from_ms),
@@ -262,29 +298,6 @@ fn ratio(split: bool, part: u64, of: u64) -> Option<f64> {
     (split && of > 0).then(|| part as f64 / of as f64)
 }
 
-fn secs(ms: u64) -> f64 {
-    ms as f64 / 1000.0
-}
-
-/// `77.5 %`.
-pub fn percent(r: f64) -> String {
-    format!("{:.1} %", r * 100.0)
-}
-
-/// A duration as people read it: `4.2 s` under a minute, else `3:52` or `1:02:03`.
-pub fn duration(ms: u64) -> String {
-    if ms < 60_000 {
-        return format!("{:.1} s", ms as f64 / 1000.0);
-    }
-    let s = (ms + 500) / 1000;
-    let (h, m, sec) = (s / 3600, s / 60 % 60, s % 60);
-    if h > 0 {
-        format!("{h}:{m:02}:{sec:02}")
-    } else {
-        format!("{m}:{sec:02}")
-    }
-}
-
 fn job_of(id: Option<&JobRef>) -> Option<String> {
     id.map(|j| j.as_str().to_owned())
 }
@@ -313,6 +326,14 @@ struct Seen {
     ended: Option<String>,
     /// The submission it belongs to.
     submission: usize,
+    /// The first sign of a fault herd saw: a worker's exit, a hang, a warning, a signal
+    /// that ends the job, a failure.
+    noticed: Option<u64>,
+    /// herd's decision on it: the failure, the warning, the ending signal.
+    decided: Option<u64>,
+    /// The fault's kind: a failure's (`worker_failure`, `node_failure`, `hang`, …), a
+    /// warning's cause (`time_limit`, `preemption`), an ending signal's cause.
+    kind: Option<String>,
 }
 
 /// One submission's span of wall time, as the timeline says it.
@@ -433,16 +454,33 @@ impl Seen {
     fn on(&mut self, event: &Event, t: u64) {
         let cause = |c: &str| Some(c.to_owned()).filter(|c| !c.is_empty());
         match event {
-            Event::Warning(_) => {
+            Event::Warning(w) => {
                 self.stop.get_or_insert(t);
+                self.noticed.get_or_insert(t);
+                self.decided.get_or_insert(t);
+                if self.kind.is_none() {
+                    self.kind = cause(&w.cause);
+                }
             }
             Event::Hang(h) => {
                 self.stop.get_or_insert(t);
+                self.noticed.get_or_insert(t);
+                if self.kind.is_none() {
+                    self.kind = Some("hang".to_owned());
+                }
                 let silent = t.saturating_sub((h.silent_s * 1000.0) as u64);
                 self.detect.get_or_insert((t, Some(silent)));
             }
+            Event::WorkerExit(w) if w.during.is_none() && self.decided.is_none() => {
+                self.noticed.get_or_insert(t);
+            }
             Event::Failed(f) => {
                 self.stop.get_or_insert(t);
+                self.noticed.get_or_insert(t);
+                self.decided.get_or_insert(t);
+                if self.kind.is_none() {
+                    self.kind = f.kind.clone().or_else(|| Some("failure".to_owned()));
+                }
                 if f.kind.as_deref() == Some("node_failure") {
                     self.detect.get_or_insert((t, None));
                 }
@@ -452,6 +490,11 @@ impl Seen {
             }
             Event::Signal(s) if s.action == Action::Terminate => {
                 self.stop.get_or_insert(t);
+                self.noticed.get_or_insert(t);
+                self.decided.get_or_insert(t);
+                if self.kind.is_none() {
+                    self.kind = s.cause.clone().or_else(|| Some(s.signal.clone()));
+                }
             }
             Event::Teardown(_) => self.gone = Some(t),
             Event::Finished(f) => {
@@ -653,6 +696,7 @@ pub fn account(events: &[Entry], steps: &BTreeMap<u32, Steps>, now_ms: u64) -> A
     }
     let wall: u64 = segments.iter().map(|(a, b)| b - a).sum();
     parts.add(Part::Other, wall.saturating_sub(parts.total()));
+    let faults = faults(seen, &numbers, &attempts, steps);
     Accounting {
         segments,
         parts,
@@ -660,7 +704,86 @@ pub fn account(events: &[Entry], steps: &BTreeMap<u32, Steps>, now_ms: u64) -> A
         attempts,
         split,
         running,
+        faults,
+        advice: None,
     }
+}
+
+/// Each attempt a fault ended, with its phases: `seen` by attempt number, `numbers` their
+/// order, `attempts` the same order's accounted time, `steps` the readings.
+fn faults(
+    seen: &BTreeMap<u32, Seen>,
+    numbers: &[u32],
+    attempts: &[AttemptTime],
+    steps: &BTreeMap<u32, Steps>,
+) -> Vec<Fault> {
+    let mut out = Vec::new();
+    let top = |k: &u32| steps.get(k).and_then(|r| r.iter().map(|r| r.1).max());
+    let mut best: Option<u64> = None;
+    for (i, &k) in numbers.iter().enumerate() {
+        best = best.max(top(&k));
+        let s = &seen[&k];
+        // A hang is decided by the `failed` after it (older timelines: by itself).
+        let decided = s.decided.or(s.detect.map(|d| d.0));
+        let (Some(decided), Some(kind)) = (decided, s.kind.as_deref()) else {
+            continue;
+        };
+        let next = numbers
+            .get(i + 1)
+            .filter(|n| seen[n].submission == s.submission);
+        let then = match (next, s.ended.as_deref()) {
+            (Some(_), Some(e)) if e.starts_with("replace") => "replace",
+            (Some(_), _) if s.requeue.is_some() => "requeue",
+            (Some(_), _) => "restart",
+            (None, Some(e)) if e.starts_with("requeue") => "requeue",
+            (None, _) => "failed",
+        };
+        // A job cancelled, or a stop that ended it well, is no fault.
+        if kind == "cancelled" || (next.is_none() && s.ended.as_deref() == Some("finished")) {
+            continue;
+        }
+        let noticed = s.noticed.unwrap_or(decided).min(decided);
+        let readings: &[(u64, u64)] = steps.get(&k).map_or(&[], Vec::as_slice);
+        let last_before = readings.iter().map(|r| r.0).filter(|&t| t <= noticed).max();
+        let at = match s.detect {
+            // A hang: the silent rank's last sign of life, or the last step reading.
+            Some((_, Some(silent))) => silent.max(last_before.unwrap_or(0)).min(noticed),
+            // A lost node: its attempt's last step reading before the verdict.
+            Some((_, None)) => last_before.unwrap_or(noticed),
+            None => noticed,
+        };
+        let mut ends: [Option<u64>; 6] = [Some(noticed), Some(decided), None, None, None, None];
+        ends[2] = s.gone.map(|g| g.max(decided));
+        if let (Some(gone), Some(n)) = (ends[2], next) {
+            let ns = &seen[n];
+            ends[3] = Some(ns.started.max(gone));
+            let next_readings: &[(u64, u64)] = steps.get(n).map_or(&[], Vec::as_slice);
+            if let (Some(relaunched), Some(&(first, _))) = (ends[3], next_readings.first()) {
+                ends[4] = Some(first.max(relaunched));
+                // Training again: where the next attempt's rework ends, once it computes
+                // a step beyond every earlier attempt's.
+                if top(n) > best {
+                    let redone_to = attempts[i + 1]
+                        .spans
+                        .iter()
+                        .filter(|sp| sp.part == Part::Rework)
+                        .map(|sp| sp.to_ms)
+                        .max()
+                        .unwrap_or(first);
+                    ends[5] = Some(redone_to.max(first.max(relaunched)));
+                }
+            }
+        }
+        out.push(Fault {
+            attempt: k,
+            kind: cause_words(kind),
+            then: then.to_owned(),
+            at_ms: at.min(noticed),
+            ends_ms: ends,
+            redone_steps: next.map_or(0, |_| attempts[i + 1].rework_steps),
+        });
+    }
+    out
 }
 
 /// How an attempt ended when the next one took over (`restart`, `replace`), with the

@@ -257,6 +257,12 @@ impl AttemptDir {
         self.rank_file(rank, RankFile::Heartbeat)
     }
 
+    /// `checkpoints.jsonl`: each checkpoint `herd.save_atomic` published in this attempt,
+    /// when it began and how long it took (`{"path", "started", "seconds"}`).
+    pub fn saves(&self) -> PathBuf {
+        self.dir.join("checkpoints.jsonl")
+    }
+
     /// `rank-R.error.json`: torch's error file (`TORCHELASTIC_ERROR_FILE`).
     pub fn error_file(&self, rank: u32) -> PathBuf {
         self.rank_file(rank, RankFile::ErrorFile)

@@ -110,7 +110,10 @@ pub fn load(exp: &Experiment) -> Result<ExpData, CliError> {
             (a.number, steps)
         })
         .collect();
-    let goodput = herd_exp::goodput::account(&events, &steps, herd_exp::timeline::now().1);
+    let mut goodput = herd_exp::goodput::account(&events, &steps, herd_exp::timeline::now().1);
+    let saves = herd_exp::goodput::advice::read_saves(&logs);
+    goodput.advice =
+        herd_exp::goodput::advice::advise(&saves, &goodput.faults, goodput.allocated_ms());
     Ok(ExpData {
         goodput,
         name: exp.name().to_owned(),

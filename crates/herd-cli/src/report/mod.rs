@@ -97,6 +97,15 @@ pub fn run(args: ReportArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError
             if let Some(e) = exps.iter().find(|e| e.name == r.name) {
                 writeln!(out, "{}: {}", e.name, e.goodput.summary())?;
                 writeln!(out, "  {}", e.goodput.split_line())?;
+                if let Some(faults) = e.goodput.faults_line() {
+                    writeln!(out, "  {faults}:")?;
+                    for f in &e.goodput.faults {
+                        writeln!(out, "    {}", f.line())?;
+                    }
+                }
+                if let Some(advice) = &e.goodput.advice {
+                    writeln!(out, "  {}", advice.line())?;
+                }
             }
         }
     }

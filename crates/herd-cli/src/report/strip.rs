@@ -80,4 +80,20 @@ pub fn section(acc: &Accounting, html: &mut String) {
         ));
     }
     html.push_str("</table>\n");
+    if let Some(faults) = acc.faults_line() {
+        html.push_str(&format!(
+            "<p class=\"faults\">{}: where each fault's time went</p>\n<ul class=\"faults\">\n",
+            escape(&faults)
+        ));
+        for f in &acc.faults {
+            html.push_str(&format!("<li>{}</li>\n", escape(&f.line())));
+        }
+        html.push_str("</ul>\n");
+    }
+    if let Some(advice) = &acc.advice {
+        html.push_str(&format!(
+            "<p class=\"advice\">{}</p>\n",
+            escape(&advice.line())
+        ));
+    }
 }

@@ -177,6 +177,126 @@ fn a_hang_is_detected_from_the_silent_ranks_last_sign_of_life() {
     assert_eq!(a1.parts.get(Part::Start), 3_000, "42 → 45 s");
     assert_eq!(a1.rework_steps, 7, "no checkpoint: every step again");
     assert_eq!(a.parts.total(), a.wall_ms());
+    // The fault: from the silent rank's last sign (10 s) to training again.
+    assert_eq!(a.faults.len(), 1, "{:?}", a.faults);
+    let f = &a.faults[0];
+    assert_eq!((f.kind.as_str(), f.then.as_str()), ("hang", "restart"));
+    assert_eq!(f.at_ms, at(10.0));
+    assert_eq!(
+        phases(f),
+        [30.0, 0.0, 2.0, 1.0, 2.0, 6.0],
+        "steps 1 → 7 again from the first reading"
+    );
+    assert_eq!(f.redone_steps, 7);
+}
+
+/// A fault's phases in seconds, `-1` for one that did not happen.
+fn phases(f: &Fault) -> [f64; 6] {
+    Phase::ALL.map(|p| f.phase_ms(p).map_or(-1.0, |ms| ms as f64 / 1000.0))
+}
+
+#[test]
+fn each_faults_cost_is_split_into_phases_that_add_up_to_it() {
+    let (events, steps) = story();
+    let a = account(&events, &steps, at(200.0));
+    assert_eq!(a.faults.len(), 2, "{:?}", a.faults);
+    // The time limit: warned at 23.5 s, workers gone at 26, attempt 1 at 37, its first
+    // reading at 40 (step 16), past step 20 at 44.
+    let tl = &a.faults[0];
+    assert_eq!(
+        (tl.attempt, tl.kind.as_str(), tl.then.as_str()),
+        (0, "time limit", "requeue")
+    );
+    assert_eq!(tl.at_ms, at(23.5));
+    assert_eq!(phases(tl), [0.0, 0.0, 2.5, 11.0, 3.0, 4.0]);
+    assert_eq!(tl.redone_steps, 5);
+    assert_eq!(tl.cost_ms(), Some(20_500));
+    // The frozen node: its last reading at 54 s (step 30), the verdict at 65, gone at 67,
+    // attempt 2 at 81, its first reading at 85 (step 21), past step 30 at 94.
+    let node = &a.faults[1];
+    assert_eq!(
+        (node.attempt, node.kind.as_str(), node.then.as_str()),
+        (1, "node failure", "requeue")
+    );
+    assert_eq!(node.at_ms, at(54.0));
+    assert_eq!(phases(node), [11.0, 0.0, 2.0, 14.0, 4.0, 9.0]);
+    assert_eq!(node.redone_steps, 10);
+    for f in &a.faults {
+        let sum: u64 = Phase::ALL.iter().filter_map(|p| f.phase_ms(*p)).sum();
+        assert_eq!(Some(sum), f.cost_ms(), "{f:?}");
+    }
+    assert_eq!(
+        node.line(),
+        "attempt 1, node failure → requeue: 40.0 s = detect 11.0 s · decide 0.0 s · teardown 2.0 s · requeue 14.0 s · first step 4.0 s · redone 9.0 s (10 steps)"
+    );
+    let json = a.json();
+    assert_eq!(json["faults"][1]["cost_s"], json!(40.0));
+    assert_eq!(json["faults"][1]["phases"]["relaunch"], json!(14.0));
+    assert_eq!(json["faults"][0]["kind"], json!("time limit"));
+}
+
+#[test]
+fn a_crash_is_noticed_at_the_workers_exit_and_a_failure_that_ends_the_job_has_no_cost_yet() {
+    let events = vec![
+        ev(0.0, "started", json!({"job_id": "9"})),
+        ev(1.0, "attempt_started", json!({"attempt": 0})),
+        ev(
+            12.2,
+            "worker_exit",
+            json!({"attempt": 0, "rank": 2, "how": "exited with code 3"}),
+        ),
+        ev(
+            12.3,
+            "failed",
+            json!({"attempt": 0, "kind": "worker_failure", "cause": "rank 2 exited with code 3"}),
+        ),
+        ev(12.5, "teardown", json!({"attempt": 0})),
+        ev(12.6, "restart", json!({"attempt": 1})),
+        ev(12.6, "attempt_started", json!({"attempt": 1})),
+        ev(
+            20.0,
+            "worker_exit",
+            json!({"attempt": 1, "rank": 2, "how": "exited with code 3"}),
+        ),
+        ev(
+            20.0,
+            "failed",
+            json!({"attempt": 1, "kind": "worker_failure", "cause": "rank 2 exited with code 3"}),
+        ),
+        ev(20.4, "teardown", json!({"attempt": 1})),
+        ev(
+            20.4,
+            "finished",
+            json!({"attempt": 1, "ok": false, "cause": "worker_failure"}),
+        ),
+    ];
+    let mut steps = BTreeMap::new();
+    steps.insert(0, readings(3.0, 1..=9));
+    steps.insert(1, readings(15.0, 1..=5));
+    let a = account(&events, &steps, at(100.0));
+    assert_eq!(a.faults.len(), 2, "{:?}", a.faults);
+    let crash = &a.faults[0];
+    assert_eq!(crash.at_ms, at(12.2), "the worker's exit");
+    assert_eq!(
+        phases(crash),
+        [0.0, 0.1, 0.2, 0.1, 2.4, -1.0],
+        "no checkpoint, and the next attempt failed before passing step 9: never training again"
+    );
+    assert_eq!(crash.cost_ms(), None);
+    assert!(
+        crash.line().contains(": not training again = detect 0.0 s"),
+        "{}",
+        crash.line()
+    );
+    let last = &a.faults[1];
+    assert_eq!(last.then, "failed");
+    assert_eq!(last.cost_ms(), None);
+    assert_eq!(phases(last), [0.0, 0.0, 0.4, -1.0, -1.0, -1.0]);
+    assert!(
+        last.line().contains(": the job ended = detect 0.0 s"),
+        "{}",
+        last.line()
+    );
 }
 
 #[test]
@@ -255,4 +375,77 @@ fn durations_read_as_people_say_them() {
     assert_eq!(duration(232_000), "3:52");
     assert_eq!(duration(3_723_000), "1:02:03");
     assert_eq!(percent(0.775), "77.5 %");
+}
+
+#[test]
+fn the_checkpoint_advice_weighs_the_median_save_against_the_faults_that_cost_work() {
+    use super::advice::{advise, Save};
+    let (events, steps) = story();
+    let a = account(&events, &steps, at(200.0));
+    // Saves every 5 s in attempts 0 and 1 taking 0.2, 0.3 or 0.4 s; one in attempt 2.
+    let mut saves = Vec::new();
+    for (attempt, from, n) in [(0, 5.0, 4), (1, 41.0, 3), (2, 90.0, 1)] {
+        for i in 0..n {
+            saves.push(Save {
+                attempt,
+                started_ms: at(from + 5.0 * i as f64),
+                seconds: [0.2, 0.3, 0.4][i % 3],
+            });
+        }
+    }
+    let adv = advise(&saves, &a.faults, a.allocated_ms()).expect("advice");
+    assert_eq!(adv.saves, 8);
+    // 0.2 s four times, 0.3 and 0.4 s twice each: the median is 0.25 s.
+    assert!((adv.save_s - 0.25).abs() < 1e-9, "{adv:?}");
+    assert_eq!(adv.every_s, Some(5.0), "gaps inside one attempt only");
+    // The time limit cost no work (herd warned, the job saved on its way out); the
+    // frozen node did.
+    assert_eq!(adv.lossy_faults, 1);
+    let allocated = a.allocated_ms() as f64 / 1000.0;
+    assert_eq!(adv.mtbf_s, Some(allocated));
+    let best = (2.0 * 0.25 * allocated).sqrt();
+    assert!((adv.best_every_s.expect("best") - best).abs() < 1e-9);
+    // Young's interval loses the least: less than 5 s, and less than either side of it.
+    let (now, then) = (
+        adv.waste_now().expect("now"),
+        adv.waste_best().expect("best"),
+    );
+    assert!(then < now, "{then} < {now}");
+    for off in [0.8, 1.25] {
+        assert!(adv.waste(best * off).expect("w") > then);
+    }
+    let line = adv.line();
+    assert!(
+        line.starts_with(
+            "checkpoints: 8 saves, one every 5.0 s, 0.25 s each (medians); 1 fault cost work in "
+        ) && line.contains(&format!(
+            "best one every {} (Young: √(2 × 0.25 s × ",
+            duration((best * 1000.0).round() as u64)
+        )) && line.contains(" of the time to saves and redone steps instead of "),
+        "{line}"
+    );
+    let mut with = a.clone();
+    with.advice = Some(adv);
+    let json = with.json();
+    assert_eq!(json["checkpoint_advice"]["saves"], json!(8));
+    assert_eq!(json["checkpoint_advice"]["lossy_faults"], json!(1));
+    // No fault that cost work: the numbers, and nothing to weigh them against.
+    let calm = vec![
+        ev(0.0, "started", json!({"job_id": "9"})),
+        ev(1.0, "attempt_started", json!({"attempt": 0})),
+        ev(30.0, "finished", json!({"attempt": 0, "ok": true})),
+    ];
+    let quiet = account(&calm, &BTreeMap::new(), at(100.0));
+    let adv = advise(&saves[..2], &quiet.faults, quiet.allocated_ms()).expect("advice");
+    assert_eq!((adv.mtbf_s, adv.best_every_s), (None, None));
+    assert!(
+        adv.line()
+            .ends_with("; no fault has cost work yet: nothing to weigh the saves against"),
+        "{}",
+        adv.line()
+    );
+    assert!(
+        advise(&[], &quiet.faults, quiet.allocated_ms()).is_none(),
+        "no save: no advice"
+    );
 }
