@@ -367,7 +367,7 @@ pub enum Command {
     /// Live view of a running job: per-rank state, step, throughput, loss, stragglers.
     Top(top::TopArgs),
     /// The scaling table of runs of one job at different sizes and each one's goodput
-    /// (where its time went); `--plots DIR`: loss and throughput per rank (PNG, SVG);
+    /// (where its time went, what each fault cost, how often to checkpoint); `--plots DIR`: loss and throughput per rank (PNG, SVG);
     /// `--html FILE`: one self-contained page.
     Report(report::ReportArgs),
     /// Nodes blamed in your record of bad nodes (lost, frozen, failing), with SLURM's state
