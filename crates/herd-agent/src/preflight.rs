@@ -44,7 +44,7 @@ mod container;
 mod find_modules;
 mod port;
 use find_modules::FIND_MODULES;
-pub(crate) use port::HeldPort;
+pub(crate) use port::{claim_master_port, HeldPort};
 
 /// How long each check waits for a process, a file system or a connection to answer.
 pub(crate) const CHECK_TIMEOUT: Duration = Duration::from_secs(5);

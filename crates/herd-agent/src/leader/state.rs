@@ -2,7 +2,6 @@
 //! layout, the master) and of the attempt that runs now; and the start of each attempt.
 
 use std::collections::{HashMap, HashSet};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
 use herd_exp::timeline;
@@ -296,8 +295,7 @@ impl Lead {
 
 /// A port nobody holds right now, for the workers' TCPStore (rank 0 binds it right after).
 fn claim_port() -> std::io::Result<u16> {
-    let l = std::net::TcpListener::bind(SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0))?;
-    Ok(l.local_addr()?.port())
+    crate::preflight::claim_master_port()
 }
 
 /// The checkpoint every worker of attempt `number` resumes from (`HERD_RESUME_FROM`): the

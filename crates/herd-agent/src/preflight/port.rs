@@ -35,6 +35,58 @@ pub(super) async fn check_port(addr: &str, port: u16, timeout: Duration) -> Resu
     }
 }
 
+/// Ports to try for an attempt's `MASTER_PORT`, in order: random ones from the 8,192 just
+/// below this node's ephemeral range (`/proc/sys/net/ipv4/ip_local_port_range`, 32768 by
+/// default), then 0 (any free port). A port the kernel hands out for outgoing connections
+/// could be taken by one (gloo's, another job's) between herd's check and rank 0's bind;
+/// one below that range is taken only by a program that binds it by number.
+pub(crate) fn master_port_candidates() -> Vec<u16> {
+    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|t| t.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32768);
+    let mut out = Vec::new();
+    if low > 2048 {
+        let span = (low - 1024).min(8192);
+        let from = low - span;
+        // A different start on every call and node: the time's nanoseconds and the pid.
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos())
+            ^ std::process::id().wrapping_mul(2_654_435_761);
+        let mut x = seed | 1;
+        for _ in 0..32 {
+            // xorshift32
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            out.push((from + x % span) as u16);
+        }
+    }
+    out.push(0);
+    out
+}
+
+/// Bind the first port of [`master_port_candidates`] that is free, on `any`.
+fn bind_master_port(any: IpAddr) -> std::io::Result<std::net::TcpListener> {
+    let mut last = None;
+    for port in master_port_candidates() {
+        match std::net::TcpListener::bind(SocketAddr::new(any, port)) {
+            Ok(l) => return Ok(l),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| std::io::Error::other("no port to try")))
+}
+
+/// A port nobody holds right now on every IPv4 interface, below the ephemeral range when
+/// one is free there, for the workers' TCPStore (rank 0 binds it right after).
+pub(crate) fn claim_master_port() -> std::io::Result<u16> {
+    Ok(bind_master_port(IpAddr::V4(Ipv4Addr::UNSPECIFIED))?
+        .local_addr()?
+        .port())
+}
+
 /// A port held open on every interface: it accepts connections and drops each once the
 /// other side has closed it, until [`HeldPort::release`] or drop. The leader holds the
 /// attempt's `MASTER_PORT` so while the agents check that it answers from their nodes.
@@ -44,15 +96,17 @@ pub(crate) struct HeldPort {
     task: Option<JoinHandle<()>>,
 }
 
-/// Bind a free port on all interfaces of `master_addr`'s family (IPv4 unless it is an IPv6
-/// address) and hold it; a connection the other side does not close is dropped after
+/// Bind a free port ([`master_port_candidates`]) on all interfaces of `master_addr`'s
+/// family (IPv4 unless it is an IPv6 address) and hold it; a connection the other side does not close is dropped after
 /// `linger`.
 pub(super) async fn hold_port(master_addr: &str, linger: Duration) -> std::io::Result<HeldPort> {
     let any = match master_addr.parse::<IpAddr>() {
         Ok(IpAddr::V6(_)) => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
         _ => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
     };
-    let listener = TcpListener::bind(SocketAddr::new(any, 0)).await?;
+    let std_listener = bind_master_port(any)?;
+    std_listener.set_nonblocking(true)?;
+    let listener = TcpListener::from_std(std_listener)?;
     let port = listener.local_addr()?.port();
     let task = tokio::spawn(async move {
         // Connections being closed; dropped (and so closed) with this task.

@@ -887,3 +887,30 @@ fn gpus_missing_inside_an_image_name_the_count_and_each_runtimes_fix() {
     // What the probe cannot say is not a finding.
     assert_eq!(inside("", Runtime::Charliecloud), Ok(()));
 }
+
+#[tokio::test]
+async fn the_master_port_comes_from_below_the_ephemeral_range() {
+    let low: u32 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .expect("the ephemeral range")
+        .split_whitespace()
+        .next()
+        .and_then(|n| n.parse().ok())
+        .expect("its low end");
+    let candidates = port::master_port_candidates();
+    assert_eq!(candidates.last(), Some(&0), "any free port comes last");
+    assert!(
+        candidates[..candidates.len() - 1]
+            .iter()
+            .all(|&p| u32::from(p) < low && u32::from(p) >= low.saturating_sub(8192).max(1024)),
+        "{candidates:?} below {low}"
+    );
+    let held = hold_port("127.0.0.1").await.expect("a port");
+    assert!(
+        u32::from(held.port()) < low,
+        "held {} below {low}",
+        held.port()
+    );
+    held.release().await;
+    let claimed = claim_master_port().expect("a port");
+    assert!(u32::from(claimed) < low, "claimed {claimed} below {low}");
+}
