@@ -11,6 +11,7 @@ use herd_rendezvous::NodeInfo;
 use herd_slurm::scheduler::lifecycle::Cause;
 use herd_slurm::Layout;
 use nix::sys::signal::Signal;
+use tokio::net::tcp::OwnedWriteHalf;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
@@ -21,7 +22,7 @@ use crate::event::Event;
 use crate::keep::{no_longer_running, record_run, requeue};
 use crate::message::Msg;
 use crate::outcome::Outcome;
-use crate::protocol::{heartbeat_every, read_peer, send, Writer};
+use crate::protocol::{read_peer, send};
 use crate::signals::{self, Action};
 use crate::words::{cancelled, say};
 use herd_exp::failure::FailureReport;
@@ -50,8 +51,7 @@ pub(crate) async fn follow(
     .await?;
     let (r, w) = link.into_split();
     read_peer(r, 0, cfg.heartbeat_timeout, true, tx.clone());
-    let w = Writer::new(w);
-    w.beat(heartbeat_every(cfg.heartbeat_timeout), 0, tx.clone());
+    let mut heartbeat = tokio::time::interval(cfg.heartbeat_timeout / 4);
     let mut watchdog = tokio::time::interval(Duration::from_secs(1));
     let hang_watch = cfg.keep.watchdog().is_some();
     let mut me = Follow {
@@ -79,6 +79,7 @@ pub(crate) async fn follow(
                 me.on_progress_tick().await;
                 None
             }
+            _ = heartbeat.tick() => me.on_heartbeat_tick().await,
         };
         if let Some(outcome) = done {
             return Ok(outcome);
@@ -93,8 +94,8 @@ struct Follow {
     host: String,
     /// Where this node's workers send their exits (each attempt's start needs it).
     tx: mpsc::UnboundedSender<Event>,
-    /// The link to the leader (its heartbeats go from a task of their own).
-    w: Writer,
+    /// The link to the leader.
+    w: OwnedWriteHalf,
     attempt: Option<Attempt>,
     /// Once this node has failed or been told to stop, only the leader's word moves on.
     stopped: bool,
@@ -231,7 +232,7 @@ impl Follow {
             Err(report) => {
                 self.stopped = true;
                 let _ = send(
-                    &self.w,
+                    &mut self.w,
                     &Msg::Failed {
                         report: Box::new(report),
                     },
@@ -241,7 +242,7 @@ impl Follow {
                     attempt: n,
                     step: None,
                 };
-                let _ = send(&self.w, &torn_down).await;
+                let _ = send(&mut self.w, &torn_down).await;
             }
         }
         Ok(())
@@ -269,7 +270,7 @@ impl Follow {
         // it blames gets `Teardown`, which drops this).
         let attempt = start.attempt;
         self.pending = Some(start);
-        let _ = send(&self.w, &Msg::Preflight { attempt, failed }).await;
+        let _ = send(&mut self.w, &Msg::Preflight { attempt, failed }).await;
     }
 
     /// The leader asks attempt `n`'s workers to checkpoint and stop, with `signal`: from
@@ -284,7 +285,7 @@ impl Follow {
         }
         if a.running.is_empty() && !self.stopped {
             self.stopped = true;
-            let _ = send(&self.w, &Msg::NodeDone { attempt: n }).await;
+            let _ = send(&mut self.w, &Msg::NodeDone { attempt: n }).await;
         }
     }
 
@@ -292,7 +293,7 @@ impl Follow {
     async fn on_dump(&mut self, n: u32) {
         if let Some(a) = self.attempt.as_ref().filter(|a| a.number == n) {
             let stacks = a.stacks(&self.cfg).await;
-            let _ = send(&self.w, &Msg::Stacks { attempt: n, stacks }).await;
+            let _ = send(&mut self.w, &Msg::Stacks { attempt: n, stacks }).await;
         }
     }
 
@@ -308,7 +309,7 @@ impl Follow {
         }
         self.stopped = true;
         let step = self.attempt.as_ref().and_then(Attempt::highest_step);
-        let _ = send(&self.w, &Msg::TornDown { attempt: n, step }).await;
+        let _ = send(&mut self.w, &Msg::TornDown { attempt: n, step }).await;
     }
 
     /// The job is over, `ok` or not.
@@ -372,7 +373,7 @@ impl Follow {
             if a.running.is_empty() {
                 self.stopped = true;
                 a.finish_output().await;
-                let _ = send(&self.w, &Msg::NodeDone { attempt: n }).await;
+                let _ = send(&mut self.w, &Msg::NodeDone { attempt: n }).await;
             }
             return;
         }
@@ -381,7 +382,7 @@ impl Follow {
             // Tell the leader first (it starts every other node's teardown), then
             // end this node's workers.
             let _ = send(
-                &self.w,
+                &mut self.w,
                 &Msg::Failed {
                     report: Box::new(report),
                 },
@@ -389,10 +390,10 @@ impl Follow {
             .await;
             a.teardown(self.cfg.kill_grace).await;
             let step = a.highest_step();
-            let _ = send(&self.w, &Msg::TornDown { attempt: n, step }).await;
+            let _ = send(&mut self.w, &Msg::TornDown { attempt: n, step }).await;
         } else if a.running.is_empty() {
             a.finish_output().await;
-            let _ = send(&self.w, &Msg::NodeDone { attempt: n }).await;
+            let _ = send(&mut self.w, &Msg::NodeDone { attempt: n }).await;
         }
     }
 
@@ -417,7 +418,7 @@ impl Follow {
     /// the stop's grace, or at once when the leader cannot be told.
     async fn on_terminate(&mut self, sig: Signal) -> Option<Outcome> {
         let told = send(
-            &self.w,
+            &mut self.w,
             &Msg::Signalled {
                 signal: sig.as_str().to_owned(),
             },
@@ -462,7 +463,7 @@ impl Follow {
             format!("the agent on {host} was signalled and the leader did not answer"),
         );
         let _ = send(
-            &self.w,
+            &mut self.w,
             &Msg::Failed {
                 report: Box::new(report),
             },
@@ -477,7 +478,7 @@ impl Follow {
         if let Some(a) = self.attempt.as_mut().filter(|_| !self.stopped) {
             let ranks = a.progress();
             let _ = send(
-                &self.w,
+                &mut self.w,
                 &Msg::Progress {
                     attempt: a.number,
                     ranks,
@@ -485,6 +486,21 @@ impl Follow {
             )
             .await;
         }
+    }
+
+    /// A heartbeat to the leader; one that cannot be written means the leader is lost.
+    async fn on_heartbeat_tick(&mut self) -> Option<Outcome> {
+        if send(&mut self.w, &Msg::Heartbeat).await.is_ok() {
+            return None;
+        }
+        if let Some(a) = self.attempt.as_mut() {
+            a.teardown(self.cfg.kill_grace).await;
+        }
+        say(format!(
+            "node {}: lost the leader (cannot write to it): tore down this node's workers",
+            self.cfg.node_rank
+        ));
+        Some(lost_leader(&self.cfg, self.attempt.as_ref(), "cannot write to it").await)
     }
 }
 

@@ -137,13 +137,7 @@ fn base_config(
 }
 
 fn run_agent(cfg: Config) -> Result<ExitStatus, CliError> {
-    // The agent's own loop runs on this thread (`block_on`); the links' readers, their
-    // heartbeats and the workers' output run on two threads of their own, so a loop
-    // waiting on a slow file system (the timeline on a shared one) neither stops this
-    // node's heartbeats nor makes a peer's look late.
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .thread_name("herd-agent")
+    let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(CliError::system("cannot start the agent's event loop"))?;
