@@ -33,9 +33,16 @@ pub async fn run(cfg: Config) -> Result<Outcome, AgentError> {
     })?;
     let (tx, rx) = mpsc::unbounded_channel();
     signals::watch(tx.clone(), Event::Signal);
-    if cfg.node_rank == 0 {
+    let pool = cfg.warm.clone();
+    let outcome = if cfg.node_rank == 0 {
         leader::lead(cfg, tx, rx).await
     } else {
         follower::follow(cfg, tx, rx).await
+    };
+    // Unused standbys end with the agent (not only by their parent-death signal, which
+    // comes as the agent's process goes).
+    if let Some(pool) = pool {
+        pool.end().await;
     }
+    outcome
 }

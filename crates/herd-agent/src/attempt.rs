@@ -54,6 +54,9 @@ pub(crate) struct Attempt {
     sink: Option<OutputSink>,
     /// The node's container, released after the teardown ([`Attempt::teardown_with`]).
     container: Option<std::sync::Arc<herd_container::Container>>,
+    /// Starts the next attempt's standbys once this one trains (`crate::warm`); stopped
+    /// at the teardown.
+    refill: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Attempt {
@@ -116,7 +119,10 @@ impl Attempt {
                 Some(crate::config::ContainerState::Ready(c)) => Some(c.clone()),
                 _ => None,
             },
+            refill: None,
         };
+        let mut envs = Vec::new();
+        let mut warm = Vec::new();
         for local_rank in 0..layout.tasks_per_node[slot] {
             let pos = Position {
                 rank: first + local_rank,
@@ -124,9 +130,25 @@ impl Attempt {
                 node_rank: slot as u32,
             };
             let env = attempt.env_of(cfg, layout, pos, &info).map_err(&failed)?;
-            attempt.spawn_worker(cfg, pos, env, tx).map_err(&failed)?;
+            if attempt
+                .spawn_worker(cfg, pos, env.clone(), tx)
+                .await
+                .map_err(&failed)?
+            {
+                warm.push(pos.rank);
+            }
+            envs.push((pos, env));
         }
         attempt.resolve_pids().await;
+        if !warm.is_empty() {
+            let ranks: Vec<String> = warm.iter().map(u32::to_string).collect();
+            crate::words::say(format!(
+                "{host}: rank{} {} started warm (from standbys with their modules imported)",
+                if warm.len() == 1 { "" } else { "s" },
+                ranks.join(", "),
+            ));
+        }
+        attempt.refill = attempt.refill_task(cfg, restarts, envs);
         Ok(attempt)
     }
 
@@ -175,29 +197,41 @@ impl Attempt {
         Ok(agent_worker_env(layout, pos, info, &self.dir, &stop))
     }
 
-    /// Starts worker `pos` with `env`; its exit arrives on `tx` as [`Event::WorkerExited`].
-    fn spawn_worker(
+    /// Starts worker `pos` with `env`, from this node's standby for its local rank when one
+    /// fits (`crate::warm`; `Ok(true)`), else anew; its exit arrives on `tx` as
+    /// [`Event::WorkerExited`].
+    async fn spawn_worker(
         &mut self,
         cfg: &Config,
         pos: Position,
         env: BTreeMap<String, String>,
         tx: &mpsc::UnboundedSender<Event>,
-    ) -> Result<(), String> {
+    ) -> Result<bool, String> {
         let spec = WorkerSpec {
             rank: pos.rank,
             local_rank: pos.local_rank,
             env,
         };
         let sink = self.sink.as_ref().ok_or("output closed")?;
-        let (running, mut child) =
-            spawn(&cfg.argv, &spec, sink, cfg.container.as_ref()).map_err(|e| {
-                let cmd = cfg
-                    .argv
-                    .first()
-                    .map(|a| a.to_string_lossy().into_owned())
-                    .unwrap_or_default();
-                format!("cannot start rank {} (`{cmd}`): {e}", pos.rank)
-            })?;
+        let cmd = || {
+            cfg.argv
+                .first()
+                .map(|a| a.to_string_lossy().into_owned())
+                .unwrap_or_default()
+        };
+        let (running, mut child, warm) = match self.standby(cfg, &spec).await {
+            Some(h) => {
+                crate::workers::create_logs(sink, spec.rank)
+                    .map_err(|e| format!("cannot start rank {} (`{}`): {e}", pos.rank, cmd()))?;
+                let running = crate::workers::adopt(h.pid, (h.stdout, h.stderr), &spec, sink);
+                (running, h.child, true)
+            }
+            None => {
+                let (running, child) = spawn(&cfg.argv, &spec, sink, cfg.container.as_ref())
+                    .map_err(|e| format!("cannot start rank {} (`{}`): {e}", pos.rank, cmd()))?;
+                (running, child, false)
+            }
+        };
         if running.pid_file.is_none() {
             self.groups.push(running.pid);
         }
@@ -212,7 +246,73 @@ impl Attempt {
             });
         });
         self.running.insert(pos.rank, running);
-        Ok(())
+        Ok(warm)
+    }
+
+    /// This node's standby for `spec`'s local rank, handed `spec`'s variables, when warm
+    /// starts are on, the command is a plain Python run and the standby fits; a standby
+    /// that does not fit is ended and says why.
+    async fn standby(&self, cfg: &Config, spec: &WorkerSpec) -> Option<crate::warm::HandedOff> {
+        let pool = cfg.warm.as_ref()?;
+        let entry = crate::warm::python_entry(&cfg.argv)?;
+        let standby = match pool.take(spec.local_rank, &cfg.argv, &spec.env) {
+            Ok(standby) => standby?,
+            Err(why) => {
+                crate::words::say(format!(
+                    "rank {} starts cold: its standby cannot run this attempt ({why})",
+                    spec.rank
+                ));
+                return None;
+            }
+        };
+        let learn = self.dir.modules(spec.rank);
+        match standby.hand_off(&entry, &spec.env, &learn).await {
+            Ok(h) => Some(h),
+            Err(e) => {
+                crate::words::say(format!(
+                    "rank {} starts cold: its standby did not take the attempt ({e})",
+                    spec.rank
+                ));
+                None
+            }
+        }
+    }
+
+    /// The task that starts the next attempt's standbys of `workers` (their positions and
+    /// variables) once this attempt trains: at its first step, or 30 s after it started,
+    /// so their imports do not slow this attempt's own start. `None` when warm starts are
+    /// off or cannot be had (not a plain Python run, a container), or when no attempt can
+    /// follow in this allocation (no restart left after `restarts`, no spare).
+    fn refill_task(
+        &self,
+        cfg: &Config,
+        restarts: u32,
+        workers: Vec<(Position, BTreeMap<String, String>)>,
+    ) -> Option<tokio::task::JoinHandle<()>> {
+        if restarts >= cfg.launch.max_restarts && cfg.spare_nodes == 0 {
+            return None;
+        }
+        let pool = cfg.warm.clone()?;
+        let entry = crate::warm::python_entry(&cfg.argv).filter(|_| cfg.container.is_none())?;
+        let argv = cfg.argv.clone();
+        let step = self.step.clone();
+        let dir = self.dir.clone();
+        Some(tokio::spawn(async move {
+            let until = tokio::time::Instant::now() + Duration::from_secs(30);
+            while step.get().is_none() && tokio::time::Instant::now() < until {
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            for (pos, env) in workers {
+                let modules = crate::warm::learned(&dir.modules(pos.rank));
+                match crate::warm::Standby::start(&entry, &argv, &env, &modules).await {
+                    Ok(standby) => pool.put(pos.local_rank, standby),
+                    Err(e) => crate::words::say(format!(
+                        "no standby for rank {}'s next start: {e}",
+                        pos.rank
+                    )),
+                }
+            }
+        }))
     }
 
     /// A worker exited: `None` if that was fine, the report if it failed.
@@ -353,6 +453,9 @@ impl Attempt {
     /// SIGHUP ends its workers with that signal, as torchrun's agent does, so a worker
     /// that handles it (KeyboardInterrupt) has the grace to do so.
     pub(crate) async fn teardown_with(&mut self, first: Signal, grace: Duration) {
+        if let Some(refill) = self.refill.take() {
+            refill.abort();
+        }
         procs::terminate_all(&self.groups, &self.managed, first, grace).await;
         if let Some(c) = self.container.clone() {
             // Podman's record of the attempt's container, removed before the agent goes on

@@ -58,6 +58,9 @@ pub struct Config {
     /// The container image the workers run in, made ready on this node
     /// ([`ContainerState::start`]); `None`: no container.
     pub container: Option<ContainerState>,
+    /// This node's standbys for the next attempt's workers (`--warm on`, the default;
+    /// docs/launch.md "Warm starts"); `None`: every worker starts cold.
+    pub warm: Option<std::sync::Arc<crate::warm::Pool>>,
 }
 
 /// This node's container: made ready once per agent (a SquashFS image mounted once), or why
@@ -167,6 +170,7 @@ mod tests {
                 ..LaunchInfo::default()
             },
             container: None,
+            warm: None,
         }
     }
 

@@ -23,6 +23,8 @@
 //! - [`workers`]: spawning workers (own process group, parent-death signal) and carrying
 //!   their output line by line to per-rank files and the console.
 //! - [`procs`]: finding and ending every process a node's workers started.
+//! - [`warm`]: warm starts: standby interpreters for the next attempt's workers, with the
+//!   job's modules imported ahead.
 //! - [`exit`]: how a worker ended, for the failure report (`herd_exp::failure`, which the
 //!   leader writes into the logs folder).
 
@@ -42,6 +44,7 @@ mod preflight;
 pub mod procs;
 mod protocol;
 pub mod signals;
+pub mod warm;
 mod words;
 pub mod workers;
 

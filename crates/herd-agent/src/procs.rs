@@ -4,7 +4,8 @@
 //! child that double-forks or calls `setsid` is re-parented to the agent instead of init, so
 //! "every descendant of the agent" is exactly "every process of the job on this node".
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use nix::sys::signal::{kill, killpg, Signal};
@@ -62,8 +63,28 @@ pub fn descendants(root: i32) -> (Vec<i32>, Vec<i32>) {
     (live.iter().map(|s| s.pid).collect(), zombies)
 }
 
-/// [`descendants`], with each live one's `/proc/PID/stat` fields.
+/// Processes the agent keeps across teardowns (warm standbys, `crate::warm`): never
+/// counted among the workers' processes, never signalled or reaped by this module.
+static KEPT: Mutex<BTreeSet<i32>> = Mutex::new(BTreeSet::new());
+
+/// Keep process `pid` (and what it starts) out of every teardown.
+pub fn keep(pid: i32) {
+    if let Ok(mut kept) = KEPT.lock() {
+        kept.insert(pid);
+    }
+}
+
+/// Process `pid` is no longer kept: a worker now, or ended.
+pub fn unkeep(pid: i32) {
+    if let Ok(mut kept) = KEPT.lock() {
+        kept.remove(&pid);
+    }
+}
+
+/// [`descendants`], with each live one's `/proc/PID/stat` fields; kept processes
+/// ([`keep`]) and theirs left out.
 fn descendant_stats(root: i32) -> (Vec<Stat>, Vec<i32>) {
+    let kept = KEPT.lock().map(|k| k.clone()).unwrap_or_default();
     let stats = all_stats();
     let mut children: HashMap<i32, Vec<Stat>> = HashMap::new();
     for s in &stats {
@@ -74,7 +95,7 @@ fn descendant_stats(root: i32) -> (Vec<Stat>, Vec<i32>) {
     let mut seen = HashSet::new();
     while let Some(p) = queue.pop() {
         for c in children.get(&p).into_iter().flatten() {
-            if !seen.insert(c.pid) {
+            if !seen.insert(c.pid) || kept.contains(&c.pid) {
                 continue;
             }
             if c.zombie {
@@ -157,6 +178,31 @@ pub async fn terminate_all(groups: &[i32], managed: &HashSet<i32>, first: Signal
         if live.is_empty() {
             return;
         }
+    }
+}
+
+/// Give `cmd` a process group of its own and the parent-death signal (SIGKILL when the
+/// agent dies, so a killed agent never leaves a worker holding GPUs); its stdout and stderr
+/// are piped (for `crate::workers::adopt`).
+pub(crate) fn own_group_dying_with_agent(cmd: &mut tokio::process::Command) {
+    cmd.stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(false);
+    let agent = std::process::id() as i32;
+    // SAFETY: the closure runs between fork and exec and calls only async-signal-safe
+    // functions (prctl, getppid, _exit via nix wrappers that allocate nothing).
+    #[allow(unsafe_code)]
+    unsafe {
+        cmd.pre_exec(move || {
+            nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
+                .map_err(std::io::Error::from)?;
+            // The agent may have died between fork and prctl: then nobody would kill us.
+            if nix::unistd::getppid().as_raw() != agent {
+                nix::libc::_exit(1);
+            }
+            Ok(())
+        });
     }
 }
 

@@ -32,7 +32,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
-use tokio::process::{Child, Command};
+use tokio::process::{Child, ChildStderr, ChildStdout, Command};
 use tokio::sync::{mpsc, oneshot};
 
 /// Every variable an agent sets for its worker at `pos` of `layout` in the attempt whose
@@ -464,40 +464,41 @@ pub fn spawn(
     container: Option<&ContainerState>,
 ) -> std::io::Result<(Running, Child)> {
     let (mut cmd, pid_file, signal_as_code) = worker_command(argv, spec, container)?;
-    cmd.stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(false);
-    let agent = std::process::id() as i32;
-    // SAFETY: the closure runs between fork and exec and calls only async-signal-safe
-    // functions (prctl, getppid, _exit via nix wrappers that allocate nothing).
-    #[allow(unsafe_code)]
-    unsafe {
-        cmd.pre_exec(move || {
-            nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
-                .map_err(std::io::Error::from)?;
-            // The agent may have died between fork and prctl: then nobody would kill us.
-            if nix::unistd::getppid().as_raw() != agent {
-                nix::libc::_exit(1);
-            }
-            Ok(())
-        });
-    }
-    // Both log files exist from the start, even for a rank that never writes.
+    crate::procs::own_group_dying_with_agent(&mut cmd);
+    cmd.stdin(std::process::Stdio::null());
+    create_logs(sink, spec.rank)?;
+    let mut child = cmd.spawn()?;
+    let pid = child.id().map(|p| p as i32).unwrap_or(-1);
+    let (out, err) = (child.stdout.take(), child.stderr.take());
+    let mut running = adopt(pid, (out, err), spec, sink);
+    running.pid_file = pid_file;
+    running.signal_as_code = signal_as_code;
+    Ok((running, child))
+}
+
+/// Both of rank `rank`'s log files exist from its start, even for a rank that never writes.
+pub(crate) fn create_logs(sink: &OutputSink, rank: u32) -> std::io::Result<()> {
     for stream in [Stream::Out, Stream::Err] {
         std::fs::OpenOptions::new()
             .create(true)
             .append(true)
-            .open(sink.dir.log(spec.rank, stream))?;
+            .open(sink.dir.log(rank, stream))?;
     }
-    let mut child = cmd.spawn()?;
-    let pid = child.id().map(|p| p as i32).unwrap_or(-1);
+    Ok(())
+}
+
+/// Worker `spec`, process `pid` with output `pipes`, from now: its output carried to `sink`.
+pub(crate) fn adopt(
+    pid: i32,
+    (stdout, stderr): (Option<ChildStdout>, Option<ChildStderr>),
+    spec: &WorkerSpec,
+    sink: &OutputSink,
+) -> Running {
     let tail = Arc::new(Mutex::new(VecDeque::with_capacity(TAIL_LINES)));
     let (closed_tx, closed_rx) = oneshot::channel();
     let last_output_ms = Arc::new(AtomicU64::new(0));
     let started_ms = unix_ms();
-    if let Some(out) = child.stdout.take() {
+    if let Some(out) = stdout {
         tokio::spawn(carry(
             out,
             spec.rank,
@@ -507,7 +508,7 @@ pub fn spawn(
             last_output_ms.clone(),
         ));
     }
-    if let Some(err) = child.stderr.take() {
+    if let Some(err) = stderr {
         let tx = sink.sender();
         let t = tail.clone();
         let rank = spec.rank;
@@ -517,20 +518,17 @@ pub fn spawn(
             let _ = closed_tx.send(());
         });
     }
-    Ok((
-        Running {
-            rank: spec.rank,
-            local_rank: spec.local_rank,
-            pid,
-            stderr_tail: tail,
-            stderr_closed: Some(closed_rx),
-            last_output_ms,
-            started_ms,
-            pid_file,
-            signal_as_code,
-        },
-        child,
-    ))
+    Running {
+        rank: spec.rank,
+        local_rank: spec.local_rank,
+        pid,
+        stderr_tail: tail,
+        stderr_closed: Some(closed_rx),
+        last_output_ms,
+        started_ms,
+        pid_file: None,
+        signal_as_code: false,
+    }
 }
 
 #[cfg(test)]

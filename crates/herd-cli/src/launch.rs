@@ -128,6 +128,11 @@ fn base_config(
             };
             ContainerState::start(&spec, &tag, &node)
         }),
+        warm: opts
+            .keep
+            .warm
+            .is_on()
+            .then(|| std::sync::Arc::new(herd_agent::warm::Pool::default())),
         launch: LaunchInfo {
             max_restarts: opts.max_restarts,
             gpu_bind: opts.gpus.gpu_bind,

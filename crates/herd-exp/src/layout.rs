@@ -257,6 +257,12 @@ impl AttemptDir {
         self.rank_file(rank, RankFile::Heartbeat)
     }
 
+    /// `rank-R.modules`: the installed modules the rank had loaded, one name a line (a
+    /// warm-started worker writes it; the next standby imports them ahead).
+    pub fn modules(&self, rank: u32) -> PathBuf {
+        self.rank_file(rank, RankFile::Modules)
+    }
+
     /// `checkpoints.jsonl`: each checkpoint `herd.save_atomic` published in this attempt,
     /// when it began and how long it took (`{"path", "started", "seconds"}`).
     pub fn saves(&self) -> PathBuf {
@@ -307,11 +313,13 @@ pub enum RankFile {
     Heartbeat,
     /// `rank-R.error.json`: torch's error file.
     ErrorFile,
+    /// `rank-R.modules`: the installed modules the rank had loaded (warm starts).
+    Modules,
 }
 
 impl RankFile {
     /// Every kind, in the order the docs list them.
-    pub const ALL: [RankFile; 7] = [
+    pub const ALL: [RankFile; 8] = [
         RankFile::Out,
         RankFile::Err,
         RankFile::Times,
@@ -319,6 +327,7 @@ impl RankFile {
         RankFile::WorkerMetrics,
         RankFile::Heartbeat,
         RankFile::ErrorFile,
+        RankFile::Modules,
     ];
 
     /// The log of `stream`.
@@ -339,6 +348,7 @@ impl RankFile {
             RankFile::WorkerMetrics => ".metrics.jsonl",
             RankFile::Heartbeat => ".heartbeat",
             RankFile::ErrorFile => ".error.json",
+            RankFile::Modules => ".modules",
         }
     }
 
@@ -587,6 +597,10 @@ pub fn entries() -> Vec<(String, &'static str)> {
             "`TORCHELASTIC_ERROR_FILE`: the exception torch's `@record` wrote; it leads the failure report",
         ),
         (
+            rank(RankFile::Modules),
+            "the installed modules a warm-started rank had loaded, one a line: the next standby imports them ahead ([launch.md](launch.md#warm-starts))",
+        ),
+        (
             format!("{attempt}/{FAILURE}"),
             "that attempt's failure report",
         ),
@@ -624,6 +638,7 @@ mod tests {
             Path::new("/e/train/logs/attempt-3/rank-7.out")
         );
         assert_eq!(a.error_file(7), a.path().join("rank-7.error.json"));
+        assert_eq!(a.modules(7), a.path().join("rank-7.modules"));
         assert_eq!(a.worker_metrics(7), a.path().join("rank-7.metrics.jsonl"));
         for kind in RankFile::ALL {
             assert_eq!(

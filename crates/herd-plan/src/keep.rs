@@ -4,7 +4,7 @@
 //! other, the time limit and the launch mode.
 
 use crate::keys::{Key, Source};
-use crate::launch::{HangTimeout, KeepAlive, OnHang, Preflight, Seconds, StopSignal};
+use crate::launch::{HangTimeout, KeepAlive, OnHang, Preflight, Seconds, StopSignal, Warm};
 use crate::layers::Layers;
 use crate::plan::Mode;
 use crate::values::{non_negative, TextOrNumber, ValueError};
@@ -108,6 +108,19 @@ pub(crate) fn resolve_keep(
         d.preflight,
     );
     let preflight_set = l.first(|k| k.preflight.as_ref()).is_some();
+    let warm = given(
+        l,
+        Key::Warm,
+        |l| {
+            l.take(
+                Key::Warm,
+                |k| k.warm.as_deref(),
+                |s: &str| s.parse::<Warm>().map_err(ValueError::new),
+            )
+        },
+        d.warm,
+    );
+    let warm_set = l.first(|k| k.warm.as_ref()).is_some();
     if stop_grace >= warn_before && !warn_before.is_zero() {
         let o = l.origin(Key::StopGrace);
         l.problem(
@@ -131,6 +144,7 @@ pub(crate) fn resolve_keep(
             (Key::MaxRequeues, max_requeues_set && max_requeues > 0),
             (Key::HangTimeout, hang_timeout.is_on()),
             (Key::Preflight, preflight_set && preflight.is_on()),
+            (Key::Warm, warm_set && warm.is_on()),
         ] {
             if set {
                 let o = l.origin(key);
@@ -157,6 +171,8 @@ pub(crate) fn resolve_keep(
         } else {
             Preflight::Off
         },
+        // Nor starts workers: srun or torchrun does.
+        warm: if mode == Mode::Agent { warm } else { Warm::Off },
     }
 }
 

@@ -232,6 +232,11 @@ plan_keys! {
     #[key(Preflight, example = r#""off""#)]
     #[arg(long, value_name = "on|off")]
     pub preflight: Option<String>,
+    /// Once an attempt trains, start the next attempt's Python workers ahead with their
+    /// modules imported, so a restart skips its imports: `on` (default) or `off`.
+    #[key(Warm, example = r#""off""#)]
+    #[arg(long, value_name = "on|off")]
+    pub warm: Option<String>,
     /// How the agents read training metrics from the workers' lines: `auto` (default),
     /// `json`, `kv`, `torchtitan`, `deepspeed`, `megatron`, `swav`, `off`, or `regex:RE`.
     #[key(Metrics, example = r#""megatron""#)]

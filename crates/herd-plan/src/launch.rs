@@ -361,6 +361,47 @@ impl fmt::Display for Preflight {
     }
 }
 
+/// Whether each agent starts the next attempt's Python workers ahead of time, their
+/// modules imported (docs/launch.md, "Warm starts").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Warm {
+    /// A standby per worker, imports done, for a restart in the same allocation (the
+    /// default).
+    #[default]
+    On,
+    /// Every worker starts cold.
+    Off,
+}
+
+impl Warm {
+    /// Whether standbys are kept.
+    pub fn is_on(self) -> bool {
+        self == Warm::On
+    }
+}
+
+impl FromStr for Warm {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Warm, String> {
+        match s {
+            "on" => Ok(Warm::On),
+            "off" => Ok(Warm::Off),
+            _ => Err(format!("`{s}` is not `on` or `off`")),
+        }
+    }
+}
+
+impl fmt::Display for Warm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Warm::On => "on",
+            Warm::Off => "off",
+        })
+    }
+}
+
 /// Staying alive: the warning before the time limit, the stop that asks workers to
 /// checkpoint, the requeue budget, the hang watchdog (docs/launch.md, "Staying alive"), the
 /// node preflight (docs/launch.md, "Preflight").
@@ -405,6 +446,12 @@ pub struct KeepAlive {
     #[arg(long, value_name = "on|off", default_value_t = KeepAlive::LAUNCH.preflight)]
     #[serde(default = "KeepAlive::default_preflight")]
     pub preflight: Preflight,
+    /// Once an attempt trains, each agent starts the next attempt's Python workers ahead,
+    /// with the modules they had loaded imported, so a restart skips its imports: `on` or
+    /// `off`.
+    #[arg(long, value_name = "on|off", default_value_t = KeepAlive::LAUNCH.warm)]
+    #[serde(default = "KeepAlive::default_warm")]
+    pub warm: Warm,
 }
 
 /// `herd submit`'s requeues per cause: a submitted job is made requeueable, and a few
@@ -426,6 +473,7 @@ impl KeepAlive {
         start_timeout: Seconds::from_secs(1800),
         on_hang: OnHang::Fail,
         preflight: Preflight::On,
+        warm: Warm::On,
     };
 
     /// The start timeout of a plan written before there was one.
@@ -436,6 +484,11 @@ impl KeepAlive {
     /// The preflight of a plan written before there was one.
     fn default_preflight() -> Preflight {
         KeepAlive::LAUNCH.preflight
+    }
+
+    /// Warm starts in a plan written before there were any.
+    fn default_warm() -> Warm {
+        KeepAlive::LAUNCH.warm
     }
 
     /// `herd submit`'s defaults for a job with `time_limit`: [`KeepAlive::LAUNCH`] but
@@ -721,6 +774,7 @@ impl AgentOptions {
         );
         flag(&mut args, "on-hang", &k.on_hang, Some(&dk.on_hang));
         flag(&mut args, "preflight", &k.preflight, Some(&dk.preflight));
+        flag(&mut args, "warm", &k.warm, Some(&dk.warm));
         if self.label {
             args.push("--label".into());
         }

@@ -101,7 +101,7 @@ pub use job::{
 };
 pub use keys::{JobKeys, Key, PlanArgs, Source};
 pub use launch::{
-    AgentOptions, GpuBindArg, HangTimeout, KeepAlive, OnHang, Preflight, Seconds, StopSignal,
+    AgentOptions, GpuBindArg, HangTimeout, KeepAlive, OnHang, Preflight, Seconds, StopSignal, Warm,
 };
 pub use plan::{Mode, Plan, Problem, ResolveError, DEFAULT_EXP_ROOT, MAX_JOB_NAME};
 pub use quote::{quote, quote_if_needed, quote_words, NulError};

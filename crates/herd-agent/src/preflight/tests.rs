@@ -645,6 +645,7 @@ fn config(argv: Vec<OsString>, logs: &Path, checkpoints: Option<PathBuf>) -> Con
             ..herd_slurm::LaunchInfo::default()
         },
         container: None,
+        warm: None,
     }
 }
 

@@ -42,6 +42,7 @@ fn every_option_changed() -> AgentOptions {
             start_timeout: Seconds::from_secs(900),
             on_hang: OnHang::Restart,
             preflight: Preflight::Off,
+            warm: Warm::Off,
         },
         container: crate::launch::ContainerArgs {
             image: Some("/shared/images/train.sqfs".into()),
@@ -108,7 +109,9 @@ fn values_are_typed_and_refused_where_they_are_given() {
     assert_eq!("off".parse::<Preflight>(), Ok(Preflight::Off));
     for bad in ["", "no", "false", "On"] {
         assert!(bad.parse::<Preflight>().is_err(), "{bad}");
+        assert!(bad.parse::<Warm>().is_err(), "{bad}");
     }
+    assert_eq!("off".parse::<Warm>(), Ok(Warm::Off));
     assert_eq!("auto".parse::<HangTimeout>(), Ok(HangTimeout::Auto));
     assert_eq!(
         "600".parse::<HangTimeout>(),

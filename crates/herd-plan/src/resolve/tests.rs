@@ -1,5 +1,5 @@
 use super::*;
-use crate::launch::{HangTimeout, KeepAlive, OnHang, Preflight, Seconds};
+use crate::launch::{HangTimeout, KeepAlive, OnHang, Preflight, Seconds, Warm};
 use std::path::Path;
 
 fn file(text: &str) -> JobFile {
@@ -27,7 +27,7 @@ fn staying_alive_has_defaults_and_checks_its_keys_against_each_other() {
     assert_eq!(plan.keep.max_requeues, 3);
     assert_eq!(plan.source(Key::MaxRequeues), Some(&Source::Default));
     let job = file(&format!(
-        "max_requeues = 10\nwarn_before = 300\nstop_signal = \"SIGUSR2\"\nstop_grace = 120\nhang_timeout = 600\nstart_timeout = 900\non_hang = \"restart\"\npreflight = \"off\"\ntime = \"24:00:00\"\n{BASIC}"
+        "max_requeues = 10\nwarn_before = 300\nstop_signal = \"SIGUSR2\"\nstop_grace = 120\nhang_timeout = 600\nstart_timeout = 900\non_hang = \"restart\"\npreflight = \"off\"\nwarm = \"off\"\ntime = \"24:00:00\"\n{BASIC}"
     ));
     let keep = ok(Some(&job), &JobKeys::default(), &[], "login1").keep;
     assert_eq!(
@@ -41,6 +41,7 @@ fn staying_alive_has_defaults_and_checks_its_keys_against_each_other() {
             start_timeout: Seconds::from_secs(900),
             on_hang: OnHang::Restart,
             preflight: Preflight::Off,
+            warm: Warm::Off,
         }
     );
     // `requeue = false` turns the default budget off and refuses an explicit one.
@@ -153,6 +154,23 @@ fn staying_alive_has_defaults_and_checks_its_keys_against_each_other() {
     json.as_object_mut().map(|o| o.remove("preflight"));
     let back: KeepAlive = serde_json::from_value(json).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(back.preflight, Preflight::On);
+    // Warm starts: on by default, off by a flag (passed to the agents), off in srun mode,
+    // and on in a manifest written before the key existed.
+    assert_eq!(plan.keep.warm, Warm::On);
+    let flags = JobKeys {
+        warm: Some("off".into()),
+        ..JobKeys::default()
+    };
+    let plan = ok(Some(&file(BASIC)), &flags, &[], "login1");
+    assert_eq!(plan.keep.warm, Warm::Off);
+    assert_eq!(plan.source(Key::Warm), Some(&Source::Flag));
+    let args = plan.agent_options().to_args();
+    assert!(args.ends_with(&["--warm".into(), "off".into()]), "{args:?}");
+    assert_eq!(keep.warm, Warm::Off, "srun mode starts no worker itself");
+    let mut json = serde_json::to_value(&plan.keep).unwrap_or_default();
+    json.as_object_mut().map(|o| o.remove("warm"));
+    let back: KeepAlive = serde_json::from_value(json).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(back.warm, Warm::On);
 }
 
 #[test]

@@ -37,4 +37,5 @@ mod teardown;
 mod top;
 mod train_ddp_contract;
 mod two_networks;
+mod warm;
 mod wheel;

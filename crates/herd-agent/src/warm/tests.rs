@@ -1,0 +1,199 @@
+use super::*;
+
+use tokio::io::AsyncReadExt;
+
+fn argv(words: &[&str]) -> Vec<OsString> {
+    words.iter().map(OsString::from).collect()
+}
+
+fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+#[test]
+fn only_a_plain_python_run_of_a_script_or_module_is_warmed() {
+    for warm in [
+        &["python", "train.py", "--lr", "3"][..],
+        &["python3", "train.py"],
+        &["/venv/bin/python3.11", "-u", "train.py"],
+        &["python", "-B", "-OO", "-m", "pkg.train", "-x"],
+        &["python", "-m", "torch.distributed.run", "--help"],
+    ] {
+        let entry = python_entry(&argv(warm));
+        assert!(entry.is_some(), "{warm:?}");
+    }
+    for cold in [
+        &["torchrun", "train.py"][..],
+        &["python"],
+        &["python", "-c", "print(1)"],
+        &["python", "-"],
+        &["python", "-m"],
+        &["python", "-m", "-x"],
+        &["python", "-X", "dev", "train.py"],
+        &["python", "-I", "train.py"],
+        &["python2", "train.py"],
+        &["python3.", "train.py"],
+        &["python3.x", "train.py"],
+        &["pythonista", "train.py"],
+        &["bash", "-c", "python train.py"],
+    ] {
+        assert_eq!(python_entry(&argv(cold)), None, "{cold:?}");
+    }
+    // An argument that is not text (a JSON message carries the command line) starts cold.
+    #[cfg(unix)]
+    {
+        use std::os::unix::ffi::OsStringExt;
+        let odd = vec![
+            OsString::from("python"),
+            OsString::from("train.py"),
+            OsString::from_vec(vec![0xff, 0xfe]),
+        ];
+        assert_eq!(python_entry(&odd), None);
+    }
+}
+
+#[test]
+fn the_standby_runs_the_same_interpreter_with_the_same_flags_and_shows_the_script() {
+    let entry = python_entry(&argv(&["/v/bin/python", "-u", "-m", "pkg", "a"]))
+        .unwrap_or_else(|| panic!("a Python run"));
+    assert_eq!(
+        entry.standby_argv(),
+        argv(&["/v/bin/python", "-u", "-c", LOADER, "-m", "pkg", "a"])
+    );
+    let payload = String::from_utf8(Entry::payload(&["torch".to_owned(), "numpy".to_owned()]))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let (len, rest) = payload
+        .split_once('\n')
+        .unwrap_or_else(|| panic!("{payload}"));
+    let len: usize = len.parse().unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        &rest[..len],
+        STANDBY,
+        "the length is the program's, in bytes"
+    );
+    assert_eq!(&rest[len..], "torch numpy\n");
+}
+
+#[test]
+fn only_the_attempts_own_variables_may_change() {
+    let started = env(&[
+        ("RANK", "1"),
+        ("MASTER_PORT", "29500"),
+        ("HERD_ATTEMPT", "0"),
+        ("OMP_NUM_THREADS", "4"),
+    ]);
+    let mut now = started.clone();
+    now.insert("MASTER_PORT".into(), "29611".into());
+    now.insert("HERD_ATTEMPT".into(), "1".into());
+    now.insert("HERD_RESUME_FROM".into(), "/ck/step-100".into());
+    assert!(
+        misfit(&started, &now).is_empty(),
+        "{:?}",
+        misfit(&started, &now)
+    );
+    // A rank that moved, a thread count read at import, a variable gone: cold.
+    now.insert("RANK".into(), "3".into());
+    now.remove("OMP_NUM_THREADS");
+    now.insert("NEW".into(), "x".into());
+    assert_eq!(misfit(&started, &now), ["NEW", "OMP_NUM_THREADS", "RANK"]);
+}
+
+#[test]
+fn learned_modules_are_read_one_a_line_and_torch_is_the_first_guess() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let file = dir.path().join("rank-0.modules");
+    assert_eq!(learned(&file), ["torch"]);
+    std::fs::write(&file, "numpy\ntorch\n\nbad name\nyaml\n").unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(learned(&file), ["numpy", "torch", "yaml"]);
+}
+
+/// A real standby (this machine's `python3`): it imports what it is told, becomes the
+/// script with the attempt's variables and argv, and learns what the script loaded.
+#[tokio::test]
+async fn a_standby_becomes_the_script_with_the_attempts_variables() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let script = dir.path().join("probe.py");
+    std::fs::write(
+        &script,
+        "import os, sys, json, __main__, time\n\
+         print(json.dumps({'argv': sys.argv, 'name': __name__, 'file': __file__,\n\
+           'path0': sys.path[0], 'port': os.environ.get('MASTER_PORT'),\n\
+           'gone': os.environ.get('HERD_RESUME_FROM'), 'early': 'email' in sys.modules,\n\
+           'stdin': os.readlink('/proc/self/fd/0')}))\n\
+         sys.stdout.flush()\n\
+         time.sleep(3.5)\n\
+         sys.exit(3)\n",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let cmd = argv(&["python3", script.to_str().unwrap_or_default(), "a b", "--x"]);
+    let entry = python_entry(&cmd).unwrap_or_else(|| panic!("a Python run"));
+    let started = env(&[
+        ("RANK", "0"),
+        ("MASTER_PORT", "1"),
+        ("HERD_RESUME_FROM", "/old"),
+    ]);
+    let pool = Pool::default();
+    let standby = Standby::start(&entry, &cmd, &started, &["email".to_owned()])
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    pool.put(0, standby);
+    // Another command, or a changed rank, does not take it (it is ended).
+    let other = argv(&["python3", "other.py"]);
+    assert!(pool.take(0, &other, &started).is_err());
+    let standby = Standby::start(&entry, &cmd, &started, &["email".to_owned()])
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    pool.put(0, standby);
+    let now = env(&[("RANK", "0"), ("MASTER_PORT", "2")]);
+    let standby = pool
+        .take(0, &cmd, &now)
+        .unwrap_or_else(|e| panic!("{e}"))
+        .unwrap_or_else(|| panic!("the standby fits"));
+    // `ps` and `pgrep -f` see the script and its arguments.
+    let shown = std::fs::read(format!("/proc/{}/cmdline", standby.pid)).unwrap_or_default();
+    let shown = String::from_utf8_lossy(&shown).replace('\0', " ");
+    assert!(
+        shown.contains("# herd standby")
+            && shown.ends_with(&format!("{} a b --x ", script.display())),
+        "{shown}"
+    );
+    let learn = dir.path().join("rank-0.modules");
+    let mut h = standby
+        .hand_off(&entry, &now, &learn)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut out = String::new();
+    if let Some(o) = h.stdout.as_mut() {
+        o.read_to_string(&mut out)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    let status = h.child.wait().await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(status.code(), Some(3), "the script's own exit code: {out}");
+    let got: serde_json::Value =
+        serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{out}: {e}"));
+    let script_s = script.to_str().unwrap_or_default();
+    assert_eq!(got["argv"], serde_json::json!([script_s, "a b", "--x"]));
+    assert_eq!(got["name"], "__main__");
+    assert_eq!(got["file"], script_s);
+    assert_eq!(
+        got["path0"],
+        std::fs::canonicalize(dir.path())
+            .unwrap_or_default()
+            .to_str()
+            .unwrap_or_default()
+    );
+    assert_eq!(got["port"], "2", "the attempt's own port");
+    assert_eq!(got["gone"], serde_json::Value::Null, "unset when not given");
+    assert_eq!(got["early"], true, "imported before the hand-off");
+    assert_eq!(got["stdin"], "/dev/null");
+    // 3 s in, it wrote the installed modules it had loaded: its own `json` among them,
+    // never `__main__`.
+    let modules = learned(&learn);
+    assert!(modules.contains(&"json".to_owned()), "{modules:?}");
+    assert!(!modules.iter().any(|m| m == "__main__" || m == "herd"));
+    pool.end().await;
+}
