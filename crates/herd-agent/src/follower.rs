@@ -11,7 +11,6 @@ use herd_rendezvous::NodeInfo;
 use herd_slurm::scheduler::lifecycle::Cause;
 use herd_slurm::Layout;
 use nix::sys::signal::Signal;
-use tokio::net::tcp::OwnedWriteHalf;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
@@ -22,7 +21,7 @@ use crate::event::Event;
 use crate::keep::{no_longer_running, record_run, requeue};
 use crate::message::Msg;
 use crate::outcome::Outcome;
-use crate::protocol::{read_peer, send};
+use crate::protocol::{heartbeat_every, read_peer, send, Writer};
 use crate::signals::{self, Action};
 use crate::words::{cancelled, say};
 use herd_exp::failure::FailureReport;
@@ -51,7 +50,8 @@ pub(crate) async fn follow(
     .await?;
     let (r, w) = link.into_split();
     read_peer(r, 0, cfg.heartbeat_timeout, true, tx.clone());
-    let mut heartbeat = tokio::time::interval(cfg.heartbeat_timeout / 4);
+    let w = Writer::new(w);
+    w.beat(heartbeat_every(cfg.heartbeat_timeout), 0, tx.clone());
     let mut watchdog = tokio::time::interval(Duration::from_secs(1));
     let hang_watch = cfg.keep.watchdog().is_some();
     let mut me = Follow {
@@ -79,7 +79,6 @@ pub(crate) async fn follow(
                 me.on_progress_tick().await;
                 None
             }
-            _ = heartbeat.tick() => me.on_heartbeat_tick().await,
         };
         if let Some(outcome) = done {
             return Ok(outcome);
@@ -94,8 +93,8 @@ struct Follow {
     host: String,
     /// Where this node's workers send their exits (each attempt's start needs it).
     tx: mpsc::UnboundedSender<Event>,
-    /// The link to the leader.
-    w: OwnedWriteHalf,
+    /// The link to the leader (its heartbeats go from a task of their own).
+    w: Writer,
     attempt: Option<Attempt>,
     /// Once this node has failed or been told to stop, only the leader's word moves on.
     stopped: bool,
@@ -232,7 +231,7 @@ impl Follow {
             Err(report) => {
                 self.stopped = true;
                 let _ = send(
-                    &mut self.w,
+                    &self.w,
                     &Msg::Failed {
                         report: Box::new(report),
                     },
@@ -242,7 +241,7 @@ impl Follow {
                     attempt: n,
                     step: None,
                 };
-                let _ = send(&mut self.w, &torn_down).await;
+                let _ = send(&self.w, &torn_down).await;
             }
         }
         Ok(())
@@ -270,7 +269,7 @@ impl Follow {
         // it blames gets `Teardown`, which drops this).
         let attempt = start.attempt;
         self.pending = Some(start);
-        let _ = send(&mut self.w, &Msg::Preflight { attempt, failed }).await;
+        let _ = send(&self.w, &Msg::Preflight { attempt, failed }).await;
     }
 
     /// The leader asks attempt `n`'s workers to checkpoint and stop, with `signal`: from
@@ -285,7 +284,7 @@ impl Follow {
         }
         if a.running.is_empty() && !self.stopped {
             self.stopped = true;
-            let _ = send(&mut self.w, &Msg::NodeDone { attempt: n }).await;
+            let _ = send(&self.w, &Msg::NodeDone { attempt: n }).await;
         }
     }
 
@@ -293,7 +292,7 @@ impl Follow {
     async fn on_dump(&mut self, n: u32) {
         if let Some(a) = self.attempt.as_ref().filter(|a| a.number == n) {
             let stacks = a.stacks(&self.cfg).await;
-            let _ = send(&mut self.w, &Msg::Stacks { attempt: n, stacks }).await;
+            let _ = send(&self.w, &Msg::Stacks { attempt: n, stacks }).await;
         }
     }
 
@@ -309,7 +308,7 @@ impl Follow {
         }
         self.stopped = true;
         let step = self.attempt.as_ref().and_then(Attempt::highest_step);
-        let _ = send(&mut self.w, &Msg::TornDown { attempt: n, step }).await;
+        let _ = send(&self.w, &Msg::TornDown { attempt: n, step }).await;
     }
 
     /// The job is over, `ok` or not.
@@ -373,7 +372,7 @@ impl Follow {
             if a.running.is_empty() {
                 self.stopped = true;
                 a.finish_output().await;
-                let _ = send(&mut self.w, &Msg::NodeDone { attempt: n }).await;
+                let _ = send(&self.w, &Msg::NodeDone { attempt: n }).await;
             }
             return;
         }
@@ -382,7 +381,7 @@ impl Follow {
             // Tell the leader first (it starts every other node's teardown), then
             // end this node's workers.
             let _ = send(
-                &mut self.w,
+                &self.w,
                 &Msg::Failed {
                     report: Box::new(report),
                 },
@@ -390,10 +389,10 @@ impl Follow {
             .await;
             a.teardown(self.cfg.kill_grace).await;
             let step = a.highest_step();
-            let _ = send(&mut self.w, &Msg::TornDown { attempt: n, step }).await;
+            let _ = send(&self.w, &Msg::TornDown { attempt: n, step }).await;
         } else if a.running.is_empty() {
             a.finish_output().await;
-            let _ = send(&mut self.w, &Msg::NodeDone { attempt: n }).await;
+            let _ = send(&self.w, &Msg::NodeDone { attempt: n }).await;
         }
     }
 
@@ -418,7 +417,7 @@ impl Follow {
     /// the stop's grace, or at once when the leader cannot be told.
     async fn on_terminate(&mut self, sig: Signal) -> Option<Outcome> {
         let told = send(
-            &mut self.w,
+            &self.w,
             &Msg::Signalled {
                 signal: sig.as_str().to_owned(),
             },
@@ -463,7 +462,7 @@ impl Follow {
             format!("the agent on {host} was signalled and the leader did not answer"),
         );
         let _ = send(
-            &mut self.w,
+            &self.w,
             &Msg::Failed {
                 report: Box::new(report),
             },
@@ -478,7 +477,7 @@ impl Follow {
         if let Some(a) = self.attempt.as_mut().filter(|_| !self.stopped) {
             let ranks = a.progress();
             let _ = send(
-                &mut self.w,
+                &self.w,
                 &Msg::Progress {
                     attempt: a.number,
                     ranks,
@@ -486,21 +485,6 @@ impl Follow {
             )
             .await;
         }
-    }
-
-    /// A heartbeat to the leader; one that cannot be written means the leader is lost.
-    async fn on_heartbeat_tick(&mut self) -> Option<Outcome> {
-        if send(&mut self.w, &Msg::Heartbeat).await.is_ok() {
-            return None;
-        }
-        if let Some(a) = self.attempt.as_mut() {
-            a.teardown(self.cfg.kill_grace).await;
-        }
-        say(format!(
-            "node {}: lost the leader (cannot write to it): tore down this node's workers",
-            self.cfg.node_rank
-        ));
-        Some(lost_leader(&self.cfg, self.attempt.as_ref(), "cannot write to it").await)
     }
 }
 

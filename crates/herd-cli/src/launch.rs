@@ -142,7 +142,13 @@ fn base_config(
 }
 
 fn run_agent(cfg: Config) -> Result<ExitStatus, CliError> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
+    // The agent's own loop runs on this thread (`block_on`); the links' readers, their
+    // heartbeats and the workers' output run on two threads of their own, so a loop
+    // waiting on a slow file system (the timeline on a shared one) neither stops this
+    // node's heartbeats nor makes a peer's look late.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("herd-agent")
         .enable_all()
         .build()
         .map_err(CliError::system("cannot start the agent's event loop"))?;

@@ -448,8 +448,9 @@ pub fn main() -> std::process::ExitCode {
             });
         }
     };
-    let stdout = std::io::stdout();
-    let mut out = std::io::BufWriter::with_capacity(1 << 16, stdout.lock());
+    // Stdout itself, not its lock held for the whole run: an agent's threads write its
+    // workers' output to it while the agent runs.
+    let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout());
     let result = run(cli, &mut out);
     // Flushed also after an error: a dry run's script is printed before its check fails.
     let flushed = out.flush();

@@ -584,8 +584,10 @@ pub struct AgentOptions {
     /// Seconds the nodes may take to find each other.
     #[arg(long, value_name = "SECONDS", default_value_t = Seconds::from_secs(300))]
     pub rendezvous_timeout: Seconds,
-    /// Seconds of silence after which another node's agent counts as lost (a crashed or
-    /// frozen node ends the attempt this long after it stopped answering).
+    /// The longest silence after which another node's agent counts as lost (a crashed or
+    /// frozen node). Sooner when its heartbeats (two a second) have been steady: herd
+    /// adapts the verdict to each link's own heartbeat intervals, about 2.6 s on a quiet
+    /// link, later on a jittery one, never later than this.
     #[arg(long, value_name = "SECONDS", default_value_t = Seconds::from_secs(10))]
     pub heartbeat_timeout: Seconds,
     /// Time limits, preemption, requeues, hangs.

@@ -2,10 +2,8 @@
 
 use std::collections::HashSet;
 
-use tokio::net::tcp::OwnedWriteHalf;
-
 use crate::message::Msg;
-use crate::protocol::send;
+use crate::protocol::{send, Writer};
 
 /// The leader's link to one follower.
 pub(super) struct Follower {
@@ -13,7 +11,8 @@ pub(super) struct Follower {
     pub(super) host: String,
     /// Its agent's pid on its node (to end it there when a spare replaces it).
     pub(super) pid: u32,
-    pub(super) writer: OwnedWriteHalf,
+    /// The link to it (its heartbeats go from a task of their own).
+    pub(super) writer: Writer,
     pub(super) alive: bool,
 }
 
@@ -29,7 +28,7 @@ pub(super) fn live(followers: &[Follower]) -> HashSet<u32> {
 /// Send `msg` to every live follower; one that cannot be written to counts as lost.
 pub(super) async fn broadcast(followers: &mut [Follower], msg: &Msg) {
     for f in followers.iter_mut().filter(|f| f.alive) {
-        if send(&mut f.writer, msg).await.is_err() {
+        if send(&f.writer, msg).await.is_err() {
             f.alive = false;
         }
     }

@@ -11,7 +11,7 @@ use super::links::Follower;
 use crate::config::Config;
 use crate::error::AgentError;
 use crate::event::Event;
-use crate::protocol::read_peer;
+use crate::protocol::{heartbeat_every, read_peer, Writer};
 use crate::words::{count, say};
 
 /// The rendezvous: every follower joined, with its worker count; the address they reached
@@ -69,11 +69,17 @@ pub(super) async fn gather(
             tasks_per_node[info.node_rank as usize] = info.nproc;
             let (r, w) = link.into_split();
             read_peer(r, info.node_rank, cfg.heartbeat_timeout, false, tx.clone());
+            let writer = Writer::new(w);
+            writer.beat(
+                heartbeat_every(cfg.heartbeat_timeout),
+                info.node_rank,
+                tx.clone(),
+            );
             followers.push(Follower {
                 node_rank: info.node_rank,
                 host: info.host,
                 pid: info.pid,
-                writer: w,
+                writer,
                 alive: true,
             });
         }

@@ -170,7 +170,7 @@ impl Lead {
             if f.alive {
                 // It ends its workers and itself.
                 let _ = send(
-                    &mut f.writer,
+                    &f.writer,
                     &Msg::Dismiss {
                         why: bad.why.clone(),
                     },

@@ -87,8 +87,6 @@ pub(super) struct Lead {
     /// The node the last preflight blamed, for the attempt's end to act on.
     pub(super) preflight_blame: Option<Blamed>,
     pub(super) master_addr: String,
-    /// A heartbeat to every follower each quarter of the heartbeat timeout.
-    pub(super) heartbeat: Interval,
     /// Each second: the first output, the hang watchdog.
     pub(super) watchdog: Interval,
     /// The first attempt's number in this allocation: restarts count from it.
@@ -130,7 +128,6 @@ impl Lead {
         layout: Layout,
         master_addr: String,
     ) -> Lead {
-        let heartbeat = tokio::time::interval(cfg.heartbeat_timeout / 4);
         let (active, spares) = split_spares(layout.nodes.len() as u32, cfg.spare_nodes);
         let watchdog = tokio::time::interval(Duration::from_secs(1));
         let first = cfg.log_dir.next_attempt();
@@ -152,7 +149,6 @@ impl Lead {
             blamed_hosts: Vec::new(),
             preflight_blame: None,
             master_addr,
-            heartbeat,
             watchdog,
             first,
             number: first,

@@ -10,7 +10,6 @@ use herd_slurm::scheduler::lifecycle::Cause;
 use nix::sys::signal::Signal;
 use tokio::time::Instant;
 
-use super::links::broadcast;
 use super::state::{End, Lead};
 use crate::config::OnHang;
 use crate::event::Event;
@@ -37,10 +36,6 @@ impl Lead {
                     Some(event) => self.on_event(event).await,
                     None => Some(self.loop_closed()),
                 },
-                _ = self.heartbeat.tick() => {
-                    broadcast(&mut self.followers, &Msg::Heartbeat).await;
-                    None
-                }
                 _ = tokio::time::sleep_until(warn_at) => {
                     self.on_warning_due().await;
                     None

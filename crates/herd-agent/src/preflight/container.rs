@@ -123,7 +123,13 @@ pub(super) async fn check_container(
         .map(|g| ("CUDA_VISIBLE_DEVICES".to_owned(), g.join(",")))
         .into_iter()
         .collect();
-    let wrapped = crate::workers::container_command(container, &probe, &env)?;
+    // Podman starts the attempt's container here (`podman run`, about a second): off the
+    // agent's thread, which keeps its links and heartbeats going meanwhile.
+    let (c, p) = (container.clone(), probe.clone());
+    let wrapped =
+        tokio::task::spawn_blocking(move || crate::workers::container_command(&c, &p, &env))
+            .await
+            .map_err(|e| finding(format!("the container's start panicked: {e}")))??;
     let mut cmd =
         tokio::process::Command::from(herd_slurm::user_program(&wrapped.program, &wrapped.env));
     cmd.args(&wrapped.args)

@@ -243,7 +243,15 @@ fn framework_jobs_lose_no_step_through_a_preemption_and_a_time_limit() {
             "{name}: {order:?}"
         );
         let finished = events(&all, "finished");
-        assert_eq!(finished.len(), 1, "{name}: {order:?}");
+        // Each allocation's `started` (SLURM's requeue count, the time) and the requeues
+        // say who ran the job again, should it run once more.
+        assert_eq!(
+            finished.len(),
+            1,
+            "{name}: {order:?}\nstarted: {:?}\nrequeues: {requeues:?}\n{}",
+            events(&all, "started"),
+            read_lossy(exp.join(format!("logs/{id}.err")))
+        );
         assert_eq!(finished[0]["ok"], true, "{name}: {order:?}");
         for rank in 0..2 {
             let log = step_log(out, rank);
