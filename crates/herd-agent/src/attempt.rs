@@ -279,8 +279,9 @@ impl Attempt {
     }
 
     /// The task that starts the next attempt's standbys of `workers` (their positions and
-    /// variables) once this attempt trains: at its first step, or 30 s after it started,
-    /// so their imports do not slow this attempt's own start. `None` when warm starts are
+    /// variables) once this attempt trains: once each of its workers here has written a
+    /// line or one has printed a step, or 30 s after it started, so their imports do not
+    /// slow this attempt's own start. `None` when warm starts are
     /// off or cannot be had (not a plain Python run, a container), or when no attempt can
     /// follow in this allocation (no restart left after `restarts`, no spare).
     fn refill_task(
@@ -297,9 +298,21 @@ impl Attempt {
         let argv = cfg.argv.clone();
         let step = self.step.clone();
         let dir = self.dir.clone();
+        let outputs: Vec<_> = self
+            .running
+            .values()
+            .map(|w| w.last_output_ms.clone())
+            .collect();
+        // Past their imports: every worker here has written a line, or one a step.
+        let trains = move || {
+            step.get().is_some()
+                || outputs
+                    .iter()
+                    .all(|o| o.load(std::sync::atomic::Ordering::Relaxed) > 0)
+        };
         Some(tokio::spawn(async move {
             let until = tokio::time::Instant::now() + Duration::from_secs(30);
-            while step.get().is_none() && tokio::time::Instant::now() < until {
+            while !trains() && tokio::time::Instant::now() < until {
                 tokio::time::sleep(Duration::from_millis(250)).await;
             }
             for (pos, env) in workers {

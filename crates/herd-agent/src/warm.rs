@@ -3,10 +3,11 @@
 //!
 //! For a worker command that is a plain interpreter run on a script or a module
 //! (`python [-u|-B|-O|-OO] SCRIPT …`, `python -m MODULE …`, [`python_entry`]), once an
-//! attempt's workers train (their first step, or 30 s after they started), the agent starts
-//! one standby per local rank: `python -c LOADER SCRIPT ARGS…`, which reads its program
-//! (`warm/standby.py`) from its stdin, with that worker's whole environment; it imports the
-//! modules that rank had loaded (learned in
+//! attempt's workers are past their imports (each has written a line, or one a step; else
+//! 30 s after they started) and another attempt can follow in the allocation, the agent
+//! starts one standby per local rank: `python -c LOADER SCRIPT ARGS…`, which reads its
+//! program (`warm/standby.py`) from its stdin, with that worker's whole environment; it
+//! imports the modules that rank had loaded (learned in
 //! `rank-R.modules` of the attempt folder; `torch` before anything is learned) and waits on
 //! its stdin. When the next attempt starts in the same allocation, each worker whose command
 //! and environment are the same but for the attempt's own variables ([`LATE`]) is that
