@@ -8,7 +8,8 @@
 //! starts one standby per local rank: `python -c LOADER SCRIPT ARGS…`, which reads its
 //! program (`warm/standby.py`) from its stdin, with that worker's whole environment; it
 //! imports the modules that rank had loaded (learned in
-//! `rank-R.modules` of the attempt folder; `torch` before anything is learned) and waits on
+//! `rank-R.modules` of the attempt folder; before anything is learned, torch and the installed
+//! modules the script imports at its top level, [`FIRST_GUESS`]) and waits on
 //! its stdin. When the next attempt starts in the same allocation, each worker whose command
 //! and environment are the same but for the attempt's own variables ([`LATE`]) is that
 //! standby, handed those variables and its command line; it runs the script as `python`
@@ -61,8 +62,10 @@ pub const LATE: [&str; 11] = [
     HERD_RESUME_FROM,
 ];
 
-/// Modules a standby imports before anything is learned of the job.
-pub const FIRST_GUESS: [&str; 1] = ["torch"];
+/// Modules a standby imports before anything is learned of the job: torch, and `*`, the
+/// installed modules the script (or `-m` module) imports in its statements outside
+/// functions, found where its `python` would find them (`warm/standby.py`).
+pub const FIRST_GUESS: [&str; 2] = ["torch", "*"];
 
 /// A worker command a standby can become: the interpreter, its flags, and what follows
 /// them (`SCRIPT ARGS…` or `-m MODULE ARGS…`).

@@ -1,8 +1,8 @@
 # herd's standby worker (docs/launch.md, "Warm starts"). The agent starts
 # `python [FLAGS] -c LOADER SCRIPT ARGS...` (so `ps` shows the worker's own command line)
 # with the worker's environment; LOADER reads this program from stdin and runs it. It reads
-# one line of module names and imports them (torch, and what the job's workers had loaded
-# before), then waits on stdin for one line, {"set": {...}, "unset": [...], "argv": [...],
+# one line of module names and imports them (what the job's workers had loaded before; before
+# anything is learned, torch and the installed modules the script imports, `*`), then waits on stdin for one line, {"set": {...}, "unset": [...], "argv": [...],
 # "learn": PATH}: the attempt's own variables and the command line after `python`. It then
 # runs that script (or `-m` module) as `python ARGV` would: in the real `__main__`, with the
 # same sys.argv, sys.path[0], __file__, exit codes and tracebacks. Nothing of its own stays
@@ -11,7 +11,10 @@
 def _herd_standby():
     import sys, os, importlib, importlib.machinery
 
-    for name in sys.stdin.buffer.readline().decode().split():
+    names = sys.stdin.buffer.readline().decode().split()
+    if "*" in names:
+        names = [n for n in names if n != "*"] + _herd_script_imports(sys.argv[1:])
+    for name in names:
         try:
             importlib.import_module(name)
         except BaseException:  # noqa: B036 - an import that fails is the script's to see
@@ -45,14 +48,16 @@ def _herd_standby():
         import runpy
 
         sys.argv = ["-m"] + argv[2:]
-        sys.path[0] = os.getcwd()
+        if not getattr(sys.flags, "safe_path", False):
+            sys.path[0] = os.getcwd()
         main.clear()
         main.update(fresh)
         main["__loader__"] = importlib.machinery.BuiltinImporter
         return lambda: runpy._run_module_as_main(argv[1])
     path = os.path.abspath(argv[0])
     sys.argv = argv
-    sys.path[0] = os.path.dirname(os.path.realpath(path))
+    if not getattr(sys.flags, "safe_path", False):
+        sys.path[0] = os.path.dirname(os.path.realpath(path))
     try:
         with open(path, "rb") as f:
             source = f.read()
@@ -71,6 +76,75 @@ def _herd_standby():
     return lambda: exec(compile(source, path, "exec"), main)
 
 
+def _herd_roots():
+    # The interpreter's prefixes: where installed modules (and the standard library) are.
+    import sys, os
+
+    return tuple({os.path.join(os.path.realpath(p), "") for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)})
+
+
+def _herd_script_imports(args):
+    # What a standby imports before anything is learned, beside torch: the installed
+    # top-level modules the script (ARGS: `SCRIPT ...` or `-m MODULE ...`) imports in its
+    # own statements outside functions (those run when it starts), each found where
+    # `python` will find it (sys.path[0] the script's folder, or the working folder for
+    # -m). One found outside the interpreter's prefixes (the user's own code, or a file that
+    # shadows an installed module) is never imported early; nothing of the script's runs.
+    import sys, os, ast, importlib.machinery
+
+    find = importlib.machinery.PathFinder.find_spec
+    # -P (PYTHONSAFEPATH): no sys.path[0] of the script's, and none of `-c`'s.
+    safe = getattr(sys.flags, "safe_path", False)
+    try:
+        if not args:
+            return []
+        if args[0] == "-m":
+            search = sys.path[:] if safe else [os.getcwd()] + sys.path[1:]
+            where, parts = search, args[1].split(".")
+            for i in range(len(parts)):
+                spec = find(".".join(parts[: i + 1]), where)
+                where = spec and spec.submodule_search_locations
+                if spec is None or (where is None and i + 1 < len(parts)):
+                    return []
+            if where is not None:
+                spec = find(args[1] + ".__main__", where)
+            source = spec and spec.origin
+        else:
+            source = os.path.abspath(args[0])
+            search = sys.path[:] if safe else [os.path.dirname(os.path.realpath(source))] + sys.path[1:]
+        with open(source, "rb") as f:
+            tree = ast.parse(f.read(), source)
+    except BaseException:  # noqa: B036 - the script's to find out when it runs
+        return []
+    tops = []
+
+    def visit(node):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.Import):
+                tops.extend(a.name.partition(".")[0] for a in child.names)
+            elif isinstance(child, ast.ImportFrom):
+                if child.level == 0 and child.module:
+                    tops.append(child.module.partition(".")[0])
+            elif isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            elif isinstance(child, (ast.stmt, ast.excepthandler)) or type(child).__name__ == "match_case":
+                visit(child)
+
+    visit(tree)
+    roots, found = _herd_roots(), []
+    for top in dict.fromkeys(tops):
+        if top in ("herd", "__future__", "__main__") or top.startswith("_herd"):
+            continue
+        try:
+            spec = find(top, search)
+            where = spec and (spec.origin if spec.has_location else next(iter(spec.submodule_search_locations or []), None))
+            if where and os.path.realpath(where).startswith(roots):
+                found.append(top)
+        except BaseException:  # noqa: B036
+            continue
+    return found
+
+
 def _herd_learn(path):
     # The installed modules the script has loaded, 3, 10, 30 and 90 s in: what the next
     # standby imports ahead of time. Only those under the interpreter's prefixes (the
@@ -78,9 +152,7 @@ def _herd_learn(path):
     # when imported).
     import sys, os, time
 
-    roots = tuple(
-        {os.path.join(os.path.realpath(p), "") for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
-    )
+    roots = _herd_roots()
     start = time.monotonic()
     for at in (3, 10, 30, 90):
         time.sleep(max(0.0, start + at - time.monotonic()))

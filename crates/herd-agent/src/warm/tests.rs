@@ -102,10 +102,10 @@ fn only_the_attempts_own_variables_may_change() {
 }
 
 #[test]
-fn learned_modules_are_read_one_a_line_and_torch_is_the_first_guess() {
+fn learned_modules_are_read_one_a_line_and_torch_and_the_scripts_imports_are_the_first_guess() {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let file = dir.path().join("rank-0.modules");
-    assert_eq!(learned(&file), ["torch"]);
+    assert_eq!(learned(&file), ["torch", "*"]);
     std::fs::write(&file, "numpy\ntorch\n\nbad name\nyaml\n").unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(learned(&file), ["numpy", "torch", "yaml"]);
 }
@@ -196,4 +196,64 @@ async fn a_standby_becomes_the_script_with_the_attempts_variables() {
     assert!(modules.contains(&"json".to_owned()), "{modules:?}");
     assert!(!modules.iter().any(|m| m == "__main__" || m == "herd"));
     pool.end().await;
+}
+
+/// Before anything is learned (`*`), a real standby imports the installed modules the
+/// script imports outside its functions, as its `python` would find them: not one in a
+/// function, not the script's own file that shadows an installed module; the same for a
+/// `-m` package's `__main__`.
+#[tokio::test]
+async fn a_first_standby_imports_what_the_script_imports_and_nothing_of_its_own() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let report = "import sys, json\n\
+         early = {m: m in sys.modules for m in ('wave', 'fractions', 'tabnanny', 'colorsys')}\n\
+         try:\n    import wave\nexcept ImportError:\n    pass\n\
+         class C:\n    from fractions import Fraction\n\
+         def later():\n    import tabnanny\n\
+         import colorsys\n\
+         print(json.dumps({'early': early, 'colorsys': colorsys.__file__}))\n";
+    let script = dir.path().join("train.py");
+    std::fs::write(&script, report).unwrap_or_else(|e| panic!("{e}"));
+    // The project's own colorsys.py, beside the script, shadows the standard library's.
+    std::fs::write(dir.path().join("colorsys.py"), "X = 1\n").unwrap_or_else(|e| panic!("{e}"));
+    let pkg = dir.path().join("pkg");
+    std::fs::create_dir(&pkg).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(pkg.join("__init__.py"), "").unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(pkg.join("__main__.py"), report).unwrap_or_else(|e| panic!("{e}"));
+    let here = dir.path().to_str().unwrap_or_default().to_owned();
+    let vars = env(&[("PYTHONPATH", &here)]);
+    let star = vec![FIRST_GUESS[1].to_owned()];
+    for cmd in [
+        argv(&["python3", script.to_str().unwrap_or_default()]),
+        argv(&["python3", "-m", "pkg"]),
+    ] {
+        let entry = python_entry(&cmd).unwrap_or_else(|| panic!("a Python run"));
+        let standby = Standby::start(&entry, &cmd, &vars, &star)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let mut h = standby
+            .hand_off(&entry, &vars, &dir.path().join("learn"))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let mut out = String::new();
+        if let Some(o) = h.stdout.as_mut() {
+            o.read_to_string(&mut out)
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+        }
+        let status = h.child.wait().await.unwrap_or_else(|e| panic!("{e}"));
+        assert!(status.success(), "{cmd:?}: {out}");
+        let got: serde_json::Value =
+            serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{out}: {e}"));
+        assert_eq!(
+            got["early"],
+            serde_json::json!({"wave": true, "fractions": true, "tabnanny": false, "colorsys": false}),
+            "{cmd:?}"
+        );
+        assert_eq!(
+            got["colorsys"],
+            format!("{here}/colorsys.py"),
+            "{cmd:?}: the script's own module"
+        );
+    }
 }
