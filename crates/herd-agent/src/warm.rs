@@ -62,10 +62,12 @@ pub const LATE: [&str; 11] = [
     HERD_RESUME_FROM,
 ];
 
-/// Modules a standby imports before anything is learned of the job: torch, and `*`, the
-/// installed modules the script (or `-m` module) imports in its statements outside
-/// functions, found where its `python` would find them (`warm/standby.py`).
-pub const FIRST_GUESS: [&str; 2] = ["torch", "*"];
+/// Modules a standby imports before anything is learned of the job: torch; torch._dynamo,
+/// which torch's optimizers import when the first is made (seconds: sympy, the compiler's
+/// configuration); and `*`, the installed modules the script (or `-m` module) imports in
+/// its statements outside functions, found where its `python` would find them
+/// (`warm/standby.py`). A module that is not installed is passed over.
+pub const FIRST_GUESS: [&str; 3] = ["torch", "torch._dynamo", "*"];
 
 /// A worker command a standby can become: the interpreter, its flags, and what follows
 /// them (`SCRIPT ARGS…` or `-m MODULE ARGS…`).

@@ -1,8 +1,8 @@
 # herd's standby worker (docs/launch.md, "Warm starts"). The agent starts
 # `python [FLAGS] -c LOADER SCRIPT ARGS...` (so `ps` shows the worker's own command line)
 # with the worker's environment; LOADER reads this program from stdin and runs it. It reads
-# one line of module names and imports them (what the job's workers had loaded before; before
-# anything is learned, torch and the installed modules the script imports, `*`), then waits on stdin for one line, {"set": {...}, "unset": [...], "argv": [...],
+# one line of module names and imports them in turn (what the job's workers had loaded before;
+# before anything is learned, torch and the installed modules the script imports, `*`), then waits on stdin for one line, {"set": {...}, "unset": [...], "argv": [...],
 # "learn": PATH}: the attempt's own variables and the command line after `python`. It then
 # runs that script (or `-m` module) as `python ARGV` would: in the real `__main__`, with the
 # same sys.argv, sys.path[0], __file__, exit codes and tracebacks. Nothing of its own stays
@@ -146,28 +146,39 @@ def _herd_script_imports(args):
 
 
 def _herd_learn(path):
-    # The installed modules the script has loaded, 3, 10, 30 and 90 s in: what the next
-    # standby imports ahead of time. Only those under the interpreter's prefixes (the
-    # script's own code is never imported early) and never herd's (it reads its variables
-    # when imported).
+    # The installed modules the script has loaded, 3, 10, 30 and 90 s in, by their full
+    # names: what the next standby imports ahead of time (a submodule counts: torch's
+    # optimizers import torch._dynamo, seconds, when the first is made). Only those whose
+    # file is under the interpreter's prefixes (the script's own code is never imported
+    # early) and never herd's (it reads its variables when imported).
     import sys, os, time
 
     roots = _herd_roots()
+    seen = {}
     start = time.monotonic()
     for at in (3, 10, 30, 90):
         time.sleep(max(0.0, start + at - time.monotonic()))
         try:
-            names = set()
+            names = []
             for name, mod in list(sys.modules.items()):
-                top = name.partition(".")[0]
-                where = getattr(mod, "__file__", None)
-                if top in names or not where or top.startswith("_herd") or top in ("__main__", "herd"):
-                    continue
-                if os.path.realpath(where).startswith(roots):
-                    names.add(top)
+                ok = seen.get(name)
+                if ok is None:
+                    top = name.partition(".")[0]
+                    where = getattr(mod, "__file__", None)
+                    ok = bool(
+                        where
+                        and isinstance(where, str)
+                        and not name.startswith("_herd")
+                        and not top.startswith("__")
+                        and top != "herd"
+                        and os.path.realpath(where).startswith(roots)
+                    )
+                    seen[name] = ok
+                if ok:
+                    names.append(name)
             tmp = f"{path}.{os.getpid()}.tmp"
             with open(tmp, "w") as f:
-                f.write("".join(f"{n}\n" for n in sorted(names)))
+                f.write("".join(f"{n}\n" for n in names))
             os.replace(tmp, path)
         except BaseException:  # noqa: B036 - never the script's problem
             return
