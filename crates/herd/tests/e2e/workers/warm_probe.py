@@ -7,7 +7,9 @@ script computed. It prints one step (so its agent starts the next attempt's stan
 and in attempt 0 (with `wait`) waits until its agent holds a standby per local rank;
 later attempts live 3.5 s, long enough to learn their modules, and write how many standbys
 their agent then holds. Then it fails on
-purpose with a traceback, so the next attempt starts from those standbys.
+purpose with a traceback, so the next attempt starts from those standbys; no rank exits
+before every rank of its attempt has printed its traceback (herd ends the others as soon as
+one exits, which would cut a slower rank's traceback short).
 """
 
 import json
@@ -16,6 +18,8 @@ import os
 import signal
 import sys
 import time
+
+import atexit
 
 import __main__
 import torch  # noqa: F401 - a module for the standby to learn
@@ -78,11 +82,25 @@ def record(out):
     os.replace(os.path.join(out, name + ".tmp"), os.path.join(out, name))
 
 
+def wait_for_every_traceback(out):
+    """At exit, after Python printed this rank's traceback: say so, and wait (up to 60 s)
+    until every rank of the attempt has."""
+    attempt, world = os.environ["HERD_ATTEMPT"], int(os.environ["WORLD_SIZE"])
+    open(os.path.join(out, f"attempt-{attempt}-rank-{os.environ['RANK']}.printed"), "w").close()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        done = [f for f in os.listdir(out) if f.startswith(f"attempt-{attempt}-") and f.endswith(".printed")]
+        if len(done) >= world:
+            return
+        time.sleep(0.05)
+
+
 def fail():
     raise RuntimeError("the probe fails on purpose")
 
 
 if __name__ == "__main__":
+    atexit.register(wait_for_every_traceback, sys.argv[1])
     record(sys.argv[1])
     print(json.dumps({"step": 1}), flush=True)
     if os.environ["HERD_ATTEMPT"] == "0" and sys.argv[2] == "wait":
