@@ -1,17 +1,22 @@
 # herd's standby worker (docs/launch.md, "Warm starts"). The agent starts
 # `python [FLAGS] -c LOADER SCRIPT ARGS...` (so `ps` shows the worker's own command line)
 # with the worker's environment; LOADER reads this program from stdin and runs it. It reads
-# one line of module names and imports them in turn (what the job's workers had loaded before;
-# before anything is learned, torch and the installed modules the script imports, `*`), then waits on stdin for one line, {"set": {...}, "unset": [...], "argv": [...],
+# one line of module names and imports them in turn (what the job's workers had loaded
+# before; before anything is learned, torch and the installed modules the script imports,
+# `*`), then waits on stdin for one line, {"set": {...}, "unset": [...], "argv": [...],
 # "learn": PATH}: the attempt's own variables and the command line after `python`. It then
 # runs that script (or `-m` module) as `python ARGV` would: in the real `__main__`, with the
-# same sys.argv, sys.path[0], __file__, exit codes and tracebacks. Nothing of its own stays
-# in `__main__`, and only the modules it imported (and `json`, `threading`) stay loaded;
-# sys.orig_argv is the standby's own.
+# same sys.argv, sys.path[0], __file__, environment, exit codes and tracebacks. Nothing of
+# its own stays in `__main__`, and only the modules it imported (and `json`, `threading`)
+# stay loaded; sys.orig_argv is the standby's own.
 def _herd_standby():
     import sys, os, importlib, importlib.machinery
 
     names = sys.stdin.buffer.readline().decode().split()
+    # What the imports write into the environment is undone before the script runs (torch's
+    # compiler sets TORCHINDUCTOR_CACHE_DIR when imported): it starts with the environment
+    # a cold start gets.
+    started = dict(os.environ)
     if "*" in names:
         names = [n for n in names if n != "*"] + _herd_script_imports(sys.argv[1:])
     for name in names:
@@ -28,6 +33,9 @@ def _herd_standby():
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)
+    for key in [k for k in os.environ if k not in started]:
+        del os.environ[key]
+    os.environ.update(started)
     for key in msg["unset"]:
         os.environ.pop(key, None)
     os.environ.update(msg["set"])
