@@ -110,6 +110,38 @@ fn reference(project: &Path, python: &Path, script: &str, extra: &[&str]) -> Val
     final_state(&out, 0)
 }
 
+/// Once job `id` has been requeued (SLURM's `Restarts` above 0), give it a 5-minute limit:
+/// its next allocation then finishes however slowly the loaded bed starts it (two cores, five
+/// jobs: a second 1-minute allocation once ran into its own limit, a second requeue), so
+/// the one requeue the test asserts is the one it is about.
+fn longer_limit_after_a_requeue(id: JobId) {
+    let deadline = Instant::now() + Duration::from_secs(480);
+    while Instant::now() < deadline {
+        let shown = std::process::Command::new("scontrol")
+            .args(["show", "job", "-o", &id.to_string()])
+            .output();
+        let info = shown.ok().and_then(|o| {
+            herd_testbed::parse_scontrol_job(String::from_utf8_lossy(&o.stdout).trim())
+        });
+        if let Some(info) = info {
+            if info.fields.get("Restarts").is_some_and(|r| r != "0") {
+                let updated = std::process::Command::new("scontrol")
+                    .args(["update", &format!("JobId={id}"), "TimeLimit=5"])
+                    .status();
+                assert!(
+                    updated.is_ok_and(|s| s.success()),
+                    "scontrol update JobId={id} TimeLimit=5"
+                );
+                return;
+            }
+            if info.is_final() {
+                return;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 #[test]
 fn framework_jobs_lose_no_step_through_a_preemption_and_a_time_limit() {
     let bed = Bed::require();
@@ -216,6 +248,7 @@ fn framework_jobs_lose_no_step_through_a_preemption_and_a_time_limit() {
             "1",
         ],
     ));
+    let extend = std::thread::spawn(move || longer_limit_after_a_requeue(lightning_slurm));
 
     // The four end together, a few minutes in: 8 minutes tells a stuck one (and leaves the
     // wait inside the 10 minutes nextest gives the test).
@@ -286,6 +319,7 @@ fn framework_jobs_lose_no_step_through_a_preemption_and_a_time_limit() {
     let info = bed
         .wait(lightning_slurm, Duration::from_secs(400))
         .unwrap_or_else(|e| panic!("{e}: {:?}", names(&timeline(&exp))));
+    extend.join().expect("the limit thread");
     let all = timeline(&exp);
     let order = names(&all);
     assert!(info.succeeded(), "{info:?}\n{order:?}");
