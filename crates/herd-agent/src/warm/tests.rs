@@ -111,6 +111,27 @@ fn learned_modules_are_read_one_a_line_and_torch_and_the_scripts_imports_are_the
     assert_eq!(learned(&file), ["numpy", "torch", "torch._dynamo", "yaml"]);
 }
 
+/// Hand `standby` its worker and wait for it: its exit status and everything it printed.
+async fn run_to_end(
+    standby: Standby,
+    entry: &Entry,
+    env: &BTreeMap<String, String>,
+    learn: &Path,
+) -> (std::process::ExitStatus, String) {
+    let mut h = standby
+        .hand_off(entry, env, learn)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut out = String::new();
+    if let Some(o) = h.stdout.as_mut() {
+        o.read_to_string(&mut out)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    let status = h.child.wait().await.unwrap_or_else(|e| panic!("{e}"));
+    (status, out)
+}
+
 /// A real standby (this machine's `python3`): it imports what it is told, becomes the
 /// script with the attempt's variables and argv, and learns what the script loaded.
 #[tokio::test]
@@ -162,17 +183,7 @@ async fn a_standby_becomes_the_script_with_the_attempts_variables() {
         "{shown}"
     );
     let learn = dir.path().join("rank-0.modules");
-    let mut h = standby
-        .hand_off(&entry, &now, &learn)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    let mut out = String::new();
-    if let Some(o) = h.stdout.as_mut() {
-        o.read_to_string(&mut out)
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
-    }
-    let status = h.child.wait().await.unwrap_or_else(|e| panic!("{e}"));
+    let (status, out) = run_to_end(standby, &entry, &now, &learn).await;
     assert_eq!(status.code(), Some(3), "the script's own exit code: {out}");
     let got: serde_json::Value =
         serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{out}: {e}"));
@@ -237,17 +248,7 @@ async fn a_first_standby_imports_what_the_script_imports_and_nothing_of_its_own(
         let standby = Standby::start(&entry, &cmd, &vars, &star)
             .await
             .unwrap_or_else(|e| panic!("{e}"));
-        let mut h = standby
-            .hand_off(&entry, &vars, &dir.path().join("learn"))
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
-        let mut out = String::new();
-        if let Some(o) = h.stdout.as_mut() {
-            o.read_to_string(&mut out)
-                .await
-                .unwrap_or_else(|e| panic!("{e}"));
-        }
-        let status = h.child.wait().await.unwrap_or_else(|e| panic!("{e}"));
+        let (status, out) = run_to_end(standby, &entry, &vars, &dir.path().join("learn")).await;
         assert!(status.success(), "{cmd:?}: {out}");
         let got: serde_json::Value =
             serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{out}: {e}"));
