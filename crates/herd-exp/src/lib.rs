@@ -81,6 +81,7 @@ pub mod nodes;
 pub mod outputs;
 pub mod progress;
 mod snapshot;
+mod stats;
 pub mod sweep;
 mod text;
 pub mod timeline;
@@ -102,6 +103,7 @@ pub use snapshot::{
     LeftOutEnv, PreviousSize, PythonEnv, SnapshotOptions, SnapshotReport, TopEntry,
     ALWAYS_EXCLUDED, BIGGEST, RACY_SECS,
 };
+pub use stats::median;
 pub use text::{BadEscape, LosslessText};
 
 /// Longest job id [`Experiment::record_job_id`] accepts, in bytes.

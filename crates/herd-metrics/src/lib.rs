@@ -33,21 +33,8 @@ impl Record {
     }
 }
 
-/// The median of the finite values (NaN is a reading without the value); `None` when
-/// there are none.
-pub fn median(values: impl IntoIterator<Item = f64>) -> Option<f64> {
-    let mut v: Vec<f64> = values.into_iter().filter(|x| x.is_finite()).collect();
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    Some(if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    })
-}
+/// The median of the finite values (herd-exp's, shared with the goodput advice).
+pub use herd_exp::median;
 
 /// A record of `step` and `values`, for the tests.
 #[cfg(test)]
@@ -55,18 +42,5 @@ pub(crate) fn rec(step: impl Into<Option<u64>>, values: &[(&str, f64)]) -> Recor
     Record {
         step: step.into(),
         values: values.iter().map(|(n, v)| (n.to_string(), *v)).collect(),
-    }
-}
-
-#[cfg(test)]
-mod median_tests {
-    use super::median;
-
-    #[test]
-    fn median_of_odd_even_and_missing() {
-        assert_eq!(median([3.0, 1.0, 2.0]), Some(2.0));
-        assert_eq!(median([4.0, 1.0, f64::NAN, 2.0, 3.0]), Some(2.5));
-        assert_eq!(median([f64::NAN]), None);
-        assert_eq!(median([]), None);
     }
 }

@@ -8,6 +8,7 @@ use serde_json::{json, Value};
 use super::faults::Fault;
 use super::words::{duration, percent};
 use crate::layout::LogsDir;
+use crate::median;
 
 /// One checkpoint `herd.save_atomic` published.
 #[derive(Debug, Clone, PartialEq)]
@@ -149,23 +150,10 @@ fn secs_words(s: f64) -> String {
     }
 }
 
-fn median(mut v: Vec<f64>) -> Option<f64> {
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    Some(if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    })
-}
-
 /// The advice from `saves`, the job's `faults` and its allocated time (ms, the
 /// accounting's [`super::Accounting::allocated_ms`]); `None` without a save.
 pub fn advise(saves: &[Save], faults: &[Fault], allocated_ms: u64) -> Option<Advice> {
-    let save_s = median(saves.iter().map(|s| s.seconds).collect())?;
+    let save_s = median(saves.iter().map(|s| s.seconds))?;
     let gaps: Vec<f64> = saves
         .windows(2)
         .filter(|w| w[0].attempt == w[1].attempt && w[1].started_ms > w[0].started_ms)
