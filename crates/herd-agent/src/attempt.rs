@@ -86,23 +86,7 @@ impl Attempt {
                 dir.path().display()
             ))
         })?;
-        // The collectives use this node's interface on the route to the master (the
-        // master's own address is on the network the followers reached it by).
-        let socket_ifname = master
-            .0
-            .parse()
-            .ok()
-            .and_then(|addr| herd_slurm::allocation::net::route_to(addr).ok())
-            .map(|route| route.ifname);
-        let info = LaunchInfo {
-            master_addr: master.0.to_owned(),
-            socket_ifname,
-            master_port: Some(master.1),
-            restart_count: restarts,
-            attempt: number,
-            resume_from: resume_from.clone().map(PathBuf::from),
-            ..cfg.launch.clone()
-        };
+        let info = launch_info(cfg, (number, restarts), master, &resume_from);
         let first = layout.first_rank(slot);
         let mut attempt = Attempt {
             number,
@@ -276,6 +260,51 @@ impl Attempt {
                 None
             }
         }
+    }
+
+    /// A spare's standbys, started at once (a spare's node is idle) for the workers it
+    /// would run in the place of the last node of attempt `number`'s `layout` (this node
+    /// put there): in any node's place they fit, unless their imports read the worker's
+    /// place ([`crate::warm::PLACE`]), so that its workers start warm when it takes one.
+    /// Each local rank that has a standby already keeps it. `None` when warm starts are
+    /// off or cannot be had.
+    pub(crate) fn spare_standbys(
+        cfg: &Config,
+        (number, restarts): (u32, u32),
+        layout: &Layout,
+        master: (&str, u16),
+    ) -> Option<tokio::task::JoinHandle<()>> {
+        let pool = cfg.warm.clone()?;
+        let entry = crate::warm::python_entry(&cfg.argv).filter(|_| cfg.container.is_none())?;
+        let slot = layout.nodes.len().checked_sub(1)?;
+        let info = launch_info(cfg, (number, restarts), master, &None);
+        let dir = cfg.log_dir.attempt(number);
+        let stop = cfg.keep.stop_signal.to_string();
+        let first = layout.first_rank(slot);
+        let workers: Vec<_> = (0..layout.tasks_per_node[slot])
+            .filter(|&local_rank| !pool.has(local_rank))
+            .map(|local_rank| {
+                let pos = Position {
+                    rank: first + local_rank,
+                    local_rank,
+                    node_rank: slot as u32,
+                };
+                (pos, agent_worker_env(layout, pos, &info, &dir, &stop))
+            })
+            .collect();
+        let argv = cfg.argv.clone();
+        Some(tokio::spawn(async move {
+            for (pos, env) in workers {
+                let modules = crate::warm::learned(&dir.modules(pos.rank));
+                match crate::warm::Standby::start(&entry, &argv, &env, &modules).await {
+                    Ok(standby) => pool.put(pos.local_rank, standby),
+                    Err(e) => crate::words::say(format!(
+                        "no standby for local rank {} of this spare: {e}",
+                        pos.local_rank
+                    )),
+                }
+            }
+        }))
     }
 
     /// The task that starts the next attempt's standbys of `workers` (their positions and
@@ -529,5 +558,32 @@ async fn dump_stack(tool: &std::path::Path, pid: i32) -> String {
         ),
         Ok(Err(e)) => format!("no stack: cannot run {}: {e}", tool.display()),
         Err(_) => "no stack: py-spy dump did not answer within 10 s".to_owned(),
+    }
+}
+
+/// What attempt `number` (after `restarts` restarts) tells its workers beside their
+/// places: the master, this node's interface on the route to it (the collectives use it;
+/// the master's own address is on the network the followers reached it by), the
+/// checkpoint it resumes from.
+fn launch_info(
+    cfg: &Config,
+    (number, restarts): (u32, u32),
+    master: (&str, u16),
+    resume_from: &Option<String>,
+) -> LaunchInfo {
+    let socket_ifname = master
+        .0
+        .parse()
+        .ok()
+        .and_then(|addr| herd_slurm::allocation::net::route_to(addr).ok())
+        .map(|route| route.ifname);
+    LaunchInfo {
+        master_addr: master.0.to_owned(),
+        socket_ifname,
+        master_port: Some(master.1),
+        restart_count: restarts,
+        attempt: number,
+        resume_from: resume_from.clone().map(PathBuf::from),
+        ..cfg.launch.clone()
     }
 }

@@ -207,8 +207,21 @@ impl Follow {
             ));
         };
         let Some(slot) = nodes.iter().position(|&r| r == self.cfg.node_rank) else {
-            // A spare: it stands by until the leader puts it in a node's place.
+            // A spare: it stands by until the leader puts it in a node's place, with its
+            // standbys ready for the workers it would run there.
             self.stopped = true;
+            let mut as_if = names;
+            if let Some(last) = as_if.last_mut() {
+                *last = self.cfg.host().to_owned();
+            }
+            let as_if = Layout {
+                nodes: as_if,
+                tasks_per_node,
+            };
+            if let Some(task) = Attempt::spare_standbys(&self.cfg, (n, restarts), &as_if, master) {
+                // Left to finish: what it starts is the pool's, which the agent ends.
+                drop(task);
+            }
             return Ok(());
         };
         let layout = Layout {

@@ -11,17 +11,20 @@
 //! `rank-R.modules` of the attempt folder; before anything is learned, torch and the installed
 //! modules the script imports at its top level, [`FIRST_GUESS`]) and waits on
 //! its stdin. When the next attempt starts in the same allocation, each worker whose command
-//! and environment are the same but for the attempt's own variables ([`LATE`]) is that
-//! standby, handed those variables and its command line; it runs the script as `python`
-//! would have. A standby that does not fit is ended and its worker starts as before.
+//! and environment are the same but for the attempt's own variables ([`LATE`]) and, where
+//! the standby's imports did not read them, the variables of its place in the job
+//! ([`PLACE`]: a spare's, or after a spare took a node's place) is that standby, handed
+//! those variables and its command line; it runs the script as `python` would have. A
+//! standby that does not fit is ended and its worker starts as before. A spare's agent
+//! starts standbys too, as if it ran the last node's workers ([`crate::attempt`]).
 //!
 //! Standbys are the agent's children in process groups of their own, which the teardown of
 //! an attempt leaves alone ([`crate::procs::keep`]); they die with the agent (parent-death
 //! signal) and are ended when it ends ([`Pool::end`]).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ffi::OsString;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use herd_slurm::worker::vars::{
@@ -60,6 +63,26 @@ pub const LATE: [&str; 11] = [
     HERD_METRICS_FILE,
     TORCHELASTIC_ERROR_FILE,
     HERD_RESUME_FROM,
+];
+
+/// The variables that give a worker its place in the job: which ranks and node it is, and
+/// the attempt's node list. They change for the workers of a spare that takes a node's
+/// place (its standbys were started as if for another node) and for every worker after
+/// such a replacement (the node list). They may differ between a standby and its worker
+/// when the standby's imports did not read them from `os.environ` (it says which it read;
+/// Lightning, for one, reads `RANK` and `SLURM_PROCID` when imported). No library reads
+/// them from C when loaded; any other variable must match (C libraries read `OMP_*`,
+/// `CUDA_*`, `LD_*` when they load).
+pub const PLACE: [&str; 9] = [
+    "RANK",
+    "ROLE_RANK",
+    "GROUP_RANK",
+    "NODE_RANK",
+    "SLURM_PROCID",
+    "SLURM_NODEID",
+    "SLURM_STEP_NODELIST",
+    herd_slurm::worker::vars::HERD_NODE_RANK,
+    herd_slurm::worker::vars::HERD_MASTER_NODE,
 ];
 
 /// Modules a standby imports before anything is learned of the job: torch; torch._dynamo,
@@ -124,10 +147,17 @@ impl Entry {
         argv
     }
 
-    /// What a standby reads first: its program (length, then text) and the modules to
-    /// import, one line.
-    fn payload(modules: &[String]) -> Vec<u8> {
-        format!("{}\n{STANDBY}{}\n", STANDBY.len(), modules.join(" ")).into_bytes()
+    /// What a standby reads first: its program (length, then text), the modules to
+    /// import (one line) and the file to name the variables those imports read in (one
+    /// line).
+    fn payload(modules: &[String], reads: &Path) -> Vec<u8> {
+        format!(
+            "{}\n{STANDBY}{}\n{}\n",
+            STANDBY.len(),
+            modules.join(" "),
+            reads.display()
+        )
+        .into_bytes()
     }
 }
 
@@ -151,13 +181,21 @@ pub fn learned(file: &Path) -> Vec<String> {
     }
 }
 
-/// Why a standby cannot become a worker: the variables (other than [`LATE`]) whose values
-/// differ, or that one of the two lacks. Empty: it can.
-pub fn misfit(started: &BTreeMap<String, String>, now: &BTreeMap<String, String>) -> Vec<String> {
+/// Why a standby cannot become a worker: the variables whose values differ, or that one
+/// of the two lacks, other than [`LATE`] and, when `read` says what the standby's imports
+/// read (`None`: not known, they may not be done), the [`PLACE`] ones they did not read.
+/// Empty: it can.
+pub fn misfit(
+    started: &BTreeMap<String, String>,
+    now: &BTreeMap<String, String>,
+    read: Option<&HashSet<String>>,
+) -> Vec<String> {
+    let may_differ =
+        |k: &str| LATE.contains(&k) || (PLACE.contains(&k) && read.is_some_and(|r| !r.contains(k)));
     let mut keys: Vec<String> = started
         .keys()
         .chain(now.keys())
-        .filter(|k| !LATE.contains(&k.as_str()) && started.get(*k) != now.get(*k))
+        .filter(|k| !may_differ(k) && started.get(*k) != now.get(*k))
         .cloned()
         .collect();
     keys.sort();
@@ -174,6 +212,8 @@ pub struct Standby {
     stderr: Option<ChildStderr>,
     argv: Vec<OsString>,
     env: BTreeMap<String, String>,
+    /// Where it names the variables its imports read, once they are done.
+    reads: PathBuf,
 }
 
 /// A standby that became a worker: its child, pid and output.
@@ -205,11 +245,13 @@ impl Standby {
         let pid = child.id().map_or(-1, |p| p as i32);
         crate::procs::keep(pid);
         let Some(mut stdin) = child.stdin.take() else {
-            end(child, pid);
+            end_child(child, pid);
             return Err(std::io::Error::other("no stdin"));
         };
-        if let Err(e) = stdin.write_all(&Entry::payload(modules)).await {
-            end(child, pid);
+        let reads = std::env::temp_dir().join(format!("herd-standby-{pid}.reads"));
+        if let Err(e) = stdin.write_all(&Entry::payload(modules, &reads)).await {
+            let _ = std::fs::remove_file(&reads);
+            end_child(child, pid);
             return Err(e);
         }
         Ok(Standby {
@@ -220,7 +262,14 @@ impl Standby {
             stdin,
             argv: argv.to_vec(),
             env: env.clone(),
+            reads,
         })
+    }
+
+    /// The variables its imports read, once they are done (`None` before).
+    fn read(&self) -> Option<HashSet<String>> {
+        let text = std::fs::read_to_string(&self.reads).ok()?;
+        Some(text.lines().map(str::to_owned).collect())
     }
 
     /// Make this standby worker command `entry` with `env`: it gets the variables to set
@@ -247,8 +296,9 @@ impl Standby {
         }
         .await;
         crate::procs::unkeep(self.pid);
+        let _ = std::fs::remove_file(&self.reads);
         if let Err(e) = told {
-            end(self.child, self.pid);
+            end_child(self.child, self.pid);
             return Err(e);
         }
         drop(self.stdin);
@@ -262,7 +312,16 @@ impl Standby {
 }
 
 /// End a standby's process group and reap it.
-fn end(mut child: Child, pid: i32) {
+fn end(standby: Standby) {
+    let Standby {
+        child, pid, reads, ..
+    } = standby;
+    let _ = std::fs::remove_file(reads);
+    end_child(child, pid);
+}
+
+/// End a standby's process (before it was one: no file of its own yet) and reap it.
+fn end_child(mut child: Child, pid: i32) {
     crate::procs::unkeep(pid);
     if pid > 0 {
         let _ = nix::sys::signal::killpg(
@@ -301,13 +360,20 @@ impl Pool {
             .ok()
             .and_then(|mut s| s.insert(local_rank, standby));
         if let Some(old) = old {
-            end(old.child, old.pid);
+            end(old);
         }
     }
 
+    /// Whether a standby for `local_rank` is kept.
+    pub fn has(&self, local_rank: u32) -> bool {
+        self.standbys
+            .lock()
+            .is_ok_and(|s| s.contains_key(&local_rank))
+    }
+
     /// The standby of `local_rank` if it can become worker `argv` with `env`: alive, for
-    /// the same command, with the same environment but for [`LATE`]. `Err` says why not
-    /// (the standby is ended); `Ok(None)`: there was none.
+    /// the same command, with the same environment but for what [`misfit`] lets differ.
+    /// `Err` says why not (the standby is ended); `Ok(None)`: there was none.
     pub fn take(
         &self,
         local_rank: u32,
@@ -327,13 +393,25 @@ impl Pool {
         } else if !matches!(standby.child.try_wait(), Ok(None)) {
             Some("it ended".to_owned())
         } else {
-            let keys = misfit(&standby.env, env);
-            (!keys.is_empty()).then(|| format!("{} changed", keys.join(", ")))
+            let read = standby.read();
+            let keys = misfit(&standby.env, env, read.as_ref());
+            let place = keys.iter().any(|k| PLACE.contains(&k.as_str()));
+            (!keys.is_empty()).then(|| {
+                format!(
+                    "{} changed{}",
+                    keys.join(", "),
+                    match (place, &read) {
+                        (false, _) => "",
+                        (true, None) => "; its imports were not done",
+                        (true, Some(_)) => "; its imports read the worker's place",
+                    }
+                )
+            })
         };
         match why {
             None => Ok(Some(standby)),
             Some(why) => {
-                end(standby.child, standby.pid);
+                end(standby);
                 Err(why)
             }
         }
@@ -348,6 +426,7 @@ impl Pool {
             .unwrap_or_default();
         for mut s in all {
             crate::procs::unkeep(s.pid);
+            let _ = std::fs::remove_file(&s.reads);
             let _ = nix::sys::signal::killpg(
                 nix::unistd::Pid::from_raw(s.pid),
                 nix::sys::signal::Signal::SIGKILL,

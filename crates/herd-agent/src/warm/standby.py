@@ -3,7 +3,8 @@
 # with the worker's environment; LOADER reads this program from stdin and runs it. It reads
 # one line of module names and imports them in turn (what the job's workers had loaded
 # before; before anything is learned, torch and the installed modules the script imports,
-# `*`), then waits on stdin for one line, {"set": {...}, "unset": [...], "argv": [...],
+# `*`), and one line naming the file where it tells the agent which variables those imports
+# read; then it waits on stdin for one line, {"set": {...}, "unset": [...], "argv": [...],
 # "learn": PATH}: the attempt's own variables and the command line after `python`. It then
 # runs that script (or `-m` module) as `python ARGV` would: in the real `__main__`, with the
 # same sys.argv, sys.path[0], __file__, environment, exit codes and tracebacks. Nothing of
@@ -13,16 +14,31 @@ def _herd_standby():
     import sys, os, importlib, importlib.machinery
 
     names = sys.stdin.buffer.readline().decode().split()
+    reads = sys.stdin.buffer.readline().decode().rstrip("\n")
     # What the imports write into the environment is undone before the script runs (torch's
     # compiler sets TORCHINDUCTOR_CACHE_DIR when imported): it starts with the environment
     # a cold start gets.
     started = dict(os.environ)
     if "*" in names:
         names = [n for n in names if n != "*"] + _herd_script_imports(sys.argv[1:])
-    for name in names:
+    read = _herd_reading(os)
+    try:
+        for name in names:
+            try:
+                importlib.import_module(name)
+            except BaseException:  # noqa: B036 - an import that fails is the script's to see
+                pass
+    finally:
+        read = read()
+    if reads:
+        # Written once the imports are done: a file that is not there yet tells the agent
+        # nothing, and it then holds every variable to the worker's.
         try:
-            importlib.import_module(name)
-        except BaseException:  # noqa: B036 - an import that fails is the script's to see
+            tmp = f"{reads}.{os.getpid()}.tmp"
+            with open(tmp, "w") as f:
+                f.write("".join(f"{k}\n" for k in sorted(read)))
+            os.replace(tmp, reads)
+        except OSError:
             pass
     line = sys.stdin.buffer.readline()
     if not line:
@@ -82,6 +98,36 @@ def _herd_standby():
     main["__cached__"] = None
     main["__loader__"] = importlib.machinery.SourceFileLoader("__main__", path)
     return lambda: exec(compile(source, path, "exec"), main)
+
+
+def _herd_reading(os):
+    # Record the variables Python code asks os.environ for (environ[k], .get, os.getenv,
+    # `k in environ`, whether set or not) until the returned function is called, which
+    # stops recording and returns their names. A pass over every variable (tqdm looks for
+    # its TQDM_ ones so when imported: .items(), .copy()) is not a read of each. What C
+    # code reads with getenv() is not seen either: the agent holds to this record only the
+    # variables that give a worker's place in the job, which no library reads from C.
+    import sys
+
+    cls = type(os.environ)
+    read = set()
+    getitem = cls.__getitem__
+    scans = {("__iter__", "_collections_abc"), ("copy", "os")}
+
+    def __getitem__(self, key):
+        caller = sys._getframe(1).f_code
+        where = os.path.basename(caller.co_filename).strip("<>").split(" ")[-1]
+        if (caller.co_name, where.removesuffix(".py")) not in scans:
+            read.add(key.decode("utf-8", "replace") if isinstance(key, bytes) else str(key))
+        return getitem(self, key)
+
+    cls.__getitem__ = __getitem__
+
+    def stop():
+        cls.__getitem__ = getitem
+        return read
+
+    return stop
 
 
 def _herd_roots():

@@ -63,8 +63,11 @@ fn the_standby_runs_the_same_interpreter_with_the_same_flags_and_shows_the_scrip
         entry.standby_argv(),
         argv(&["/v/bin/python", "-u", "-c", LOADER, "-m", "pkg", "a"])
     );
-    let payload = String::from_utf8(Entry::payload(&["torch".to_owned(), "numpy".to_owned()]))
-        .unwrap_or_else(|e| panic!("{e}"));
+    let payload = String::from_utf8(Entry::payload(
+        &["torch".to_owned(), "numpy".to_owned()],
+        Path::new("/tmp/herd-standby-7.reads"),
+    ))
+    .unwrap_or_else(|e| panic!("{e}"));
     let (len, rest) = payload
         .split_once('\n')
         .unwrap_or_else(|| panic!("{payload}"));
@@ -74,7 +77,7 @@ fn the_standby_runs_the_same_interpreter_with_the_same_flags_and_shows_the_scrip
         STANDBY,
         "the length is the program's, in bytes"
     );
-    assert_eq!(&rest[len..], "torch numpy\n");
+    assert_eq!(&rest[len..], "torch numpy\n/tmp/herd-standby-7.reads\n");
 }
 
 #[test]
@@ -90,15 +93,51 @@ fn only_the_attempts_own_variables_may_change() {
     now.insert("HERD_ATTEMPT".into(), "1".into());
     now.insert("HERD_RESUME_FROM".into(), "/ck/step-100".into());
     assert!(
-        misfit(&started, &now).is_empty(),
+        misfit(&started, &now, None).is_empty(),
         "{:?}",
-        misfit(&started, &now)
+        misfit(&started, &now, None)
     );
     // A rank that moved, a thread count read at import, a variable gone: cold.
     now.insert("RANK".into(), "3".into());
     now.remove("OMP_NUM_THREADS");
     now.insert("NEW".into(), "x".into());
-    assert_eq!(misfit(&started, &now), ["NEW", "OMP_NUM_THREADS", "RANK"]);
+    assert_eq!(
+        misfit(&started, &now, None),
+        ["NEW", "OMP_NUM_THREADS", "RANK"]
+    );
+}
+
+/// A worker's place (its ranks, its node, the node list) may differ from its standby's
+/// only where the standby's imports are known not to have read it; anything else never.
+#[test]
+fn a_place_the_imports_did_not_read_may_change() {
+    let started = env(&[
+        ("RANK", "2"),
+        ("NODE_RANK", "1"),
+        ("SLURM_STEP_NODELIST", "gpu-a[01-02]"),
+        ("LOCAL_RANK", "0"),
+        ("OMP_NUM_THREADS", "4"),
+    ]);
+    let mut now = started.clone();
+    now.insert("SLURM_STEP_NODELIST".into(), "gpu-a[01,03]".into());
+    now.insert("RANK".into(), "0".into());
+    now.insert("NODE_RANK".into(), "0".into());
+    let none: HashSet<String> = ["HOME", "TORCH_LOGS"].map(String::from).into();
+    assert!(misfit(&started, &now, Some(&none)).is_empty());
+    // Imports that read RANK (Lightning's rank_zero_only does), or that are not done yet.
+    let rank: HashSet<String> = ["RANK"].map(String::from).into();
+    assert_eq!(misfit(&started, &now, Some(&rank)), ["RANK"]);
+    assert_eq!(
+        misfit(&started, &now, None),
+        ["NODE_RANK", "RANK", "SLURM_STEP_NODELIST"]
+    );
+    // Not a place: a local rank or a thread count holds whatever was read.
+    now.insert("LOCAL_RANK".into(), "1".into());
+    now.insert("OMP_NUM_THREADS".into(), "2".into());
+    assert_eq!(
+        misfit(&started, &now, Some(&none)),
+        ["LOCAL_RANK", "OMP_NUM_THREADS"]
+    );
 }
 
 #[test]
@@ -262,5 +301,76 @@ async fn a_first_standby_imports_what_the_script_imports_and_nothing_of_its_own(
             format!("{here}/colorsys.py"),
             "{cmd:?}: the script's own module"
         );
+    }
+}
+
+/// The standby's own record of what its imports read, with this machine's `python3`: a
+/// module that reads `RANK` when imported keeps its standby from a worker of another rank
+/// (the agent says why); one that reads none of the worker's place (it only passes over
+/// every variable) lets the standby become that worker, which sees its own rank.
+#[tokio::test]
+async fn a_standby_whose_imports_read_the_rank_never_becomes_another_ranks_worker() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let script = dir.path().join("probe.py");
+    std::fs::write(
+        &script,
+        "import json, os, reads_rank\n\
+         print(json.dumps({'rank': os.environ['RANK'], 'seen': reads_rank.RANK}))\n",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(
+        dir.path().join("reads_rank.py"),
+        "import os\nRANK = os.environ.get('RANK')\n",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    // A pass over every variable (as tqdm makes when imported) is not a read of each.
+    std::fs::write(
+        dir.path().join("reads_nothing.py"),
+        "import os\nMINE = {k: v for k, v in os.environ.items() if k.startswith('MINE_')}\n\
+         os.environ.copy()\n",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let here = dir.path().to_str().unwrap_or_default().to_owned();
+    let cmd = argv(&["python3", script.to_str().unwrap_or_default()]);
+    let entry = python_entry(&cmd).unwrap_or_else(|| panic!("a Python run"));
+    let started = env(&[("RANK", "3"), ("PYTHONPATH", &here)]);
+    let now = env(&[("RANK", "1"), ("PYTHONPATH", &here)]);
+    let ready = |standby: &Standby| {
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while standby.read().is_none() {
+            assert!(
+                std::time::Instant::now() < until,
+                "the standby never said what it read"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    };
+    let pool = Pool::default();
+    for (module, fits) in [("reads_rank", false), ("reads_nothing", true)] {
+        let modules = [module.to_owned(), "reads_rank".to_owned()];
+        let modules = if fits { &modules[..1] } else { &modules[..] };
+        let standby = Standby::start(&entry, &cmd, &started, modules)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        ready(&standby);
+        pool.put(0, standby);
+        match pool.take(0, &cmd, &now) {
+            Err(why) => {
+                assert!(!fits, "{module}: {why}");
+                assert_eq!(why, "RANK changed; its imports read the worker's place");
+            }
+            Ok(standby) => {
+                assert!(fits, "{module} read RANK, yet its standby was taken");
+                let standby = standby.unwrap_or_else(|| panic!("a standby"));
+                let reads = standby.reads.clone();
+                let (status, out) =
+                    run_to_end(standby, &entry, &now, &dir.path().join("learn")).await;
+                assert!(status.success(), "{out}");
+                // The worker's own rank; its module was imported again by the script (it
+                // was not imported early), so it read the worker's rank too.
+                assert_eq!(out.trim(), r#"{"rank": "1", "seen": "1"}"#);
+                assert!(!reads.exists(), "the record is removed at the hand-off");
+            }
+        }
     }
 }

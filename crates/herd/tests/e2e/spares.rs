@@ -12,8 +12,10 @@ use crate::support::{events, job_id, names, submit, timeline};
 /// 2 nodes × 2 workers of train_ddp with one spare: node 1's agent and workers freeze
 /// (SIGSTOP) after step 15; the leader finds it lost, starts the next attempt at once with
 /// the spare in its place, from the last checkpoint, in the same job: no requeue, a
-/// `replace` event naming both nodes, the job COMPLETED (exit 0, although the frozen agent
-/// was killed) with the checksum of an uninterrupted run, and nothing left running.
+/// `replace` event naming both nodes, every worker of that attempt started warm (the
+/// spare's from the standbys it made while standing by, the leader node's although the
+/// node list changed), the job COMPLETED (exit 0, although the frozen agent was killed)
+/// with the checksum of an uninterrupted run, and nothing left running.
 #[test]
 fn a_frozen_node_is_replaced_by_a_spare_in_the_same_job() {
     let bed = Bed::require();
@@ -72,6 +74,8 @@ fn a_frozen_node_is_replaced_by_a_spare_in_the_same_job() {
             .expect("a spare")
             .to_owned(),
     );
+    standbys_ready(&bed, &spare_host, "train_ddp.py --steps 60 ", 2);
+    standbys_ready(&bed, &host_of(0), "train_ddp.py --steps 60 ", 2);
     stop(&bed, &frozen_host, &exp, "train_ddp.py --steps 60 ");
     let stopped = Instant::now();
     // Training again: a step logged by the next attempt's worker on the spare.
@@ -130,9 +134,21 @@ fn a_frozen_node_is_replaced_by_a_spare_in_the_same_job() {
         ],
         "{runs:#?}"
     );
-    assert_eq!(runs[1]["nodes"], Value::from(vec![host_of(0), spare_host]));
+    assert_eq!(
+        runs[1]["nodes"],
+        Value::from(vec![host_of(0), spare_host.clone()])
+    );
     let out = read_lossy(exp.join(format!("logs/{job}.out")));
     assert_eq!(checksum(&out), checksum(&reference));
+    let err = read_lossy(exp.join(format!("logs/{job}.err")));
+    for (host, ranks) in [(host_of(0), "0, 1"), (spare_host, "2, 3")] {
+        assert!(
+            err.contains(&format!(
+                "herd: {host}: ranks {ranks} started warm (from standbys"
+            )),
+            "{host}'s workers of attempt 1 started warm:\n{err}"
+        );
+    }
     let left = bed
         .node_processes("train_ddp.py")
         .expect("the nodes' process tables");
@@ -140,6 +156,39 @@ fn a_frozen_node_is_replaced_by_a_spare_in_the_same_job() {
         left.is_empty(),
         "nothing of the frozen attempt is left: {left:?}"
     );
+}
+
+/// Waits (up to 3 minutes) until `host` has `n` standbys of `worker` whose imports are
+/// done: each has named the variables they read, in the agent's temporary folder. A
+/// standby still importing starts its worker cold, and how fast the bed imports torch is
+/// not what the test is about.
+fn standbys_ready(bed: &Bed, host: &str, worker: &str, n: usize) {
+    let until = Instant::now() + Duration::from_secs(180);
+    loop {
+        let standbys: Vec<String> = bed
+            .node_processes("# herd standby")
+            .expect("the nodes' process tables")
+            .into_iter()
+            .filter(|l| l.starts_with(&format!("{host} ")) && l.contains(worker))
+            .collect();
+        let ready = standbys
+            .iter()
+            .filter_map(|l| l.split_whitespace().nth(1))
+            .filter(|pid| {
+                std::env::temp_dir()
+                    .join(format!("herd-standby-{pid}.reads"))
+                    .exists()
+            })
+            .count();
+        if ready >= n {
+            return;
+        }
+        assert!(
+            Instant::now() < until,
+            "{host} has {ready} of {n} standbys done importing: {standbys:#?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
 
 /// A worker that fails only on one host (as on a node with a broken GPU), with a spare and
