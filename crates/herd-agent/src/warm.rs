@@ -24,7 +24,11 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ffi::OsString;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+
+use nix::sys::memfd::{memfd_create, MFdFlags};
 use std::sync::Mutex;
 
 use herd_slurm::worker::vars::{
@@ -212,8 +216,9 @@ pub struct Standby {
     stderr: Option<ChildStderr>,
     argv: Vec<OsString>,
     env: BTreeMap<String, String>,
-    /// Where it names the variables its imports read, once they are done.
-    reads: PathBuf,
+    /// Where it names the variables its imports read, once they are done: a file in
+    /// memory (`memfd`), never on a disk, gone when the last of its two holders closes it.
+    record: std::fs::File,
 }
 
 /// A standby that became a worker: its child, pid and output.
@@ -248,9 +253,20 @@ impl Standby {
             end_child(child, pid);
             return Err(std::io::Error::other("no stdin"));
         };
-        let reads = std::env::temp_dir().join(format!("herd-standby-{pid}.reads"));
+        let record = match memfd_create(c"herd-standby-reads", MFdFlags::MFD_CLOEXEC) {
+            Ok(fd) => std::fs::File::from(fd),
+            Err(e) => {
+                end_child(child, pid);
+                return Err(e.into());
+            }
+        };
+        // The standby opens it by its name in this agent's table of files.
+        let reads = PathBuf::from(format!(
+            "/proc/{}/fd/{}",
+            std::process::id(),
+            record.as_raw_fd()
+        ));
         if let Err(e) = stdin.write_all(&Entry::payload(modules, &reads)).await {
-            let _ = std::fs::remove_file(&reads);
             end_child(child, pid);
             return Err(e);
         }
@@ -262,13 +278,17 @@ impl Standby {
             stdin,
             argv: argv.to_vec(),
             env: env.clone(),
-            reads,
+            record,
         })
     }
 
-    /// The variables its imports read, once they are done (`None` before).
+    /// The variables its imports read, once they are done (`None` before: the record
+    /// ends with a NUL once it is whole).
     fn read(&self) -> Option<HashSet<String>> {
-        let text = std::fs::read_to_string(&self.reads).ok()?;
+        let len = self.record.metadata().ok()?.len();
+        let mut buf = vec![0; usize::try_from(len).ok()?];
+        self.record.read_exact_at(&mut buf, 0).ok()?;
+        let text = String::from_utf8_lossy(buf.strip_suffix(b"\0")?).into_owned();
         Some(text.lines().map(str::to_owned).collect())
     }
 
@@ -296,7 +316,6 @@ impl Standby {
         }
         .await;
         crate::procs::unkeep(self.pid);
-        let _ = std::fs::remove_file(&self.reads);
         if let Err(e) = told {
             end_child(self.child, self.pid);
             return Err(e);
@@ -313,14 +332,10 @@ impl Standby {
 
 /// End a standby's process group and reap it.
 fn end(standby: Standby) {
-    let Standby {
-        child, pid, reads, ..
-    } = standby;
-    let _ = std::fs::remove_file(reads);
-    end_child(child, pid);
+    end_child(standby.child, standby.pid);
 }
 
-/// End a standby's process (before it was one: no file of its own yet) and reap it.
+/// End a standby's process and reap it.
 fn end_child(mut child: Child, pid: i32) {
     crate::procs::unkeep(pid);
     if pid > 0 {
@@ -426,7 +441,6 @@ impl Pool {
             .unwrap_or_default();
         for mut s in all {
             crate::procs::unkeep(s.pid);
-            let _ = std::fs::remove_file(&s.reads);
             let _ = nix::sys::signal::killpg(
                 nix::unistd::Pid::from_raw(s.pid),
                 nix::sys::signal::Signal::SIGKILL,

@@ -3,8 +3,8 @@
 # with the worker's environment; LOADER reads this program from stdin and runs it. It reads
 # one line of module names and imports them in turn (what the job's workers had loaded
 # before; before anything is learned, torch and the installed modules the script imports,
-# `*`), and one line naming the file where it tells the agent which variables those imports
-# read; then it waits on stdin for one line, {"set": {...}, "unset": [...], "argv": [...],
+# `*`), and one line naming the file (the agent's, in memory) where it tells the agent which
+# variables those imports read; then it waits on stdin for one line, {"set": {...}, "unset": [...], "argv": [...],
 # "learn": PATH}: the attempt's own variables and the command line after `python`. It then
 # runs that script (or `-m` module) as `python ARGV` would: in the real `__main__`, with the
 # same sys.argv, sys.path[0], __file__, environment, exit codes and tracebacks. Nothing of
@@ -31,13 +31,12 @@ def _herd_standby():
     finally:
         read = read()
     if reads:
-        # Written once the imports are done: a file that is not there yet tells the agent
-        # nothing, and it then holds every variable to the worker's.
+        # Written once the imports are done, whole when it ends with a NUL: before, it tells
+        # the agent nothing, and it then holds every variable to the worker's. The file is
+        # the agent's (in memory); the script never inherits it.
         try:
-            tmp = f"{reads}.{os.getpid()}.tmp"
-            with open(tmp, "w") as f:
-                f.write("".join(f"{k}\n" for k in sorted(read)))
-            os.replace(tmp, reads)
+            with open(reads, "w") as f:
+                f.write("".join(f"{k}\n" for k in sorted(read)) + "\0")
         except OSError:
             pass
     line = sys.stdin.buffer.readline()

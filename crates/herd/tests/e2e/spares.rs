@@ -1,6 +1,7 @@
 //! Spare nodes on the bed: a node that freezes is replaced by a spare inside the same
 //! allocation, with no trip through the queue.
 
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use herd_testbed::{read_lossy, Bed};
@@ -74,8 +75,8 @@ fn a_frozen_node_is_replaced_by_a_spare_in_the_same_job() {
             .expect("a spare")
             .to_owned(),
     );
-    standbys_ready(&bed, &spare_host, "train_ddp.py --steps 60 ", 2);
-    standbys_ready(&bed, &host_of(0), "train_ddp.py --steps 60 ", 2);
+    standbys_ready(&bed, &spare_host, &exp, 2);
+    standbys_ready(&bed, &host_of(0), &exp, 2);
     stop(&bed, &frozen_host, &exp, "train_ddp.py --steps 60 ");
     let stopped = Instant::now();
     // Training again: a step logged by the next attempt's worker on the spare.
@@ -158,26 +159,39 @@ fn a_frozen_node_is_replaced_by_a_spare_in_the_same_job() {
     );
 }
 
-/// Waits (up to 3 minutes) until `host` has `n` standbys of `worker` whose imports are
-/// done: each has named the variables they read, in the agent's temporary folder. A
-/// standby still importing starts its worker cold, and how fast the bed imports torch is
-/// not what the test is about.
-fn standbys_ready(bed: &Bed, host: &str, worker: &str, n: usize) {
+/// Waits (up to 3 minutes) until the agent of `exp` on `host` has `n` standbys whose
+/// imports are done: each has written what they read into its record (an in-memory file
+/// of the agent's, whole once it ends with a NUL). A standby still importing starts its
+/// worker cold, and how fast the bed imports torch is not what the test is about.
+fn standbys_ready(bed: &Bed, host: &str, exp: &Path, n: usize) {
+    let logs = exp.join("logs").display().to_string();
     let until = Instant::now() + Duration::from_secs(180);
     loop {
-        let standbys: Vec<String> = bed
-            .node_processes("# herd standby")
+        let agents: Vec<String> = bed
+            .node_processes(&logs)
             .expect("the nodes' process tables")
             .into_iter()
-            .filter(|l| l.starts_with(&format!("{host} ")) && l.contains(worker))
+            .filter(|l| {
+                let mut words = l.split_whitespace();
+                words.next() == Some(host)
+                    && words.nth(1).is_some_and(|p| p.ends_with("/herd"))
+                    && l.contains(" launch ")
+            })
             .collect();
-        let ready = standbys
+        let ready = agents
             .iter()
             .filter_map(|l| l.split_whitespace().nth(1))
-            .filter(|pid| {
-                std::env::temp_dir()
-                    .join(format!("herd-standby-{pid}.reads"))
-                    .exists()
+            .flat_map(|pid| {
+                std::fs::read_dir(format!("/proc/{pid}/fd"))
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+            })
+            .filter(|fd| {
+                std::fs::read_link(fd.path()).is_ok_and(|to| {
+                    to.to_string_lossy()
+                        .starts_with("/memfd:herd-standby-reads")
+                }) && std::fs::read(fd.path()).is_ok_and(|text| text.ends_with(b"\0"))
             })
             .count();
         if ready >= n {
@@ -185,7 +199,7 @@ fn standbys_ready(bed: &Bed, host: &str, worker: &str, n: usize) {
         }
         assert!(
             Instant::now() < until,
-            "{host} has {ready} of {n} standbys done importing: {standbys:#?}"
+            "{host}'s agent has {ready} of {n} standbys done importing: {agents:#?}"
         );
         std::thread::sleep(Duration::from_millis(200));
     }
