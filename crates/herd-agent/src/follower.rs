@@ -303,10 +303,13 @@ impl Follow {
 
     /// The leader wants every rank's stack (the job hangs).
     async fn on_dump(&mut self, n: u32) {
-        if let Some(a) = self.attempt.as_ref().filter(|a| a.number == n) {
-            let stacks = a.stacks(&self.cfg).await;
-            let _ = send(&self.w, &Msg::Stacks { attempt: n, stacks }).await;
-        }
+        // A node without this attempt's workers (a spare) answers too, with no stack: the
+        // leader waits for every node's answer before it decides.
+        let stacks = match self.attempt.as_ref().filter(|a| a.number == n) {
+            Some(a) => a.stacks(&self.cfg).await,
+            None => Vec::new(),
+        };
+        let _ = send(&self.w, &Msg::Stacks { attempt: n, stacks }).await;
     }
 
     /// The leader ends attempt `n`: this node's workers go, with `signal` first when the

@@ -491,8 +491,8 @@ impl Lead {
         report
     }
 
-    /// Every rank's stack: this node's, and each live follower's (`Dump`), waiting for
-    /// them at most 15 s.
+    /// Every rank's stack: this node's, and each live follower's (`Dump`; a spare answers
+    /// with none), waiting for them at most 15 s; a node that sends none by then is named.
     async fn collect_stacks(&mut self) -> Vec<RankStack> {
         broadcast(
             &mut self.followers,
@@ -529,6 +529,16 @@ impl Lead {
                 }
                 _ => {}
             }
+        }
+        for f in self
+            .followers
+            .iter()
+            .filter(|f| waiting.contains(&f.node_rank))
+        {
+            say(format!(
+                "hang: node {} ({}) sent no stacks within 15 s; the report has the other nodes'",
+                f.node_rank, f.host
+            ));
         }
         stacks
     }

@@ -135,3 +135,51 @@ fn a_slow_start_is_no_hang_and_a_stuck_rank_is_caught_fixed_or_auto() {
         "caught {silent} s after the last progress, timeout {timeout} s: {auto}"
     );
 }
+
+/// A hang in a job with a spare node (2 nodes × 2 workers and one spare standing by): the
+/// spare, which runs no worker, answers the leader's call for stacks with none, so the
+/// leader decides once the working nodes have answered instead of waiting out its 15 s for
+/// the spare (it names a node that sends none), and the failure report has every working
+/// rank's stack.
+#[test]
+fn a_spare_answers_the_call_for_stacks_with_none() {
+    let bed = Bed::require();
+    let (project, exps) = project_with(
+        &bed,
+        "hangs_spare",
+        &[(
+            "crates/herd/tests/e2e/workers/slow_then_stuck.py",
+            "slow_then_stuck.py",
+        )],
+    );
+    let hang = hang_of(
+        &bed,
+        &project,
+        &exps,
+        "spare",
+        &["--hang-timeout", "5", "--spare-nodes", "1"],
+        ("0", "5"),
+    );
+    assert_eq!(hang["rank"], 1, "{hang}");
+    let logs = exps.join("spare/logs");
+    let err: String = std::fs::read_dir(&logs)
+        .expect("the job's logs")
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "err"))
+        .map(|e| read_lossy(e.path()))
+        .collect();
+    assert!(err.contains("collecting stacks"), "{err}");
+    assert!(
+        !err.contains("sent no stacks"),
+        "every node answered the call for stacks:\n{err}"
+    );
+    let report: Value = serde_json::from_str(&read_lossy(logs.join("attempt-0/failure.json")))
+        .expect("failure.json parses");
+    let ranks: Vec<u64> = report["stacks"]
+        .as_array()
+        .expect("stacks")
+        .iter()
+        .filter_map(|s| s["rank"].as_u64())
+        .collect();
+    assert_eq!(ranks, [0, 1, 2, 3], "{report}");
+}
