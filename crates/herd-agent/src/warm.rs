@@ -27,9 +27,9 @@ use std::ffi::OsString;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 use nix::sys::memfd::{memfd_create, MFdFlags};
-use std::sync::Mutex;
 
 use herd_slurm::worker::vars::{
     HERD_ATTEMPT, HERD_HEARTBEAT_FILE, HERD_LOG_DIR, HERD_METRICS_FILE, HERD_RESUME_FROM,
@@ -218,7 +218,8 @@ pub struct Standby {
     env: BTreeMap<String, String>,
     /// Where it names the variables its imports read, once they are done: a file in
     /// memory (`memfd`), never on a disk, gone when the last of its two holders closes it.
-    record: std::fs::File,
+    /// `None` where one cannot be made: every variable then holds.
+    record: Option<std::fs::File>,
 }
 
 /// A standby that became a worker: its child, pid and output.
@@ -253,19 +254,13 @@ impl Standby {
             end_child(child, pid);
             return Err(std::io::Error::other("no stdin"));
         };
-        let record = match memfd_create(c"herd-standby-reads", MFdFlags::MFD_CLOEXEC) {
-            Ok(fd) => std::fs::File::from(fd),
-            Err(e) => {
-                end_child(child, pid);
-                return Err(e.into());
-            }
-        };
+        let record = memfd_create(c"herd-standby-reads", MFdFlags::MFD_CLOEXEC)
+            .ok()
+            .map(std::fs::File::from);
         // The standby opens it by its name in this agent's table of files.
-        let reads = PathBuf::from(format!(
-            "/proc/{}/fd/{}",
-            std::process::id(),
-            record.as_raw_fd()
-        ));
+        let reads = record.as_ref().map_or_else(PathBuf::new, |r| {
+            PathBuf::from(format!("/proc/{}/fd/{}", std::process::id(), r.as_raw_fd()))
+        });
         if let Err(e) = stdin.write_all(&Entry::payload(modules, &reads)).await {
             end_child(child, pid);
             return Err(e);
@@ -285,9 +280,10 @@ impl Standby {
     /// The variables its imports read, once they are done (`None` before: the record
     /// ends with a NUL once it is whole).
     fn read(&self) -> Option<HashSet<String>> {
-        let len = self.record.metadata().ok()?.len();
+        let record = self.record.as_ref()?;
+        let len = record.metadata().ok()?.len();
         let mut buf = vec![0; usize::try_from(len).ok()?];
-        self.record.read_exact_at(&mut buf, 0).ok()?;
+        record.read_exact_at(&mut buf, 0).ok()?;
         let text = String::from_utf8_lossy(buf.strip_suffix(b"\0")?).into_owned();
         Some(text.lines().map(str::to_owned).collect())
     }
