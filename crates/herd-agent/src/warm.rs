@@ -25,11 +25,9 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ffi::OsString;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-
-use nix::sys::memfd::{memfd_create, MFdFlags};
 
 use herd_slurm::worker::vars::{
     HERD_ATTEMPT, HERD_HEARTBEAT_FILE, HERD_LOG_DIR, HERD_METRICS_FILE, HERD_RESUME_FROM,
@@ -216,9 +214,9 @@ pub struct Standby {
     stderr: Option<ChildStderr>,
     argv: Vec<OsString>,
     env: BTreeMap<String, String>,
-    /// Where it names the variables its imports read, once they are done: a file in
-    /// memory (`memfd`), never on a disk, gone when the last of its two holders closes it.
-    /// `None` where one cannot be made: every variable then holds.
+    /// Where it names the variables its imports read, once they are done: a file without
+    /// a name ([`unnamed_file`]), gone when the last of its two holders closes it. `None`
+    /// where one cannot be made: every variable then holds.
     record: Option<std::fs::File>,
 }
 
@@ -254,9 +252,7 @@ impl Standby {
             end_child(child, pid);
             return Err(std::io::Error::other("no stdin"));
         };
-        let record = memfd_create(c"herd-standby-reads", MFdFlags::MFD_CLOEXEC)
-            .ok()
-            .map(std::fs::File::from);
+        let record = unnamed_file();
         // The standby opens it by its name in this agent's table of files.
         let reads = record.as_ref().map_or_else(PathBuf::new, |r| {
             PathBuf::from(format!("/proc/{}/fd/{}", std::process::id(), r.as_raw_fd()))
@@ -324,6 +320,23 @@ impl Standby {
             stderr: self.stderr,
         })
     }
+}
+
+/// A file with no name (`O_TMPFILE`) in `/dev/shm` (memory), or else in the temporary
+/// folder: nothing a killed agent could leave behind. (`memfd_create` would do too, but it
+/// came in glibc 2.27, and herd's release build runs on 2.17.)
+fn unnamed_file() -> Option<std::fs::File> {
+    [PathBuf::from("/dev/shm"), std::env::temp_dir()]
+        .iter()
+        .find_map(|dir| {
+            std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .mode(0o600)
+                .custom_flags(nix::libc::O_TMPFILE)
+                .open(dir)
+                .ok()
+        })
 }
 
 /// End a standby's process group and reap it.

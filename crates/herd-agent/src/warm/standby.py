@@ -3,7 +3,7 @@
 # with the worker's environment; LOADER reads this program from stdin and runs it. It reads
 # one line of module names and imports them in turn (what the job's workers had loaded
 # before; before anything is learned, torch and the installed modules the script imports,
-# `*`), and one line naming the file (the agent's, in memory) where it tells the agent which
+# `*`), and one line naming the file (the agent's, unnamed) where it tells the agent which
 # variables those imports read; then it waits on stdin for one line, {"set": {...}, "unset": [...], "argv": [...],
 # "learn": PATH}: the attempt's own variables and the command line after `python`. It then
 # runs that script (or `-m` module) as `python ARGV` would: in the real `__main__`, with the
@@ -33,7 +33,7 @@ def _herd_standby():
     if reads:
         # Written once the imports are done, whole when it ends with a NUL: before, it tells
         # the agent nothing, and it then holds every variable to the worker's. The file is
-        # the agent's (in memory); the script never inherits it.
+        # the agent's (a file without a name); the script never inherits it.
         try:
             with open(reads, "w") as f:
                 f.write("".join(f"{k}\n" for k in sorted(read)) + "\0")

@@ -160,8 +160,8 @@ fn a_frozen_node_is_replaced_by_a_spare_in_the_same_job() {
 }
 
 /// Waits (up to 3 minutes) until the agent of `exp` on `host` has `n` standbys whose
-/// imports are done: each has written what they read into its record (an in-memory file
-/// of the agent's, whole once it ends with a NUL). A standby still importing starts its
+/// imports are done: each has written what they read into its record (a file of the
+/// agent's without a name, whole once it ends with a NUL). A standby still importing starts its
 /// worker cold, and how fast the bed imports torch is not what the test is about.
 fn standbys_ready(bed: &Bed, host: &str, exp: &Path, n: usize) {
     let logs = exp.join("logs").display().to_string();
@@ -188,9 +188,10 @@ fn standbys_ready(bed: &Bed, host: &str, exp: &Path, n: usize) {
                     .flatten()
             })
             .filter(|fd| {
+                // A file without a name (O_TMPFILE): `/dev/shm/#INODE (deleted)`.
                 std::fs::read_link(fd.path()).is_ok_and(|to| {
-                    to.to_string_lossy()
-                        .starts_with("/memfd:herd-standby-reads")
+                    let to = to.to_string_lossy();
+                    to.contains("/#") && to.ends_with(" (deleted)")
                 }) && std::fs::read(fd.path()).is_ok_and(|text| text.ends_with(b"\0"))
             })
             .count();
