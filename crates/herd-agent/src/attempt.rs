@@ -294,16 +294,10 @@ impl Attempt {
             .collect();
         let argv = cfg.argv.clone();
         Some(tokio::spawn(async move {
-            for (pos, env) in workers {
-                let modules = crate::warm::learned(&dir.modules(pos.rank));
-                match crate::warm::Standby::start(&entry, &argv, &env, &modules).await {
-                    Ok(standby) => pool.put(pos.local_rank, standby),
-                    Err(e) => crate::words::say(format!(
-                        "no standby for local rank {} of this spare: {e}",
-                        pos.local_rank
-                    )),
-                }
-            }
+            start_standbys(&pool, (&entry, &argv), &dir, workers, |pos| {
+                format!("local rank {} of this spare", pos.local_rank)
+            })
+            .await;
         }))
     }
 
@@ -344,16 +338,10 @@ impl Attempt {
             while !trains() && tokio::time::Instant::now() < until {
                 tokio::time::sleep(Duration::from_millis(250)).await;
             }
-            for (pos, env) in workers {
-                let modules = crate::warm::learned(&dir.modules(pos.rank));
-                match crate::warm::Standby::start(&entry, &argv, &env, &modules).await {
-                    Ok(standby) => pool.put(pos.local_rank, standby),
-                    Err(e) => crate::words::say(format!(
-                        "no standby for rank {}'s next start: {e}",
-                        pos.rank
-                    )),
-                }
-            }
+            start_standbys(&pool, (&entry, &argv), &dir, workers, |pos| {
+                format!("rank {}'s next start", pos.rank)
+            })
+            .await;
         }))
     }
 
@@ -585,5 +573,24 @@ fn launch_info(
         attempt: number,
         resume_from: resume_from.clone().map(PathBuf::from),
         ..cfg.launch.clone()
+    }
+}
+
+/// Start a standby of worker command `argv` (`entry`) for each of `workers` (its place and
+/// variables), importing what its rank learned in `dir`, into `pool`; one that cannot be
+/// started is said (`whose`: for which worker) and its worker will start cold.
+async fn start_standbys(
+    pool: &crate::warm::Pool,
+    (entry, argv): (&crate::warm::Entry, &[std::ffi::OsString]),
+    dir: &AttemptDir,
+    workers: Vec<(Position, BTreeMap<String, String>)>,
+    whose: impl Fn(Position) -> String,
+) {
+    for (pos, env) in workers {
+        let modules = crate::warm::learned(&dir.modules(pos.rank));
+        match crate::warm::Standby::start(entry, argv, &env, &modules).await {
+            Ok(standby) => pool.put(pos.local_rank, standby),
+            Err(e) => crate::words::say(format!("no standby for {}: {e}", whose(pos))),
+        }
     }
 }
