@@ -140,10 +140,12 @@ impl Config {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn config(job_id: Option<u64>, job_ref: Option<&str>) -> Config {
+    /// A leader's configuration for job `job_id` (`job_ref` as submit recorded it), with no
+    /// experiment.
+    pub(crate) fn config(job_id: Option<u64>, job_ref: Option<&str>) -> Config {
         Config {
             node_rank: 0,
             node_names: vec!["n0".into()],

@@ -49,6 +49,23 @@ pub(crate) fn requeues_so_far(cfg: &Config, cause: Cause) -> u32 {
     }
 }
 
+/// Whether attempt `attempt`'s requeue is in the experiment's timeline already: another
+/// agent took the attempt's end (node 1 acting for a lost leader, which records its requeue
+/// before it asks for it). A leader that was frozen wakes up (SLURM's SIGCONT, then SIGTERM
+/// to every task of the requeued job) to that record and must not requeue, adopt or record
+/// the attempt's end again, whichever of the signal, its workers' deaths or its lost links
+/// it sees first. False without an experiment, or when the timeline cannot be read.
+pub(crate) fn requeue_recorded(cfg: &Config, attempt: u32) -> bool {
+    let Some(dir) = &cfg.exp_dir else {
+        return false;
+    };
+    herd_exp::timeline::read(dir).is_ok_and(|events| {
+        events
+            .iter()
+            .any(|e| matches!(&e.event, Event::Requeue(r) if r.attempt == attempt))
+    })
+}
+
 /// The job's state once it is no longer running (someone requeued or ended it: another
 /// agent acting for this one, slurmctld, the user), asking for up to `within`; `None` while
 /// it runs or without facts. An agent that was frozen wakes up (SLURM's SIGCONT) to a job
@@ -314,5 +331,52 @@ pub(crate) fn record_run(
         say(format!(
             "cannot record attempt {attempt} in the manifest: {e}"
         ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn requeue(attempt: u32, by: Option<RequeuedBy>) -> timeline::Requeue {
+        timeline::Requeue {
+            attempt,
+            cause: Cause::NodeFailure.name().to_owned(),
+            count: 1,
+            budget: 1,
+            exclude: vec!["gpu-a01".to_owned()],
+            by,
+        }
+    }
+
+    /// A woken leader finds its attempt's requeue when node 1 recorded it, and only that
+    /// attempt's: an earlier attempt's requeue, or none, leaves it to act.
+    #[test]
+    fn an_attempts_requeue_is_found_in_the_timeline_and_only_its_own() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut cfg = crate::config::tests::config(Some(7), Some("7"));
+        assert!(
+            !requeue_recorded(&cfg, 1),
+            "no experiment: nothing recorded"
+        );
+        cfg.exp_dir = Some(dir.path().to_owned());
+        assert!(!requeue_recorded(&cfg, 1), "no timeline yet");
+        timeline::append(dir.path(), requeue(0, None)).expect("append");
+        timeline::append(
+            dir.path(),
+            timeline::Failed {
+                attempt: 1,
+                cause: "lost node 0 (gpu-a01), the leader".to_owned(),
+                ..timeline::Failed::default()
+            },
+        )
+        .expect("append");
+        assert!(
+            !requeue_recorded(&cfg, 1),
+            "attempt 0's requeue is not attempt 1's"
+        );
+        timeline::append(dir.path(), requeue(1, None)).expect("append");
+        assert!(requeue_recorded(&cfg, 1));
+        assert!(!requeue_recorded(&cfg, 2));
     }
 }

@@ -16,7 +16,7 @@ use super::state::{End, Lead, Stopping};
 use crate::attempt::Attempt;
 use crate::config::KeepAlive;
 use crate::event::Event;
-use crate::keep::{adopt_requeue, job_facts, unix_now};
+use crate::keep::{adopt_requeue, job_facts, requeue_recorded, unix_now};
 use crate::message::{Msg, RankProgress, RankStack};
 use crate::pace::{self, AutoRule, How, Limit};
 use crate::signals::{self, Action};
@@ -300,6 +300,13 @@ impl Lead {
         from: Option<u32>,
         seen: Option<SeenIn>,
     ) -> End {
+        // The requeue is node 1's, for this node's loss while it was frozen: nothing to
+        // record or adopt. The end of a lost node is how the attempt ends here too.
+        if requeue_recorded(&self.cfg, self.number) {
+            return End::Stopped {
+                cause: Cause::NodeFailure,
+            };
+        }
         self.cfg.record(timeline::Signal {
             attempt: self.number,
             signal: sig.as_str().to_owned(),

@@ -10,7 +10,7 @@ use nix::sys::signal::Signal;
 use super::links::{broadcast, live};
 use super::state::{End, Lead};
 use crate::event::Event;
-use crate::keep::{no_longer_running, record_run, requeue};
+use crate::keep::{no_longer_running, record_run, requeue, requeue_recorded};
 use crate::message::Msg;
 use crate::outcome::Outcome;
 use crate::words::{count, say};
@@ -203,6 +203,13 @@ impl Lead {
     /// still running unless another agent requeued it already.
     async fn requeued_already(&self, at_once: bool) -> bool {
         let id = self.job_id.as_deref();
+        if requeue_recorded(&self.cfg, self.number) {
+            say(format!(
+                "job {} was requeued for this node's loss by another agent already: ending here",
+                id.unwrap_or("?")
+            ));
+            return true;
+        }
         let within = if at_once {
             Duration::ZERO
         } else {
