@@ -38,6 +38,9 @@ const FAILURE: &str = "failure.json";
 const ATTEMPT_PREFIX: &str = "attempt-";
 /// How a rank's file names start: `rank-R.…`.
 const RANK_PREFIX: &str = "rank-";
+/// A node's GPU samples in an attempt folder: `node-N.gpus.jsonl`.
+const NODE_PREFIX: &str = "node-";
+const GPUS_SUFFIX: &str = ".gpus.jsonl";
 
 /// How the temporary folder of an experiment being created starts (`<exp_root>/.herd-new-…`,
 /// renamed into place when it is whole).
@@ -277,6 +280,19 @@ impl AttemptDir {
     /// `failure.json`: this attempt's failure report.
     pub fn failure_report(&self) -> PathBuf {
         self.dir.join(FAILURE)
+    }
+
+    /// `node-N.gpus.jsonl`: node `node`'s GPU samples ([`crate::gpus`]).
+    pub fn gpus(&self, node: u32) -> PathBuf {
+        self.dir.join(format!("{NODE_PREFIX}{node}{GPUS_SUFFIX}"))
+    }
+
+    /// The nodes N with GPU samples (`node-N.gpus.jsonl`) here, ascending; none when the
+    /// folder does not exist.
+    pub fn gpu_nodes(&self) -> io::Result<Vec<u32>> {
+        numbered(&self.dir, |name| {
+            name.strip_prefix(NODE_PREFIX)?.strip_suffix(GPUS_SUFFIX)
+        })
     }
 
     /// The ranks R with a file of one of the kinds `files` here, ascending; none when the
@@ -601,6 +617,10 @@ pub fn entries() -> Vec<(String, &'static str)> {
             "the installed modules a warm-started rank had loaded, one a line: the next standby imports them ahead ([launch.md](launch.md#warm-starts))",
         ),
         (
+            format!("{attempt}/{NODE_PREFIX}N{GPUS_SUFFIX}"),
+            "node N's GPU samples, one JSON line per GPU every few seconds: utilisation, memory, power, temperature, clocks, throttling, ECC errors, the ranks it serves ([top.md](top.md#gpus))",
+        ),
+        (
             format!("{attempt}/{FAILURE}"),
             "that attempt's failure report",
         ),
@@ -638,6 +658,7 @@ mod tests {
             Path::new("/e/train/logs/attempt-3/rank-7.out")
         );
         assert_eq!(a.error_file(7), a.path().join("rank-7.error.json"));
+        assert_eq!(a.gpus(1), a.path().join("node-1.gpus.jsonl"));
         assert_eq!(a.modules(7), a.path().join("rank-7.modules"));
         assert_eq!(a.worker_metrics(7), a.path().join("rank-7.metrics.jsonl"));
         for kind in RankFile::ALL {

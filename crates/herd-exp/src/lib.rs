@@ -73,6 +73,7 @@
 
 pub mod failure;
 pub mod goodput;
+pub mod gpus;
 pub mod layout;
 pub mod logs;
 mod manifest;
