@@ -384,31 +384,39 @@ impl Flag {
     }
 }
 
-/// What stands out about each GPU of `gpus`, given as (its utilisation, whether it is
-/// throttled and by what, its memory used and total): the same rules for `top`'s newest
-/// samples and the report's means. Returned in `gpus`' order.
-pub fn flags(gpus: &[(Option<f64>, Vec<String>, Option<f64>, Option<f64>)]) -> Vec<Vec<Flag>> {
-    let mid = median(gpus.iter().filter_map(|g| g.0));
+/// What the flags of one GPU are judged on: a sample's figures or a summary's.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Reading {
+    /// Utilisation, %.
+    pub util: Option<f64>,
+    /// What slows it down (empty: nothing).
+    pub throttled_by: Vec<String>,
+    /// Memory used, MiB.
+    pub mem_used: Option<f64>,
+    /// Memory in all, MiB.
+    pub mem_total: Option<f64>,
+}
+
+/// What stands out about each GPU of `gpus`: the same rules for `top`'s newest samples and
+/// the report's whole run. Returned in `gpus`' order.
+pub fn flags(gpus: &[Reading]) -> Vec<Vec<Flag>> {
+    let mid = median(gpus.iter().filter_map(|g| g.util));
     gpus.iter()
-        .map(|(util, by, used, total)| {
+        .map(|g| {
             let mut out = Vec::new();
-            if let (Some(u), Some(m)) = (util, mid) {
-                if m >= BUSY_UTIL && *u < IDLE_RATIO * m {
-                    out.push(Flag::Idle {
-                        util: *u,
-                        median: m,
-                    });
+            if let (Some(u), Some(m)) = (g.util, mid) {
+                if m >= BUSY_UTIL && u < IDLE_RATIO * m {
+                    out.push(Flag::Idle { util: u, median: m });
                 }
             }
-            if !by.is_empty() {
-                out.push(Flag::Throttled { by: by.clone() });
+            if !g.throttled_by.is_empty() {
+                out.push(Flag::Throttled {
+                    by: g.throttled_by.clone(),
+                });
             }
-            if let (Some(u), Some(t)) = (used, total) {
-                if *t > 0.0 && u / t >= NEAR_MEMORY {
-                    out.push(Flag::NearMemory {
-                        used: *u,
-                        total: *t,
-                    });
+            if let (Some(u), Some(t)) = (g.mem_used, g.mem_total) {
+                if t > 0.0 && u / t >= NEAR_MEMORY {
+                    out.push(Flag::NearMemory { used: u, total: t });
                 }
             }
             out
@@ -418,37 +426,36 @@ pub fn flags(gpus: &[(Option<f64>, Vec<String>, Option<f64>, Option<f64>)]) -> V
 
 /// The flags of the newest sample of each GPU in `latest` (what `herd top` shows).
 pub fn flags_now(latest: &[&Sample]) -> Vec<Vec<Flag>> {
-    let rows: Vec<_> = latest
+    let rows: Vec<Reading> = latest
         .iter()
-        .map(|s| {
-            (
-                s.util,
-                s.throttled_by().into_iter().map(str::to_owned).collect(),
-                s.mem_used,
-                s.mem_total,
-            )
+        .map(|s| Reading {
+            util: s.util,
+            throttled_by: s.throttled_by().into_iter().map(str::to_owned).collect(),
+            mem_used: s.mem_used,
+            mem_total: s.mem_total,
         })
         .collect();
     flags(&rows)
 }
 
+/// A GPU throttled in at least this fraction of its samples is throttled over the run.
+pub const THROTTLED_OFTEN: f64 = 0.25;
+
 /// The flags of each GPU over the whole run (what `herd report` names): idle on its mean
-/// utilisation, throttled in at least a quarter of its samples, near its memory limit at
-/// its peak.
+/// utilisation, throttled in at least [`THROTTLED_OFTEN`] of its samples, near its memory
+/// limit at its peak.
 pub fn flags_over(summaries: &[Summary]) -> Vec<Vec<Flag>> {
-    let rows: Vec<_> = summaries
+    let rows: Vec<Reading> = summaries
         .iter()
-        .map(|s| {
-            (
-                s.mean_util,
-                if s.throttled >= 0.25 {
-                    s.throttled_by.clone()
-                } else {
-                    Vec::new()
-                },
-                s.max_mem_used,
-                s.mem_total,
-            )
+        .map(|s| Reading {
+            util: s.mean_util,
+            throttled_by: if s.throttled >= THROTTLED_OFTEN {
+                s.throttled_by.clone()
+            } else {
+                Vec::new()
+            },
+            mem_used: s.max_mem_used,
+            mem_total: s.mem_total,
         })
         .collect();
     flags(&rows)

@@ -81,9 +81,9 @@ fn samples_round_trip_and_a_tail_reads_only_whole_new_lines() {
     // A line still being written waits for its newline.
     let mut f = OpenOptions::new().append(true).open(&path).expect("open");
     let line = serde_json::to_string(&a).expect("json");
-    f.write_all(line[..10].as_bytes()).expect("write");
+    f.write_all(&line.as_bytes()[..10]).expect("write");
     assert_eq!(tail.read(&mut seen).expect("read"), 0);
-    f.write_all(line[10..].as_bytes()).expect("write");
+    f.write_all(&line.as_bytes()[10..]).expect("write");
     f.write_all(b"\n").expect("write");
     assert_eq!(tail.read(&mut seen).expect("read"), 1);
     assert_eq!(read(&path).expect("read").len(), 3);
