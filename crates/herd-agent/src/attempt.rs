@@ -57,6 +57,8 @@ pub(crate) struct Attempt {
     /// Starts the next attempt's standbys once this one trains (`crate::warm`); stopped
     /// at the teardown.
     refill: Option<tokio::task::JoinHandle<()>>,
+    /// Samples the node's GPUs (`crate::gpus`) until the teardown.
+    gpus: Option<crate::gpus::Sampler>,
 }
 
 impl Attempt {
@@ -104,6 +106,7 @@ impl Attempt {
                 _ => None,
             },
             refill: None,
+            gpus: None,
         };
         let mut envs = Vec::new();
         let mut warm = Vec::new();
@@ -124,6 +127,8 @@ impl Attempt {
             envs.push((pos, env));
         }
         attempt.resolve_pids().await;
+        let local = layout.tasks_per_node[slot];
+        attempt.gpus = crate::gpus::start(cfg, &dir, slot as u32, (first, local));
         if !warm.is_empty() {
             let ranks: Vec<String> = warm.iter().map(u32::to_string).collect();
             crate::words::say(format!(
@@ -486,6 +491,7 @@ impl Attempt {
         if let Some(refill) = self.refill.take() {
             refill.abort();
         }
+        self.gpus = None;
         procs::terminate_all(&self.groups, &self.managed, first, grace).await;
         if let Some(c) = self.container.clone() {
             // Podman's record of the attempt's container, removed before the agent goes on
@@ -503,6 +509,7 @@ impl Attempt {
 
     /// Every worker exited 0: wait for the rest of their output.
     pub(crate) async fn finish_output(&mut self) {
+        self.gpus = None;
         if let Some(sink) = self.sink.take() {
             let _ = tokio::time::timeout(Duration::from_secs(5), sink.finish()).await;
         }

@@ -35,6 +35,7 @@ mod error;
 mod event;
 pub mod exit;
 mod follower;
+mod gpus;
 mod keep;
 mod leader;
 mod message;

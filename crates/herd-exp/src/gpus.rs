@@ -136,31 +136,51 @@ fn number(field: &str) -> Option<f64> {
 /// One line of `nvidia-smi --query-gpu=`[`query_arg`]` --format=csv,noheader,nounits`, read
 /// at `t` (ms since the Unix epoch); `None` for any other line (a header, an error).
 pub fn parse_line(line: &str, t: u64) -> Option<Sample> {
-    let fields: Vec<&str> = line.split(',').collect();
-    if fields.len() != QUERY.len() {
+    parse_fields(&QUERY, line, t)
+}
+
+/// What a driver that refuses `field` in `--query-gpu` may know it as instead: the newer
+/// name of the clock event reasons; `None`: leave the field out.
+pub fn other_name(field: &str) -> Option<&'static str> {
+    (field == "clocks_throttle_reasons.active").then_some("clocks_event_reasons.active")
+}
+
+/// One line of `nvidia-smi --query-gpu=FIELDS --format=csv,noheader,nounits` where
+/// `fields` are the fields asked, in order (any of [`QUERY`]'s, or their [`other_name`]s):
+/// those not asked stay `None`. `None` for a line that is not one GPU's values.
+pub fn parse_fields(fields: &[&str], line: &str, t: u64) -> Option<Sample> {
+    let values: Vec<&str> = line.split(',').collect();
+    if values.len() != fields.len() {
         return None;
     }
-    let gpu = value(fields[0])?.parse::<u32>().ok()?;
-    let mask = value(fields[10]).and_then(|m| {
+    let get = |name: &str| {
+        fields
+            .iter()
+            .position(|f| *f == name || other_name(name) == Some(*f))
+            .and_then(|i| value(values[i]))
+    };
+    let num = |name: &str| get(name).and_then(number);
+    let gpu = get("index")?.parse::<u32>().ok()?;
+    let mask = get("clocks_throttle_reasons.active").and_then(|m| {
         let m = m.trim_start_matches("0x").trim_start_matches("0X");
         u64::from_str_radix(m, 16).ok()
     });
     Some(Sample {
         t,
         gpu,
-        uuid: value(fields[1]).unwrap_or_default().to_owned(),
-        name: value(fields[2]).map(str::to_owned),
+        uuid: get("uuid").unwrap_or_default().to_owned(),
+        name: get("name").map(str::to_owned),
         ranks: Vec::new(),
-        util: number(fields[3]),
-        mem_used: number(fields[4]),
-        mem_total: number(fields[5]),
-        power: number(fields[6]),
-        power_limit: number(fields[7]),
-        temp: number(fields[8]),
-        sm_clock: number(fields[9]),
+        util: num("utilization.gpu"),
+        mem_used: num("memory.used"),
+        mem_total: num("memory.total"),
+        power: num("power.draw"),
+        power_limit: num("power.limit"),
+        temp: num("temperature.gpu"),
+        sm_clock: num("clocks.sm"),
         reasons: mask.map(reasons).unwrap_or_default(),
-        ecc_uncorrected: value(fields[11]).and_then(|v| v.parse().ok()),
-        retired_pending: value(fields[12]).map(|v| v.eq_ignore_ascii_case("yes")),
+        ecc_uncorrected: get("ecc.errors.uncorrected.volatile.total").and_then(|v| v.parse().ok()),
+        retired_pending: get("retired_pages.pending").map(|v| v.eq_ignore_ascii_case("yes")),
     })
 }
 

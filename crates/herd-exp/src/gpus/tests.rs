@@ -160,3 +160,36 @@ fn summaries_are_per_gpu_and_over_the_run() {
     let words: Vec<&str> = flags[1].iter().map(Flag::word).collect();
     assert_eq!(words, vec!["IDLE", "THROTTLED"], "{flags:?}");
 }
+
+#[test]
+fn a_driver_that_knows_fewer_fields_is_read_by_the_names_asked() {
+    // The throttle reasons under their newer name, ECC and retired pages left out.
+    let fields = [
+        "index",
+        "uuid",
+        "name",
+        "utilization.gpu",
+        "memory.used",
+        "memory.total",
+        "power.draw",
+        "power.limit",
+        "temperature.gpu",
+        "clocks.sm",
+        "clocks_event_reasons.active",
+    ];
+    let line = "3, GPU-aa, NVIDIA A100-SXM4-80GB, 88, 70000, 81920, 390.1, 400.00, 70, 1410, 0x0000000000000020";
+    let s = parse_fields(&fields, line, 5).expect("a sample");
+    assert_eq!(s.gpu, 3);
+    assert_eq!(s.reasons, vec!["sw_thermal"]);
+    assert_eq!(s.ecc_uncorrected, None);
+    assert_eq!(
+        parse_fields(&fields, H100_BUSY, 5),
+        None,
+        "13 values for 11 fields"
+    );
+    assert_eq!(
+        other_name("clocks_throttle_reasons.active"),
+        Some("clocks_event_reasons.active")
+    );
+    assert_eq!(other_name("power.draw"), None);
+}

@@ -15,6 +15,7 @@ mod ddp_baseline;
 mod frameworks;
 mod frameworks_stop;
 mod goodput;
+mod gpus;
 mod hangs;
 mod herd_env;
 mod hostlist_differential;

@@ -1,0 +1,151 @@
+//! What the GPUs are doing, on the bed: it has no GPU, so a stand-in `nvidia-smi`
+//! (testbed/standins/nvidia-smi) first on the job's PATH replays recorded samples in the
+//! driver's own formats. Every node of the stand-in has a busy GPU 0 held at its power cap
+//! and an idle GPU 1 (a data-bound rank's): the agents sample both for the ranks whose
+//! devices they are, and `herd top` and `herd report` show and flag them.
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use herd_exp::gpus::{self, Sample};
+use herd_testbed::{read_lossy, repo_root, write_file, Bed};
+use serde_json::{json, Value};
+
+use crate::support::{herd_with_path, job_id, project_with, wait_ok};
+
+/// A recorded H100's frames: busy at 95–99 % and held at its 700 W cap
+/// (`sw_power_cap`), its memory growing.
+fn busy() -> Value {
+    let frames: Vec<Value> = (0..6)
+        .map(|i| {
+            json!({
+                "utilization.gpu": (95 + i % 3).to_string(),
+                "memory.used": (61_000 + 100 * i).to_string(),
+                "memory.total": "81559",
+                "power.draw": "698.42",
+                "power.limit": "700.00",
+                "temperature.gpu": "67",
+                "clocks.sm": "1755",
+                "clocks_throttle_reasons.active": "0x0000000000000004",
+                "ecc.errors.uncorrected.volatile.total": "0",
+                "retired_pages.pending": "[N/A]",
+            })
+        })
+        .collect();
+    json!(frames)
+}
+
+/// An idle H100's frame: 2 % busy, its clocks down for idleness (no throttling).
+fn idle() -> Value {
+    json!([{
+        "utilization.gpu": "2",
+        "memory.used": "3120",
+        "memory.total": "81559",
+        "power.draw": "88.10",
+        "power.limit": "700.00",
+        "temperature.gpu": "34",
+        "clocks.sm": "345",
+        "clocks_throttle_reasons.active": "0x0000000000000001",
+        "ecc.errors.uncorrected.volatile.total": "0",
+        "retired_pages.pending": "[N/A]",
+    }])
+}
+
+/// A folder holding the stand-in `nvidia-smi` and every bed node's samples: PATH's first.
+fn standin(bed: &Bed, dir: &Path) -> PathBuf {
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(bin.join("gpus")).expect("bin");
+    let script = read_lossy(repo_root().join("testbed/standins/nvidia-smi"));
+    write_file(&bin.join("nvidia-smi"), &script, 0o755).expect("stand-in");
+    for (n, node) in bed.nodes().iter().enumerate() {
+        let gpus = json!({"gpus": [
+            {"index": 0, "uuid": format!("GPU-0000000{n}-0000-0000-0000-000000000000"),
+             "name": "NVIDIA H100 80GB HBM3", "frames": busy()},
+            {"index": 1, "uuid": format!("GPU-0000000{n}-0000-0000-0000-000000000001"),
+             "name": "NVIDIA H100 80GB HBM3", "frames": idle()},
+        ]});
+        write_file(
+            &bin.join(format!("gpus/{node}.json")),
+            &gpus.to_string(),
+            0o644,
+        )
+        .expect("samples");
+    }
+    bin
+}
+
+/// `herd submit ARGS` with the stand-in first on PATH, then the venv's bin.
+fn submit(bed: &Bed, project: &Path, bin: &Path, args: &[&str]) -> Output {
+    let venv_bin = bed.python().parent().expect("venv bin").to_path_buf();
+    let path = format!(
+        "{}:{}:{}",
+        bin.display(),
+        venv_bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    herd_with_path("submit", project, args, &path)
+}
+
+/// A 2-node job with 2 GPUs a node: each agent samples its node's two GPUs into the
+/// attempt's `node-N.gpus.jsonl`, each sample with the rank whose device it is
+/// (`cuda:LOCAL_RANK`), and the recorded figures come through as the driver gave them.
+#[test]
+fn every_node_samples_its_gpus_for_the_ranks_that_use_them() {
+    let bed = Bed::require();
+    let (project, exps) = project_with(&bed, "gpus", &[("examples/train_ddp.py", "train_ddp.py")]);
+    let bin = standin(&bed, project.parent().expect("scratch"));
+    let root = exps.display().to_string();
+    let job = job_id(&submit(
+        &bed,
+        &project,
+        &bin,
+        &[
+            "-J",
+            "gpus",
+            "--nodes",
+            "2",
+            "--gpus-per-node",
+            "2",
+            "--exp-root",
+            &root,
+            "--",
+            "python",
+            "train_ddp.py",
+            "--steps",
+            "30",
+            "--step-time",
+            "0.3",
+        ],
+    ));
+    let exp = exps.join("gpus");
+    wait_ok(&bed, job, &exp);
+    let attempt = herd_exp::layout::LogsDir::new(exp.join("logs")).attempt(0);
+    assert_eq!(attempt.gpu_nodes().expect("listing"), vec![0, 1]);
+    for node in 0..2u32 {
+        let samples: Vec<Sample> = gpus::read(&attempt.gpus(node)).expect("samples");
+        let of = |gpu: u32| -> Vec<&Sample> { samples.iter().filter(|s| s.gpu == gpu).collect() };
+        let (busy, idle) = (of(0), of(1));
+        assert!(
+            busy.len() >= 2 && idle.len() >= 2,
+            "node {node}: samples of both GPUs every 2 s over ~9 s of training: {samples:?}"
+        );
+        assert!(
+            samples.iter().all(|s| s.gpu < 2),
+            "only the node's own GPUs: {samples:?}"
+        );
+        assert!(busy.iter().all(|s| s.ranks == vec![2 * node]), "{busy:?}");
+        assert!(
+            idle.iter().all(|s| s.ranks == vec![2 * node + 1]),
+            "{idle:?}"
+        );
+        assert_eq!(busy[0].throttled_by(), vec!["sw_power_cap"]);
+        assert_eq!(busy[0].power, Some(698.42));
+        assert!(busy[0].uuid.ends_with("-000000000000"), "{:?}", busy[0]);
+        assert_eq!(idle[0].util, Some(2.0));
+        assert!(
+            idle[0].throttled_by().is_empty(),
+            "idle clocks are no throttling"
+        );
+        assert_eq!(idle[0].ecc_uncorrected, Some(0));
+    }
+}
