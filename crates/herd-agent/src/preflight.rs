@@ -15,7 +15,9 @@
 //!   search) and may be executed, and so may the interpreter its `#!` line names.
 //! - `gpus`: the GPUs SLURM gave this node are there: as many in `CUDA_VISIBLE_DEVICES` as
 //!   `SLURM_GPUS_ON_NODE` says, and each one listed by `nvidia-smi -L` when `nvidia-smi`
-//!   is on PATH. No GPU asked for: nothing to check.
+//!   is on PATH; and healthy, where the driver says ([`gpu_health`]): no uncorrectable ECC
+//!   error, no page waiting to be retired, no process holding a tenth of one's memory before
+//!   the workers start. No GPU asked for: nothing to check.
 //! - `folders`: the log folder and the checkpoint folder exist or can be created, a file can
 //!   be written in each, and each has at least [`MIN_FREE`] free.
 //! - `network`: an interface the user named for the collectives (`GLOO_SOCKET_IFNAME`,
@@ -42,6 +44,7 @@ use crate::config::{Config, ContainerState};
 
 mod container;
 mod find_modules;
+mod gpu_health;
 mod port;
 use find_modules::FIND_MODULES;
 pub(crate) use port::{claim_master_port, HeldPort};
@@ -771,7 +774,7 @@ async fn check_gpus(
             ),
         ));
     }
-    Ok(())
+    gpu_health::check(&smi, gpus, CHECK_TIMEOUT).await
 }
 
 // ---------------------------------------------------------------------------------------

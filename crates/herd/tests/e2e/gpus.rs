@@ -149,3 +149,57 @@ fn every_node_samples_its_gpus_for_the_ranks_that_use_them() {
         assert_eq!(idle[0].ecc_uncorrected, Some(0));
     }
 }
+
+/// A 3-node job whose second node's GPU 1 had a double-bit error (its stand-in reports an
+/// uncorrectable ECC error): that node's preflight fails check `gpus` naming the GPU, the
+/// node is blamed, and no worker starts anywhere.
+#[test]
+fn a_node_whose_gpu_has_an_uncorrectable_ecc_error_is_blamed_before_any_worker_starts() {
+    let bed = Bed::require();
+    let dir = bed.scratch("gpus_ecc").expect("scratch");
+    let bin = standin(&bed, &dir);
+    let broken = bed.nodes()[1].clone();
+    let data_path = bin.join(format!("gpus/{broken}.json"));
+    let mut data: Value = serde_json::from_str(&read_lossy(&data_path)).expect("samples");
+    data["gpus"][1]["frames"][0]["ecc.errors.uncorrected.volatile.total"] = json!("2");
+    write_file(&data_path, &data.to_string(), 0o644).expect("samples");
+    let out_dir = dir.join("out");
+    std::fs::create_dir_all(&out_dir).expect("out");
+    let venv_bin = bed.python().parent().expect("venv bin").to_path_buf();
+    let path = format!(
+        "{}:{}:{}",
+        bin.display(),
+        venv_bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let cmd = [
+        bed.python().display().to_string(),
+        crate::support::worker("env_dump.py"),
+        out_dir.display().to_string(),
+    ];
+    let log_dir = dir.join("logs").display().to_string();
+    let result = crate::preflight::srun_launch(
+        &dir,
+        &[("PATH", &path)],
+        &["--nproc-per-node", "2", "--log-dir", &log_dir],
+        &cmd,
+    );
+    let said = match result {
+        Ok(out) => panic!("the job should fail without starting, but it ran:\n{out}"),
+        Err(herd_testbed::BedError::Failed { stderr, .. }) => stderr,
+        Err(e) => panic!("{e}"),
+    };
+    assert!(
+        said.contains(&format!("{broken}: preflight check `gpus` failed"))
+            && said.contains(
+                "GPU 1 (GPU-00000001-0000-0000-0000-000000000001) has 2 uncorrectable ECC errors"
+            ),
+        "names the node, the GPU and the errors:\n{said}"
+    );
+    assert!(
+        said.contains(&format!("blaming node 1 ({broken})")),
+        "blames that node:\n{said}"
+    );
+    let started = std::fs::read_dir(&out_dir).expect("out").count();
+    assert_eq!(started, 0, "no worker started anywhere:\n{said}");
+}

@@ -235,3 +235,71 @@ fn gpus_missing_inside_an_image_name_the_count_and_each_runtimes_fix() {
     // What the probe cannot say is not a finding.
     assert_eq!(inside("", Runtime::Charliecloud), Ok(()));
 }
+
+/// `nvidia-smi --query-gpu=index,uuid,memory.total,ecc.errors.uncorrected.volatile.total,
+/// retired_pages.pending --format=csv,noheader,nounits` of a node whose GPU 1 has a
+/// double-bit error, and one whose GPU 0 has a page waiting to be retired.
+const ECC_ON_1: &str = "0, GPU-aaaa, 81559, 0, No\n1, GPU-bbbb, 81559, 2, No\n";
+const PENDING_ON_0: &str = "0, GPU-aaaa, 81559, 0, Yes\n1, GPU-bbbb, 81559, 0, No\n";
+const HEALTHY: &str = "0, GPU-aaaa, 81559, 0, No\n1, GPU-bbbb, 81559, 0, No\n";
+/// `--query-compute-apps=gpu_uuid,pid,used_memory --format=csv,noheader,nounits`: a leftover
+/// holding 40 GiB of GPU 1, and a small context on GPU 0.
+const APPS: &str = "GPU-bbbb, 4242, 40960\nGPU-aaaa, 777, 512\n";
+
+#[test]
+fn an_uncorrectable_ecc_error_or_a_pending_retirement_fails_the_gpus_health() {
+    let ids = |s: &str| -> Vec<String> { s.split(',').map(str::to_owned).collect() };
+    let rows = gpu_health::rows(ECC_ON_1);
+    assert_eq!(rows.len(), 2);
+    let why = gpu_health::judge(&ids("0,1"), &rows, &[]).expect("a finding");
+    assert!(
+        why.starts_with("GPU 1 (GPU-bbbb) has 2 uncorrectable ECC errors")
+            && why.contains("--exclude"),
+        "{why}"
+    );
+    // The job was given GPU 0 only: GPU 1's errors are another job's concern.
+    assert_eq!(gpu_health::judge(&ids("0"), &rows, &[]), None);
+    assert_eq!(gpu_health::judge(&ids("GPU-aaaa"), &rows, &[]), None);
+    let why =
+        gpu_health::judge(&ids("0,1"), &gpu_health::rows(PENDING_ON_0), &[]).expect("a finding");
+    assert!(
+        why.contains("GPU 0 (GPU-aaaa) has memory pages waiting to be retired"),
+        "{why}"
+    );
+    assert_eq!(
+        gpu_health::judge(&ids("0,1"), &gpu_health::rows(HEALTHY), &[]),
+        None
+    );
+    // A cgroup numbers the job's GPUs 0.. where the driver lists 4 and 5: all are judged.
+    let cgroup = gpu_health::rows("4, GPU-eeee, 81559, 1, No\n");
+    assert!(gpu_health::judge(&ids("0"), &cgroup, &[]).is_some());
+}
+
+#[test]
+fn a_process_holding_a_tenth_of_a_gpus_memory_before_the_workers_fails_the_check() {
+    let ids = |s: &str| -> Vec<String> { s.split(',').map(str::to_owned).collect() };
+    let apps = gpu_health::apps(APPS);
+    assert_eq!(apps.len(), 2);
+    let rows = gpu_health::rows(HEALTHY);
+    let why = gpu_health::judge(&ids("0,1"), &rows, &apps).expect("a finding");
+    assert!(
+        why.starts_with(
+            "GPU 1 (GPU-bbbb): process 4242 holds 40.0 of its 79.6 GiB before any worker started"
+        ),
+        "{why}"
+    );
+    // A small context (0.5 GiB of 80) is no leftover to fail on.
+    assert_eq!(gpu_health::judge(&ids("0"), &rows, &apps), None);
+    assert!(gpu_health::apps("No running processes found\n").is_empty());
+}
+
+/// A driver that answers `-L` but none of the health queries (this fake refuses anything
+/// else) is not judged on them.
+#[tokio::test]
+async fn a_driver_without_the_health_fields_is_not_judged_on_them() {
+    let dir = tmp();
+    let path = fake_smi(dir.path(), H200S, 0);
+    let smi = resolve(OsStr::new("nvidia-smi"), Some(&path)).expect("the fake");
+    let gpus = vec!["0".to_owned(), "1".to_owned()];
+    assert!(gpu_health::check(&smi, &gpus, CHECK_TIMEOUT).await.is_ok());
+}
