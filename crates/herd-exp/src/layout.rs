@@ -800,6 +800,7 @@ mod tests {
                 p.trim_end_matches('/')
                     .replace('K', "7")
                     .replace("rank-R", "rank-3")
+                    .replace("node-N", "node-1")
                     .replace("JOBID", "42")
             })
             .collect();
@@ -817,6 +818,7 @@ mod tests {
             a.path().to_owned(),
         ];
         given.extend(RankFile::ALL.map(|k| a.rank_file(3, k)));
+        given.push(a.gpus(1));
         given.push(a.failure_report());
         let given: Vec<String> = given.iter().map(|p| p.display().to_string()).collect();
         assert_eq!(named, given);
