@@ -59,6 +59,9 @@ pub(crate) struct Attempt {
     refill: Option<tokio::task::JoinHandle<()>>,
     /// Samples the node's GPUs (`crate::gpus`) until the teardown.
     gpus: Option<crate::gpus::Sampler>,
+    /// The GPU errors the sampler's last look found at the teardown, for the agent to
+    /// report ([`Attempt::take_gpu_errors`]).
+    last_gpu_errors: Vec<herd_exp::gpus::GpuError>,
 }
 
 impl Attempt {
@@ -107,6 +110,7 @@ impl Attempt {
             },
             refill: None,
             gpus: None,
+            last_gpu_errors: Vec::new(),
         };
         let mut envs = Vec::new();
         let mut warm = Vec::new();
@@ -128,7 +132,11 @@ impl Attempt {
         }
         attempt.resolve_pids().await;
         let local = layout.tasks_per_node[slot];
-        attempt.gpus = crate::gpus::start(cfg, &dir, slot as u32, (first, local));
+        let report = crate::gpus::Report {
+            attempt: number,
+            tx: tx.clone(),
+        };
+        attempt.gpus = crate::gpus::start(cfg, &dir, slot as u32, (first, local), report);
         if !warm.is_empty() {
             let ranks: Vec<String> = warm.iter().map(u32::to_string).collect();
             crate::words::say(format!(
@@ -491,7 +499,11 @@ impl Attempt {
         if let Some(refill) = self.refill.take() {
             refill.abort();
         }
-        self.gpus = None;
+        if let Some(gpus) = self.gpus.take() {
+            // Read the kernel log a last time before the workers go: a GPU's fault that
+            // ended them is there already.
+            self.last_gpu_errors = gpus.stop().await;
+        }
         procs::terminate_all(&self.groups, &self.managed, first, grace).await;
         if let Some(c) = self.container.clone() {
             // Podman's record of the attempt's container, removed before the agent goes on
@@ -505,6 +517,11 @@ impl Attempt {
             // Pipes held by killed processes are closed now; give the readers a moment.
             let _ = tokio::time::timeout(Duration::from_secs(2), sink.finish()).await;
         }
+    }
+
+    /// The GPU errors the teardown's last look at the kernel log found (once).
+    pub(crate) fn take_gpu_errors(&mut self) -> Vec<herd_exp::gpus::GpuError> {
+        std::mem::take(&mut self.last_gpu_errors)
     }
 
     /// Every worker exited 0: wait for the rest of their output.

@@ -19,6 +19,11 @@ pub(crate) enum Event {
         msg: Option<Msg>,
         why: String,
     },
+    /// One of this node's GPUs raised an error during attempt `attempt` (`crate::gpus`).
+    GpuError {
+        attempt: u32,
+        error: herd_exp::gpus::GpuError,
+    },
     /// This agent received a signal of [`signals::HANDLED`](crate::signals::HANDLED).
     Signal(Signal),
 }

@@ -132,6 +132,10 @@ impl Follow {
                 None
             }
             Event::Signal(sig) => self.on_signal(sig).await,
+            Event::GpuError { attempt, error } => {
+                let _ = send(&self.w, &Msg::GpuError { attempt, error }).await;
+                None
+            }
         })
     }
 
@@ -321,6 +325,7 @@ impl Follow {
             let first = signal.and_then(|s| s.parse::<Signal>().ok());
             a.teardown_with(first.unwrap_or(Signal::SIGTERM), self.cfg.kill_grace)
                 .await;
+            send_gpu_errors(&self.w, a).await;
         }
         self.stopped = true;
         let step = self.attempt.as_ref().and_then(Attempt::highest_step);
@@ -404,6 +409,7 @@ impl Follow {
             )
             .await;
             a.teardown(self.cfg.kill_grace).await;
+            send_gpu_errors(&self.w, a).await;
             let step = a.highest_step();
             let _ = send(&self.w, &Msg::TornDown { attempt: n, step }).await;
         } else if a.running.is_empty() {
@@ -501,6 +507,15 @@ impl Follow {
             )
             .await;
         }
+    }
+}
+
+/// The GPU errors `a`'s teardown found, to the leader (before the node says it is torn
+/// down, so the leader has them when it decides what the attempt's end was).
+async fn send_gpu_errors(w: &Writer, a: &mut Attempt) {
+    for error in a.take_gpu_errors() {
+        let attempt = a.number;
+        let _ = send(w, &Msg::GpuError { attempt, error }).await;
     }
 }
 

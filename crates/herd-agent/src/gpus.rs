@@ -20,26 +20,67 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use herd_exp::gpus::{self, Sample};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use herd_exp::gpus::{self, GpuError, Sample};
 use herd_exp::layout::AttemptDir;
 use herd_slurm::worker::GpuBind;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 
 use crate::config::Config;
+use crate::event::Event;
 use crate::words::say;
+
+mod watch;
+use watch::KernelLog;
 
 /// How often `nvidia-smi` samples (its `-lms`).
 pub(crate) const INTERVAL: Duration = Duration::from_secs(2);
 
 /// The sampling of one attempt on this node; dropping it ends `nvidia-smi`.
 pub(crate) struct Sampler {
-    task: tokio::task::JoinHandle<()>,
+    task: tokio::task::JoinHandle<Vec<GpuError>>,
+    stop: tokio::sync::watch::Sender<bool>,
+}
+
+impl Sampler {
+    /// End the sampling once the kernel log has been read a last time: the Xid of a GPU
+    /// whose fault ended the workers is in it before their exits are seen. The errors of
+    /// that last read, for the agent to report with the teardown.
+    pub(crate) async fn stop(mut self) -> Vec<GpuError> {
+        let _ = self.stop.send(true);
+        match tokio::time::timeout(Duration::from_secs(1), &mut self.task).await {
+            Ok(Ok(errors)) => errors,
+            _ => Vec::new(),
+        }
+    }
 }
 
 impl Drop for Sampler {
     fn drop(&mut self) {
         // The task owns the child, made with kill_on_drop: aborting it kills nvidia-smi.
         self.task.abort();
+    }
+}
+
+/// How often the kernel log is read for Xid lines while sampling.
+const KERNEL_LOG_EVERY: Duration = Duration::from_millis(200);
+
+/// The node's kernel log, where the driver writes its Xid lines.
+const KERNEL_LOG: &str = "/dev/kmsg";
+
+/// What the sampler tells its agent: GPU errors of attempt `attempt`, on `tx`.
+pub(crate) struct Report {
+    pub(crate) attempt: u32,
+    pub(crate) tx: tokio::sync::mpsc::UnboundedSender<Event>,
+}
+
+impl Report {
+    fn error(&self, error: GpuError) {
+        let _ = self.tx.send(Event::GpuError {
+            attempt: self.attempt,
+            error,
+        });
     }
 }
 
@@ -111,13 +152,14 @@ fn find(path: Option<&OsStr>) -> Option<PathBuf> {
 }
 
 /// Start sampling the node's GPUs for attempt folder `dir`, where this node is node `slot`
-/// of the attempt and runs `local` ranks from global rank `first`. `None` when the node
-/// was given no GPU, or has no `nvidia-smi` (said once).
+/// of the attempt and runs `local` ranks from global rank `first`; GPU errors go to
+/// `report`. `None` when the node was given no GPU, or has no `nvidia-smi` (said).
 pub(crate) fn start(
     cfg: &Config,
     dir: &AttemptDir,
     slot: u32,
     (first, local): (u32, u32),
+    report: Report,
 ) -> Option<Sampler> {
     let node_gpus = cfg.launch.node_gpus.clone();
     if node_gpus.is_empty() {
@@ -132,30 +174,85 @@ pub(crate) fn start(
     };
     let ranks = ranks_of(&node_gpus, cfg.launch.gpu_bind, first, local);
     let path = dir.gpus(slot);
+    let kernel_log = match KernelLog::open(Path::new(KERNEL_LOG)) {
+        Ok(log) => Some(log),
+        Err(e) => {
+            static SAID: AtomicBool = AtomicBool::new(false);
+            if !SAID.swap(true, Ordering::Relaxed) {
+                say(format!(
+                    "{host}: GPU Xid errors are not watched: its kernel log {KERNEL_LOG} cannot be read ({e}; kernel.dmesg_restrict = 1 keeps it from users); uncorrectable ECC errors and lost GPUs are still seen in the samples"
+                ));
+            }
+            None
+        }
+    };
+    let (stop, stopped) = tokio::sync::watch::channel(false);
     let task = tokio::spawn(async move {
-        if let Err(why) = sample(&smi, &path, &node_gpus, &ranks).await {
-            say(format!(
-                "{host}: GPU sampling stopped: {why}; the job goes on"
-            ));
+        let watch = Watch {
+            report,
+            kernel_log,
+            stopped,
+        };
+        match sample(&smi, &path, (&node_gpus, &ranks), watch).await {
+            Ok(last) => last,
+            Err(why) => {
+                say(format!(
+                    "{host}: GPU sampling stopped: {why}; the job goes on"
+                ));
+                Vec::new()
+            }
         }
     });
-    Some(Sampler { task })
+    Some(Sampler { task, stop })
 }
 
-/// Run `smi` and append what it prints to `path` until it ends (or the task is aborted);
-/// asked again without a field it refuses. The reason it ended, when it ended.
+/// What the sampler watches beside the samples: the kernel log, its stop.
+struct Watch {
+    report: Report,
+    kernel_log: Option<KernelLog>,
+    stopped: tokio::sync::watch::Receiver<bool>,
+}
+
+impl Watch {
+    /// The errors of the Xid lines written since the last look, about the node's GPUs
+    /// `known`.
+    fn read_kernel_log(&mut self, known: &[Sample]) -> Vec<GpuError> {
+        let Some(log) = self.kernel_log.as_mut() else {
+            return Vec::new();
+        };
+        let Ok(messages) = log.messages() else {
+            self.kernel_log = None;
+            return Vec::new();
+        };
+        let t = crate::workers::unix_ms();
+        messages
+            .iter()
+            .filter_map(|m| watch::xid_error(m, known, t))
+            .collect()
+    }
+}
+
+/// Run `smi` and append what it prints to `path` until it ends or `watch` is stopped,
+/// each sample of the node's GPUs (`node_gpus`, whose ranks are `ranks`); asked again
+/// without a field it refuses. Errors it sees go to the agent as they come; those of the
+/// kernel log's last read, when stopped, are returned. Why it ended, when not stopped.
 async fn sample(
     smi: &Path,
     path: &Path,
-    node_gpus: &[String],
-    ranks: &[Vec<u32>],
-) -> Result<(), String> {
+    (node_gpus, ranks): (&[String], &[Vec<u32>]),
+    mut watch: Watch,
+) -> Result<Vec<GpuError>, String> {
     let mut fields: Vec<&str> = gpus::QUERY.to_vec();
     let mut file = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(path)
         .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    // The node's GPUs as last sampled, and as first sampled (the ECC counts to compare).
+    let mut known: Vec<Sample> = Vec::new();
+    let mut first: Vec<Sample> = Vec::new();
+    let mut tick = tokio::time::interval(KERNEL_LOG_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let mut cmd =
             tokio::process::Command::from(herd_slurm::user_program(smi, &Default::default()));
@@ -175,9 +272,25 @@ async fn sample(
         let mut sampled = false;
         let mut matched: Option<Vec<Option<u32>>> = None;
         let mut batch: Vec<Sample> = Vec::new();
-        while let Ok(Some(line)) = lines.next_line().await {
+        loop {
+            let line = tokio::select! {
+                line = lines.next_line() => match line {
+                    Ok(Some(line)) => line,
+                    _ => break,
+                },
+                _ = tick.tick() => {
+                    for e in watch.read_kernel_log(&known) {
+                        watch.report.error(e);
+                    }
+                    continue;
+                }
+                _ = watch.stopped.changed() => return Ok(watch.read_kernel_log(&known)),
+            };
             let t = crate::workers::unix_ms();
-            let Some(mut s) = gpus::parse_fields(&fields, &line, t) else {
+            let Some(s) = gpus::parse_fields(&fields, &line, t) else {
+                if let Some(e) = watch::lost_error(&line, &known, t) {
+                    watch.report.error(e);
+                }
                 if said.len() < 4096 {
                     said.push_str(&line);
                     said.push('\n');
@@ -187,19 +300,20 @@ async fn sample(
             sampled = true;
             // One period's lines come together: a GPU seen again starts the next batch.
             if batch.iter().any(|b| b.gpu == s.gpu) {
-                let listed: Vec<(u32, String)> =
-                    batch.iter().map(|b| (b.gpu, b.uuid.clone())).collect();
-                let matched = matched.get_or_insert_with(|| match_gpus(node_gpus, &listed));
-                write_batch(&mut file, std::mem::take(&mut batch), matched, ranks)?;
+                let done = std::mem::take(&mut batch);
+                let matched = matched.get_or_insert_with(|| match_gpus(node_gpus, &listed(&done)));
+                let written = write_batch(&mut file, done, matched, ranks)?;
+                compare(&mut watch, &mut first, &written);
+                known = written;
             }
-            s.ranks.clear();
             batch.push(s);
         }
         if !batch.is_empty() {
-            let listed: Vec<(u32, String)> =
-                batch.iter().map(|b| (b.gpu, b.uuid.clone())).collect();
-            let matched = matched.get_or_insert_with(|| match_gpus(node_gpus, &listed));
-            write_batch(&mut file, std::mem::take(&mut batch), matched, ranks)?;
+            let done = std::mem::take(&mut batch);
+            let matched = matched.get_or_insert_with(|| match_gpus(node_gpus, &listed(&done)));
+            let written = write_batch(&mut file, done, matched, ranks)?;
+            compare(&mut watch, &mut first, &written);
+            known = written;
         }
         let _ = stderr.read_to_string(&mut said).await;
         let status = child.wait().await.map_err(|e| e.to_string())?;
@@ -227,16 +341,38 @@ async fn sample(
     }
 }
 
+/// The index and UUID of each GPU of one period's samples.
+fn listed(batch: &[Sample]) -> Vec<(u32, String)> {
+    batch.iter().map(|b| (b.gpu, b.uuid.clone())).collect()
+}
+
+/// Compare the node's GPUs' newest samples `now` with their first (`first`, filled the
+/// first time): an uncorrectable ECC count that grew is an error, said once per count.
+fn compare(watch: &mut Watch, first: &mut Vec<Sample>, now: &[Sample]) {
+    for s in now {
+        match first.iter_mut().find(|f| f.gpu == s.gpu) {
+            Some(before) => {
+                if let Some(e) = watch::ecc_error(before, s) {
+                    watch.report.error(e);
+                    *before = s.clone();
+                }
+            }
+            None => first.push(s.clone()),
+        }
+    }
+}
+
 /// Append one period's samples of the node's GPUs (`matched`: which listed GPU each of the
 /// node's GPUs is; `ranks`: whose device each one is) to `file`: only the node's GPUs, each
-/// with its ranks.
+/// with its ranks; those, as written.
 fn write_batch(
     file: &mut std::fs::File,
     batch: Vec<Sample>,
     matched: &[Option<u32>],
     ranks: &[Vec<u32>],
-) -> Result<(), String> {
+) -> Result<Vec<Sample>, String> {
     let mut text = String::new();
+    let mut written = Vec::new();
     for mut s in batch {
         let Some(p) = matched.iter().position(|m| *m == Some(s.gpu)) else {
             continue;
@@ -244,113 +380,12 @@ fn write_batch(
         s.ranks = ranks.get(p).cloned().unwrap_or_default();
         text.push_str(&serde_json::to_string(&s).map_err(|e| e.to_string())?);
         text.push('\n');
+        written.push(s);
     }
     file.write_all(text.as_bytes())
-        .map_err(|e| format!("cannot write the GPU samples: {e}"))
+        .map_err(|e| format!("cannot write the GPU samples: {e}"))?;
+    Ok(written)
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn ids(ids: &[&str]) -> Vec<String> {
-        ids.iter().map(|s| (*s).to_owned()).collect()
-    }
-
-    #[test]
-    fn each_rank_takes_the_gpu_of_its_local_rank_or_its_share() {
-        let four = ids(&["0", "1", "2", "3"]);
-        assert_eq!(
-            ranks_of(&four, GpuBind::All, 8, 4),
-            vec![vec![8], vec![9], vec![10], vec![11]]
-        );
-        // Two workers on four GPUs, per rank: each its two.
-        assert_eq!(
-            ranks_of(&four, GpuBind::PerRank, 0, 2),
-            vec![vec![0], vec![0], vec![1], vec![1]]
-        );
-        // More workers than GPUs with every GPU visible: they share, rank % n.
-        assert_eq!(
-            ranks_of(&ids(&["0", "1"]), GpuBind::All, 0, 4),
-            vec![vec![0, 2], vec![1, 3]]
-        );
-        assert!(ranks_of(&[], GpuBind::All, 0, 4).is_empty());
-    }
-
-    #[test]
-    fn the_nodes_gpus_are_found_by_index_uuid_or_in_order() {
-        let listed = vec![
-            (0, "GPU-a".to_owned()),
-            (1, "GPU-b".to_owned()),
-            (2, "GPU-c".to_owned()),
-            (3, "GPU-d".to_owned()),
-        ];
-        assert_eq!(
-            match_gpus(&ids(&["2", "3"]), &listed),
-            vec![Some(2), Some(3)]
-        );
-        assert_eq!(
-            match_gpus(&ids(&["GPU-d", "0"]), &listed),
-            vec![Some(3), Some(0)]
-        );
-        // A cgroup shows only the job's two GPUs, numbered by the node as 4 and 5.
-        let cgroup = vec![(4, "GPU-e".to_owned()), (5, "GPU-f".to_owned())];
-        assert_eq!(
-            match_gpus(&ids(&["0", "1"]), &cgroup),
-            vec![Some(4), Some(5)]
-        );
-        // Nothing to go by: none matched.
-        assert_eq!(match_gpus(&ids(&["7"]), &listed), vec![None]);
-    }
-
-    #[test]
-    fn a_refused_field_is_read_from_nvidia_smis_words() {
-        assert_eq!(
-            refused_field(
-                "Field \"clocks_throttle_reasons.active\" is not a valid field to query.\n"
-            )
-            .as_deref(),
-            Some("clocks_throttle_reasons.active")
-        );
-        assert_eq!(
-            refused_field(
-                "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver."
-            ),
-            None
-        );
-    }
-
-    /// A stand-in `nvidia-smi` that refuses the throttle reasons' old name, then prints two
-    /// periods of two GPUs: the sampler asks again with the new name and writes the node's
-    /// one GPU (index 1) with its rank, each period.
-    #[tokio::test]
-    async fn the_sampler_asks_again_without_a_refused_field_and_writes_the_nodes_gpus() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let smi = dir.path().join("nvidia-smi");
-        std::fs::write(
-            &smi,
-            r#"#!/bin/sh
-case "$1" in *clocks_throttle_reasons*) echo 'Field "clocks_throttle_reasons.active" is not a valid field to query.'; exit 2;; esac
-for i in 1 2; do
-  echo "0, GPU-a, Stand-in, 10, 100, 1000, 50.0, 300.00, 40, 1000, 0x0000000000000001, 0, No"
-  echo "1, GPU-b, Stand-in, 9$i, 900, 1000, 290.0, 300.00, 70, 1400, 0x0000000000000004, 0, No"
-done
-"#,
-        )
-        .expect("write");
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&smi, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-        let out = dir.path().join("node-0.gpus.jsonl");
-        let ended = sample(&smi, &out, &ids(&["1"]), &[vec![5]]).await;
-        assert!(ended.expect_err("it ends").contains("nvidia-smi ended"));
-        let samples = gpus::read(&out).expect("read");
-        assert_eq!(samples.len(), 2, "{samples:?}");
-        assert!(samples.iter().all(|s| s.gpu == 1 && s.ranks == vec![5]));
-        assert_eq!(samples[1].util, Some(92.0));
-        assert_eq!(
-            samples[0].reasons,
-            vec!["sw_power_cap"],
-            "asked by its new name"
-        );
-    }
-}
+mod tests;

@@ -86,6 +86,11 @@ pub(crate) enum Msg {
         attempt: u32,
         stacks: Vec<RankStack>,
     },
+    /// Follower → leader: one of its GPUs raised an error during `attempt`.
+    GpuError {
+        attempt: u32,
+        error: herd_exp::gpus::GpuError,
+    },
     /// Either way, so silence means a lost peer.
     Heartbeat,
 }

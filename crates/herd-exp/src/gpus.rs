@@ -18,7 +18,7 @@ use crate::stats::median;
 /// Newer drivers call the throttle reasons "clock event reasons"
 /// (`clocks_event_reasons.active`); older ones know only `clocks_throttle_reasons.active`,
 /// which newer ones still accept.
-pub const QUERY: [&str; 13] = [
+pub const QUERY: [&str; 14] = [
     "index",
     "uuid",
     "name",
@@ -32,6 +32,7 @@ pub const QUERY: [&str; 13] = [
     "clocks_throttle_reasons.active",
     "ecc.errors.uncorrected.volatile.total",
     "retired_pages.pending",
+    "pci.bus_id",
 ];
 
 /// `--query-gpu`'s value: [`QUERY`] joined by commas.
@@ -96,6 +97,9 @@ pub struct Sample {
     /// Pages waiting to be retired at the next driver reload (a memory fault).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retired_pending: Option<bool>,
+    /// Its PCI bus id (`00000000:3B:00.0`): what the kernel log's Xid lines name it by.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pci: Option<String>,
 }
 
 /// The clock event (throttle) reasons of NVML's bit mask, by bit, with herd's names and
@@ -181,6 +185,7 @@ pub fn parse_fields(fields: &[&str], line: &str, t: u64) -> Option<Sample> {
         reasons: mask.map(reasons).unwrap_or_default(),
         ecc_uncorrected: get("ecc.errors.uncorrected.volatile.total").and_then(|v| v.parse().ok()),
         retired_pending: get("retired_pages.pending").map(|v| v.eq_ignore_ascii_case("yes")),
+        pci: get("pci.bus_id").map(str::to_owned),
     })
 }
 
@@ -480,6 +485,9 @@ pub fn flags_over(summaries: &[Summary]) -> Vec<Vec<Flag>> {
         .collect();
     flags(&rows)
 }
+
+mod errors;
+pub use errors::{parse_xid, same_bus, xid_meaning, GpuError};
 
 #[cfg(test)]
 mod tests;

@@ -24,8 +24,8 @@ mod table;
 pub use clock::{now, parse_rfc3339, rfc3339};
 pub use event::{
     kinds, Action, AttemptStarted, Blame, Cancelled, Checkpoint, During, Ended, Entry, Event,
-    Failed, Field, FieldType, Finished, FirstOutput, Hang, JobRef, Kind, NodeRanks, Other,
-    PreflightFailed, Queued, Rendezvous, Replace, Requeue, RequeueFailed, RequeueRefused,
+    Failed, Field, FieldType, Finished, FirstOutput, GpuError, Hang, JobRef, Kind, NodeRanks,
+    Other, PreflightFailed, Queued, Rendezvous, Replace, Requeue, RequeueFailed, RequeueRefused,
     RequeuedBy, Restart, RestartsStopped, SeenIn, Signal, Started, Teardown, Warning, WorkerExit,
 };
 pub use table::table;

@@ -21,7 +21,7 @@ impl Lead {
     /// starts (a restart).
     pub(super) async fn end_attempt(&mut self, end: End) -> Option<Outcome> {
         let end = self.reread_failure(end).await;
-        let (report, retryable, mut cause) = match end {
+        let (mut report, retryable, mut cause) = match end {
             End::Success => return Some(self.succeed().await),
             End::Failed {
                 report,
@@ -41,6 +41,9 @@ impl Lead {
             self.failed_nodes.insert(r.node_rank);
         }
         self.teardown_everywhere().await;
+        if let Some(r) = report.as_mut() {
+            self.gpu_hint(r);
+        }
         let blamed = self.blamed_by(report.as_ref(), cause);
         if cause == Cause::NodeFailure {
             if self
@@ -60,7 +63,6 @@ impl Lead {
         let requeue = blamed.is_some() && !replace && self.may_requeue_without_it();
         let restart = retryable && !replace && !requeue && self.may_restart();
         let stalled = self.stalled(restart);
-        let mut report = report;
         if let Some(r) = report.as_mut() {
             r.restarts_stopped.clone_from(&stalled);
         }
@@ -84,6 +86,33 @@ impl Lead {
             return None;
         }
         Some(self.requeue_or_end(report, cause).await)
+    }
+
+    /// The attempt's GPU errors (a hardware one first) lead the failure report's hint: the
+    /// GPU, its node and ranks, what the Xid means and whose fault it is.
+    fn gpu_hint(&self, r: &mut FailureReport) {
+        let Some((node, e)) = self
+            .gpu_errors
+            .iter()
+            .find(|(_, e)| e.hardware)
+            .or_else(|| self.gpu_errors.first())
+        else {
+            return;
+        };
+        let whose = if e.hardware {
+            "a fault of the node's hardware, not of the code: the node is blamed".to_owned()
+        } else {
+            "the application's own fault on the GPU: the CUDA error in its rank's log says where"
+                .to_owned()
+        };
+        let gpu = format!("{}: {} ({whose})", self.host_of(*node), e.words());
+        r.hint = Some(
+            match r.hint.take() {
+                Some(h) => format!("{gpu}; {h}"),
+                None => gpu,
+            }
+            .into(),
+        );
     }
 
     /// Every worker exited 0: their last output, `Finish` to every follower, the record.
@@ -132,15 +161,22 @@ impl Lead {
             },
         )
         .await;
+        let mut last = Vec::new();
         if let Some(a) = self.attempt.as_mut() {
             a.teardown_with(cancelled_by.unwrap_or(Signal::SIGTERM), self.cfg.kill_grace)
                 .await;
+            last = a.take_gpu_errors();
+        }
+        for e in last {
+            self.on_gpu_error(0, self.number, e);
         }
         self.wait_torn_down(self.cfg.kill_grace + Duration::from_secs(5))
             .await;
     }
 
-    /// Wait until every live follower confirms its teardown (or is lost), at most `limit`.
+    /// Wait until every live follower confirms its teardown (or is lost), at most `limit`;
+    /// the GPU errors that come meanwhile (a follower's sampler reads its kernel log a last
+    /// time as it tears down, and says what it found before it confirms) are taken.
     async fn wait_torn_down(&mut self, limit: Duration) {
         let mut pending = live(&self.followers);
         let deadline = tokio::time::Instant::now() + limit;
@@ -172,6 +208,12 @@ impl Lead {
                 } if attempt == self.number && status.code().is_some_and(|c| c != 0) => {
                     self.failed_nodes.insert(0);
                 }
+                Event::GpuError { attempt, error } => self.on_gpu_error(0, attempt, error),
+                Event::Peer {
+                    node_rank,
+                    msg: Some(Msg::GpuError { attempt, error }),
+                    ..
+                } => self.on_gpu_error(node_rank, attempt, error),
                 Event::Peer {
                     node_rank,
                     msg: None,

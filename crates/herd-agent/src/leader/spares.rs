@@ -53,6 +53,16 @@ impl Lead {
             self.failure_streak = None;
             return None;
         };
+        // A GPU's hardware fault during the attempt (an Xid, ECC errors, a lost GPU): its
+        // node, whatever the workers' deaths look like.
+        if let Some((node, e)) = self.gpu_errors.iter().find(|(_, e)| e.hardware) {
+            self.failure_streak = None;
+            return Some(Blamed {
+                node: *node,
+                kind: "gpu",
+                why: e.words(),
+            });
+        }
         match cause {
             Cause::NodeFailure if r.node_rank != 0 => Some(Blamed {
                 node: r.node_rank,

@@ -116,6 +116,9 @@ pub(super) struct Lead {
     pub(super) requeued_by_job: Option<bool>,
     /// The attempts' progress in this allocation: restarts that make none stop early.
     pub(super) stall: Stall,
+    /// The GPU errors of this attempt, by node rank: a hardware one blames its node when
+    /// the attempt fails, and every one goes into the failure report's hint.
+    pub(super) gpu_errors: Vec<(u32, herd_exp::gpus::GpuError)>,
 }
 
 impl Lead {
@@ -163,6 +166,7 @@ impl Lead {
             first_output: false,
             requeued_by_job: None,
             stall: Stall::default(),
+            gpu_errors: Vec::new(),
         }
     }
 
@@ -218,6 +222,7 @@ impl Lead {
         self.resume = resume;
         self.stopping = None;
         self.progress.clear();
+        self.gpu_errors.clear();
         // The time left is asked now and used once the workers run: the query (a process and
         // slurmctld's answer) never holds up their start.
         let time_left = self.ask_time_left();

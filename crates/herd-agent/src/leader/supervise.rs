@@ -103,7 +103,45 @@ impl Lead {
                 why,
             } => self.on_lost_node(node_rank, &why),
             Event::Signal(sig) => self.on_signal(sig, None).await,
+            Event::GpuError { attempt, error } => {
+                self.on_gpu_error(0, attempt, error);
+                None
+            }
         }
+    }
+
+    /// A GPU of node `node_rank` raised `error` during `attempt`: said, recorded, and kept
+    /// for the attempt's end (stale attempts' errors are dropped).
+    pub(super) fn on_gpu_error(
+        &mut self,
+        node_rank: u32,
+        attempt: u32,
+        error: herd_exp::gpus::GpuError,
+    ) {
+        if attempt != self.number {
+            return;
+        }
+        let host = self.host_of(node_rank);
+        crate::words::say(format!(
+            "{host}: {}{}",
+            error.words(),
+            if error.hardware {
+                " (a hardware fault: the node is blamed if the attempt fails)"
+            } else {
+                ""
+            }
+        ));
+        self.cfg.record(timeline::GpuError {
+            attempt,
+            node: host,
+            gpu: error.gpu,
+            uuid: error.uuid.clone(),
+            ranks: error.ranks.clone(),
+            xid: error.xid,
+            what: error.what.clone(),
+            hardware: error.hardware,
+        });
+        self.gpu_errors.push((node_rank, error));
     }
 
     /// One of this node's workers exited: during a stop, whatever its status, as asked;
@@ -166,6 +204,10 @@ impl Lead {
                 for r in ranks {
                     self.progress.insert(r.rank, (node_rank, r, now));
                 }
+                None
+            }
+            Msg::GpuError { attempt, error } => {
+                self.on_gpu_error(node_rank, attempt, error);
                 None
             }
             Msg::Signalled { signal } => match signal.parse::<Signal>() {

@@ -2,9 +2,9 @@ use super::*;
 
 /// `nvidia-smi --query-gpu=<QUERY> --format=csv,noheader,nounits` as the driver prints it:
 /// a busy H100 at its power cap, an idle one, and a consumer GPU without ECC.
-const H100_BUSY: &str = "0, GPU-6c1e3f2a-5b7d-4e08-9a41-0c2f8d1b7e55, NVIDIA H100 80GB HBM3, 97, 61234, 81559, 698.12, 700.00, 63, 1755, 0x0000000000000004, 0, [N/A]";
-const H100_IDLE: &str = "1, GPU-0a9b8c7d-1e2f-3a4b-5c6d-7e8f9a0b1c2d, NVIDIA H100 80GB HBM3, 0, 4, 81559, 71.40, 700.00, 31, 345, 0x0000000000000001, 0, [N/A]";
-const CONSUMER: &str = "0, GPU-11111111-2222-3333-4444-555555555555, NVIDIA GeForce RTX 4090, 35, 2048, 24564, 120.50, 450.00, 48, 2520, 0x0000000000000000, [N/A], [N/A]";
+const H100_BUSY: &str = "0, GPU-6c1e3f2a-5b7d-4e08-9a41-0c2f8d1b7e55, NVIDIA H100 80GB HBM3, 97, 61234, 81559, 698.12, 700.00, 63, 1755, 0x0000000000000004, 0, [N/A], 00000000:1B:00.0";
+const H100_IDLE: &str = "1, GPU-0a9b8c7d-1e2f-3a4b-5c6d-7e8f9a0b1c2d, NVIDIA H100 80GB HBM3, 0, 4, 81559, 71.40, 700.00, 31, 345, 0x0000000000000001, 0, [N/A], 00000000:43:00.0";
+const CONSUMER: &str = "0, GPU-11111111-2222-3333-4444-555555555555, NVIDIA GeForce RTX 4090, 35, 2048, 24564, 120.50, 450.00, 48, 2520, 0x0000000000000000, [N/A], [N/A], 00000000:01:00.0";
 
 #[test]
 fn query_names_every_field_parse_line_reads() {
@@ -27,6 +27,7 @@ fn a_busy_gpu_at_its_power_cap_is_read_field_by_field() {
     assert_eq!(s.throttled_by(), vec!["sw_power_cap"]);
     assert_eq!(s.ecc_uncorrected, Some(0));
     assert_eq!(s.retired_pending, None, "[N/A] is no value");
+    assert_eq!(s.pci.as_deref(), Some("00000000:1B:00.0"));
 }
 
 #[test]

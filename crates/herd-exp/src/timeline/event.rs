@@ -365,6 +365,17 @@ events! {
         timeout_s: f64 => "the timeout, in seconds",
         timeout: String => "how the timeout was derived: `auto: 5 × longest gap 7.5 s = 37.5 s`",
     }
+    GpuError "gpu_error" by "leader": "a GPU of the job raised an error while it ran: an Xid in the node's kernel log, or uncorrectable ECC errors counted up between two samples" {
+        attempt: u32 => "the attempt",
+        node: String => "the node's host name",
+        gpu: u32 => "`nvidia-smi`'s index of the GPU on its node",
+        uuid: String => "its UUID",
+        ranks: Vec<u32> => "the ranks whose device it is",
+        #[serde(skip_serializing_if = "Option::is_none")]
+        xid: Option<u32> => "the Xid, when the driver raised one",
+        what: String => "what it means",
+        hardware: bool => "whether the hardware is at fault (the node is blamed when the attempt ends), not the application",
+    }
     Failed "failed" by "leader (node 1 for a lost leader)": "the attempt failed" {
         attempt: u32 => "the attempt",
         cause: String => "the failure report's cause line",
@@ -382,7 +393,7 @@ events! {
     Blame "blame" by "leader": "a node is blamed: it goes into the record of bad nodes (`herd nodes`)" {
         attempt: u32 => "the attempt",
         node: String => "the node's host name",
-        kind: String => "`lost` (a crash or a freeze), `failures` (its workers failed twice in a row) or `preflight`",
+        kind: String => "`lost` (a crash or a freeze), `failures` (its workers failed twice in a row), `preflight`, or `gpu` (a GPU's hardware fault: an Xid, uncorrectable ECC errors, a lost GPU)",
         why: String => "in words",
     }
     Teardown "teardown" by "leader": "the attempt's workers are gone on every node" {
@@ -464,6 +475,7 @@ impl Event {
             Event::Warning(e) => Some(e.attempt),
             Event::WorkerExit(e) => Some(e.attempt),
             Event::Hang(e) => Some(e.attempt),
+            Event::GpuError(e) => Some(e.attempt),
             Event::Failed(e) => Some(e.attempt),
             Event::Blame(e) => Some(e.attempt),
             Event::Teardown(e) => Some(e.attempt),

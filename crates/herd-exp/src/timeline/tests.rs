@@ -102,6 +102,17 @@ fn samples() -> Vec<Event> {
             timeout: "auto: 5 × longest gap 7.5 s = 37.5 s".into(),
         }
         .into(),
+        GpuError {
+            attempt: 3,
+            node: "gpu-a02".into(),
+            gpu: 1,
+            uuid: "GPU-b".into(),
+            ranks: vec![3],
+            xid: Some(79),
+            what: "the GPU fell off the bus: it no longer answers the host".into(),
+            hardware: true,
+        }
+        .into(),
         Failed {
             attempt: 3,
             cause: "rank 2 (local rank 0 on gpu-a02) exited with code 3".into(),
@@ -436,6 +447,22 @@ fn older_lines_read_as_their_kinds() {
                 started: false,
                 timeout_s: 10.0,
                 timeout: "10 s".into(),
+            }
+            .into(),
+        ),
+        (
+            env(
+                r#"{"attempt":0,"event":"gpu_error","gpu":1,"hardware":false,"node":"gpu-a02","ranks":[3],"uuid":"GPU-b","what":"graphics engine exception","xid":13}"#,
+            ),
+            GpuError {
+                attempt: 0,
+                node: "gpu-a02".into(),
+                gpu: 1,
+                uuid: "GPU-b".into(),
+                ranks: vec![3],
+                xid: Some(13),
+                what: "graphics engine exception".into(),
+                hardware: false,
             }
             .into(),
         ),

@@ -58,11 +58,14 @@ fn standin(bed: &Bed, dir: &Path) -> PathBuf {
     let script = read_lossy(repo_root().join("testbed/standins/nvidia-smi"));
     write_file(&bin.join("nvidia-smi"), &script, 0o755).expect("stand-in");
     for (n, node) in bed.nodes().iter().enumerate() {
+        // Each node's GPUs at PCI buses of their own (node n: 0xN1, 0xN2).
         let gpus = json!({"gpus": [
             {"index": 0, "uuid": format!("GPU-0000000{n}-0000-0000-0000-000000000000"),
-             "name": "NVIDIA H100 80GB HBM3", "frames": busy()},
+             "name": "NVIDIA H100 80GB HBM3", "pci": format!("00000000:{:02X}:00.0", 0x10 * (n + 1) + 1),
+             "frames": busy()},
             {"index": 1, "uuid": format!("GPU-0000000{n}-0000-0000-0000-000000000001"),
-             "name": "NVIDIA H100 80GB HBM3", "frames": idle()},
+             "name": "NVIDIA H100 80GB HBM3", "pci": format!("00000000:{:02X}:00.0", 0x10 * (n + 1) + 2),
+             "frames": idle()},
         ]});
         write_file(
             &bin.join(format!("gpus/{node}.json")),
@@ -202,4 +205,134 @@ fn a_node_whose_gpu_has_an_uncorrectable_ecc_error_is_blamed_before_any_worker_s
     );
     let started = std::fs::read_dir(&out_dir).expect("out").count();
     assert_eq!(started, 0, "no worker started anywhere:\n{said}");
+}
+
+/// The kernel log's form of `nvidia-smi`'s PCI bus id: `00000000:22:00.0` → `0000:22:00`.
+fn kernel_address(bus_id: &str) -> String {
+    let mut parts = bus_id.split(':');
+    let domain = parts.next().expect("domain");
+    let bus = parts.next().expect("bus");
+    let device = parts
+        .next()
+        .expect("device")
+        .split('.')
+        .next()
+        .expect("device");
+    format!(
+        "{}:{}:{}",
+        &domain[domain.len() - 4..],
+        bus.to_lowercase(),
+        device
+    )
+}
+
+/// A GPU falls off the bus during a 2-node job: the driver's Xid 79 line for node 1's GPU
+/// 1 (rank 3's device) goes into the kernel log (written to /dev/kmsg, as the driver
+/// writes it; the bed's nodes share one kernel, and only the node whose GPU sits at that
+/// PCI address takes it), then rank 3 dies as a worker on a lost GPU does. The timeline
+/// has the GPU error with its node, GPU, rank and meaning; the failure report's hint leads
+/// with it; the node is blamed for a GPU fault.
+#[test]
+fn an_xid_during_the_job_is_recorded_leads_the_hint_and_blames_the_node() {
+    let bed = Bed::require();
+    let (project, exps) = project_with(
+        &bed,
+        "gpus_xid",
+        &[("crates/herd/tests/e2e/workers/fault.py", "fault.py")],
+    );
+    let bin = standin(&bed, project.parent().expect("scratch"));
+    let marker = project.parent().expect("scratch").join("marker");
+    std::fs::create_dir_all(&marker).expect("marker");
+    let root = exps.display().to_string();
+    let marker_arg = marker.display().to_string();
+    let job = job_id(&submit(
+        &bed,
+        &project,
+        &bin,
+        &[
+            "-J",
+            "xid",
+            "--nodes",
+            "2",
+            "--gpus-per-node",
+            "2",
+            "--max-restarts",
+            "0",
+            "--max-requeues",
+            "0",
+            "--exp-root",
+            &root,
+            "--",
+            "python",
+            "fault.py",
+            "exit7",
+            &marker_arg,
+        ],
+    ));
+    let exp = exps.join("xid");
+    let attempt = herd_exp::layout::LogsDir::new(exp.join("logs")).attempt(0);
+    // Every rank runs and node 1's sampler knows its GPUs' addresses.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(240);
+    let gpu1 = loop {
+        let samples = gpus::read(&attempt.gpus(1)).unwrap_or_default();
+        let up = (0..4).all(|r| marker.join(format!("up-{r}")).exists());
+        if let Some(s) = samples.iter().find(|s| s.gpu == 1).filter(|_| up) {
+            break s.clone();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the job's ranks and node 1's GPU samples within 240 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    assert_eq!(gpu1.ranks, vec![3]);
+    let address = kernel_address(gpu1.pci.as_deref().expect("its PCI bus id"));
+    std::fs::write(
+        "/dev/kmsg",
+        format!(
+            "NVRM: Xid (PCI:{address}): 79, pid=4242, name=python, GPU has fallen off the bus.\n"
+        ),
+    )
+    .expect("the bed runs as root: /dev/kmsg takes the driver's line");
+    write_file(&marker.join("go"), "", 0o644).expect("go");
+    let info = bed
+        .wait(job, std::time::Duration::from_secs(240))
+        .expect("the job ends");
+    assert!(!info.succeeded(), "rank 3 failed: {info:?}");
+    let all = crate::support::timeline(&exp);
+    let names = crate::support::names(&all);
+    let host = crate::support::events(&all, "started")[0]["nodes"][1]
+        .as_str()
+        .expect("node 1")
+        .to_owned();
+    let errors = crate::support::events(&all, "gpu_error");
+    assert_eq!(errors.len(), 1, "{names:?}");
+    let e = errors[0];
+    assert_eq!(
+        (
+            e["node"].as_str(),
+            e["gpu"].as_u64(),
+            e["xid"].as_u64(),
+            e["hardware"].as_bool()
+        ),
+        (Some(host.as_str()), Some(1), Some(79), Some(true)),
+        "{e:?}"
+    );
+    assert_eq!(e["ranks"], json!([3]));
+    let blames = crate::support::events(&all, "blame");
+    assert!(
+        blames
+            .iter()
+            .any(|b| b["kind"] == "gpu" && b["node"] == host.as_str()),
+        "node 1 is blamed for its GPU: {names:?} {blames:?}"
+    );
+    let report: Value =
+        serde_json::from_str(&read_lossy(attempt.failure_report())).expect("failure.json");
+    let hint = report["hint"].as_str().unwrap_or_default();
+    assert!(
+        hint.starts_with(&format!(
+            "{host}: GPU 1 (rank 3) raised Xid 79: the GPU fell off the bus"
+        )),
+        "{report:#}"
+    );
 }
