@@ -774,7 +774,9 @@ async fn check_gpus(
             ),
         ));
     }
-    gpu_health::check(&smi, gpus, CHECK_TIMEOUT).await
+    gpu_health::check(&smi, gpus, CHECK_TIMEOUT)
+        .await
+        .map_err(|why| Finding::new("gpus", why))
 }
 
 // ---------------------------------------------------------------------------------------

@@ -364,11 +364,14 @@ pub enum Command {
     /// Cancel jobs by experiment name, job name or id (`--chain`: and the jobs waiting on
     /// them).
     Cancel(cancel::CancelArgs),
-    /// Live view of a running job: per-rank state, step, throughput, loss, stragglers.
+    /// Live view of a running job: per-rank state, step, throughput, loss, stragglers, and
+    /// each rank's GPU (utilisation, memory, power; idle, throttled or nearly full ones
+    /// flagged).
     Top(top::TopArgs),
     /// The scaling table of runs of one job at different sizes and each one's goodput
-    /// (where its time went, what each fault cost, how often to checkpoint); `--plots DIR`: loss and throughput per rank (PNG, SVG);
-    /// `--html FILE`: one self-contained page.
+    /// (where its time went, what each fault cost, how often to checkpoint) and GPU use;
+    /// `--plots DIR`: loss and throughput per rank, utilisation and memory per GPU (PNG,
+    /// SVG); `--html FILE`: one self-contained page.
     Report(report::ReportArgs),
     /// Nodes blamed in your record of bad nodes (lost, frozen, failing), with SLURM's state
     /// of each now; `herd submit` leaves them out for `--avoid-bad-nodes` (default 24h).

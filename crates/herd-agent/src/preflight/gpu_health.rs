@@ -10,8 +10,6 @@ use std::time::Duration;
 
 use herd_exp::gpus::{parse_fields, Sample};
 
-use super::{Finding, Listed};
-
 /// A process holding at least this share of a GPU's memory before the workers start
 /// fails the check.
 pub(super) const HELD_SHARE: f64 = 0.10;
@@ -62,14 +60,11 @@ pub(super) fn rows(out: &str) -> Vec<Sample> {
 /// Whether row `s` is one of the job's GPUs `gpus` (`CUDA_VISIBLE_DEVICES`' entries): by
 /// index, or UUID or its prefix, as CUDA takes them.
 fn is_ours(s: &Sample, gpus: &[String]) -> bool {
-    let listed = [Listed {
-        index: Some(s.gpu.to_string()),
-        uuid: Some(s.uuid.clone()),
-    }];
     gpus.iter().any(|id| {
-        let numeric = !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit());
-        let uuid = id.starts_with("GPU-") || id.starts_with("MIG-");
-        (numeric || uuid) && super::is_listed(id, &listed)
+        if !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()) {
+            return id.parse::<u32>().ok() == Some(s.gpu);
+        }
+        (id.starts_with("GPU-") || id.starts_with("MIG-")) && s.uuid.starts_with(id.as_str())
     })
 }
 
@@ -136,8 +131,9 @@ async fn ask(smi: &Path, args: &[String], limit: Duration) -> Option<String> {
         .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-/// The health check of the job's GPUs `gpus` with the node's `smi`.
-pub(super) async fn check(smi: &Path, gpus: &[String], limit: Duration) -> Result<(), Finding> {
+/// The health check of the job's GPUs `gpus` with the node's `smi`: what is wrong, in
+/// words, when anything is.
+pub(super) async fn check(smi: &Path, gpus: &[String], limit: Duration) -> Result<(), String> {
     let query = [
         format!("--query-gpu={}", HEALTH.join(",")),
         "--format=csv,noheader,nounits".to_owned(),
@@ -152,7 +148,7 @@ pub(super) async fn check(smi: &Path, gpus: &[String], limit: Duration) -> Resul
     let rows = health.as_deref().map(rows).unwrap_or_default();
     let apps = held.as_deref().map(apps).unwrap_or_default();
     match judge(gpus, &rows, &apps) {
-        Some(why) => Err(Finding::new("gpus", why)),
+        Some(why) => Err(why),
         None => Ok(()),
     }
 }

@@ -1,6 +1,6 @@
 //! One experiment as the report reads it: every attempt's per-rank readings
-//! (`logs/attempt-K/rank-R.metrics`), the timeline, the manifest's runs and the failure
-//! report.
+//! (`logs/attempt-K/rank-R.metrics`) and GPU samples ([`super::gpus`]), the timeline, the
+//! manifest's runs and the failure report.
 
 use std::collections::BTreeSet;
 
@@ -12,6 +12,7 @@ use herd_exp::Experiment;
 use herd_metrics::store::{self, Series};
 use serde_json::Value;
 
+use super::gpus::{self, Gpus};
 use crate::CliError;
 
 /// One attempt (`logs/attempt-K`) and its ranks' readings.
@@ -53,6 +54,8 @@ pub struct ExpData {
     pub failure: Option<Failure>,
     /// Where its time went ([`crate::goodput`]).
     pub goodput: Accounting,
+    /// Its GPUs, from every attempt's samples (empty without samples).
+    pub gpus: Gpus,
 }
 
 /// Nodes and workers of the newest `rendezvous` event (the agents' count, not the plan's:
@@ -90,6 +93,9 @@ pub fn load(exp: &Experiment) -> Result<ExpData, CliError> {
         let ranks = store::read_attempt(dir.path()).map_err(|e| CliError::Input(e.to_string()))?;
         attempts.push(AttemptData { number: k, ranks });
     }
+    let numbers: Vec<u32> = attempts.iter().map(|a| a.number).collect();
+    let gpus = gpus::load(&logs, &numbers, &history, &events)
+        .map_err(|e| CliError::Input(format!("cannot read GPU samples: {e}")))?;
     let manifest = exp.manifest().ok();
     let on_gpus = manifest.as_ref().is_some_and(|m| on_gpus(&m.plan));
     let runs = manifest
@@ -116,6 +122,7 @@ pub fn load(exp: &Experiment) -> Result<ExpData, CliError> {
         herd_exp::goodput::advice::advise(&saves, &goodput.faults, goodput.allocated_ms());
     Ok(ExpData {
         goodput,
+        gpus,
         name: exp.name().to_owned(),
         size: size(&events),
         on_gpus,

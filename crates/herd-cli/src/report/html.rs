@@ -1,6 +1,7 @@
 //! `herd report --html FILE`: one self-contained page: inline CSS, every plot as inline
 //! SVG, no script, nothing fetched (no `src=`, no `href=`). Per experiment: its attempts
-//! (from the timeline and the manifest), the failure report when there is one, its plots;
+//! (from the timeline and the manifest), its goodput, its GPUs when it has GPU samples, the
+//! failure report when there is one, its plots;
 //! then the scaling table when there are several experiments. Everything that comes from
 //! the experiments (names, causes, exception text, stderr) is HTML-escaped.
 
@@ -99,6 +100,26 @@ pub fn attempts_table(exp: &ExpData, html: &mut String) {
         ));
     }
     html.push_str("</table>\n");
+}
+
+/// The GPUs of `exp` when it has samples: the mean utilisation and each flagged GPU
+/// (docs/report.md, "GPUs"); their plots are with the others.
+fn gpus(exp: &ExpData, html: &mut String) {
+    let Some(head) = exp.gpus.headline() else {
+        return;
+    };
+    html.push_str(&format!(
+        "<h3>GPUs</h3>\n<p class=\"gpus\">GPUs: {}</p>\n",
+        escape(&head)
+    ));
+    let flagged = exp.gpus.flagged();
+    if !flagged.is_empty() {
+        html.push_str("<ul class=\"gpu-flags\">\n");
+        for line in flagged {
+            html.push_str(&format!("<li>{}</li>\n", escape(&line)));
+        }
+        html.push_str("</ul>\n");
+    }
 }
 
 fn failure(exp: &ExpData, html: &mut String) {
@@ -208,7 +229,7 @@ pub fn document(title: &str, body: &str) -> String {
     )
 }
 
-/// One experiment's section of the page: its size, attempts, goodput, failure report,
+/// One experiment's section of the page: its size, attempts, goodput, GPUs, failure report,
 /// `plots` (with what their lighter dashes mean) and `notes` (plots not drawn).
 pub fn section(exp: &ExpData, plots: &[Plot], notes: &[String]) -> Result<String, PlotError> {
     let mut html = format!("<section>\n<h2>{}</h2>\n", escape(&exp.name));
@@ -221,11 +242,13 @@ pub fn section(exp: &ExpData, plots: &[Plot], notes: &[String]) -> Result<String
     }
     attempts_table(exp, &mut html);
     super::strip::section(&exp.goodput, &mut html);
+    gpus(exp, &mut html);
     failure(exp, &mut html);
     html.push_str("<h3>Plots</h3>\n");
     for p in plots {
         html.push_str(&format!(
-            "<div class=\"plot\">\n{}\n</div>\n",
+            "<div class=\"plot\" data-plot=\"{}\">\n{}\n</div>\n",
+            p.metric.word(),
             inline_svg(&plot::svg(p)?)
         ));
         if let Some(n) = p.rework_note() {

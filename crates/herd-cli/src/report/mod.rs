@@ -4,15 +4,17 @@
 //! `--html FILE` one self-contained page with the attempts, the goodput, the failure
 //! report, the plots and the table (docs/report.md).
 //!
-//! [`data`] reads an experiment, [`table`] makes the table, [`plot`] draws, [`html`] writes
-//! the page.
+//! [`data`] reads an experiment ([`gpus`] its GPU samples), [`table`] makes the table,
+//! [`plot`] draws ([`thin`] cuts long series), [`html`] writes the page.
 
 pub mod data;
+pub mod gpus;
 pub mod html;
 pub mod plot;
 pub mod strip;
 pub mod table;
 pub mod text;
+pub mod thin;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -37,14 +39,17 @@ pub struct ReportArgs {
     /// Also project the time of this many epochs from each run's time per epoch.
     #[arg(long, value_name = "N")]
     pub epochs: Option<u32>,
-    /// Print JSON instead of a markdown table (each run with its goodput).
+    /// Print JSON instead of a markdown table (each run with its goodput and, where its
+    /// nodes sampled their GPUs, `gpu_usage`).
     #[arg(long)]
     pub json: bool,
     /// Write each experiment's plots into DIR (created when missing): NAME.loss.png,
-    /// NAME.loss.svg, NAME.throughput.png, NAME.throughput.svg.
+    /// NAME.loss.svg, NAME.throughput.png, NAME.throughput.svg, and with GPU samples
+    /// NAME.gpu-util.png/.svg and NAME.gpu-memory.png/.svg.
     #[arg(long, value_name = "DIR")]
     pub plots: Option<PathBuf>,
-    /// Write one self-contained HTML page: attempts, goodput, failure report, plots, table.
+    /// Write one self-contained HTML page: attempts, goodput, GPUs, failure report, plots,
+    /// table.
     #[arg(long, value_name = "FILE")]
     pub html: Option<PathBuf>,
 }
@@ -79,6 +84,9 @@ pub fn run(args: ReportArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError
                 let mut run = row_json(r, args.epochs);
                 if let Some(e) = exps.iter().find(|e| e.name == r.name) {
                     run["goodput"] = e.goodput.json();
+                    if let Some(g) = e.gpus.json() {
+                        run["gpu_usage"] = g;
+                    }
                 }
                 run
             })
@@ -105,6 +113,12 @@ pub fn run(args: ReportArgs, out: &mut dyn Write) -> Result<ExitStatus, CliError
                 }
                 if let Some(advice) = &e.goodput.advice {
                     writeln!(out, "  {}", advice.line())?;
+                }
+                if let Some(head) = e.gpus.headline() {
+                    writeln!(out, "  GPUs: {head}")?;
+                    for line in e.gpus.flagged() {
+                        writeln!(out, "    {line}")?;
+                    }
                 }
             }
         }

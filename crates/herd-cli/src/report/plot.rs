@@ -9,8 +9,10 @@
 //! highest step an earlier attempt reached) are drawn dashed and lighter
 //! ([`rework_colour`]) over a shaded band ([`lines`], [`Line`], [`Rework`]). Long series
 //! are cut to at most [`MAX_POINTS`] points a rank ([`downsample`]: the smallest and the
-//! largest reading of each bucket, so spikes stay). The font (DejaVu Sans) is in the
-//! binary: no font is looked up on the system.
+//! largest reading of each bucket, so spikes stay). With GPU samples, two more: each GPU's
+//! utilisation and memory used over the seconds since the job's first sample, each GPU its
+//! own colour and named `node/GPU (rank R)` in the legend ([`Metric::GPU`]). The font
+//! (DejaVu Sans) is in the binary: no font is looked up on the system.
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -20,6 +22,8 @@ use plotters::prelude::*;
 use plotters::style::FontStyle;
 
 use super::data::{began_word, ExpData};
+pub use super::thin::downsample;
+use super::thin::keep;
 use crate::CliError;
 
 /// Width of a plot, pixels.
@@ -96,17 +100,28 @@ pub enum Metric {
     Loss,
     /// `samples_per_s`, or `tokens_per_s` when the job reports no samples.
     Throughput,
+    /// Each GPU's utilisation over the job's time (its samples, [`super::gpus`]).
+    GpuUtil,
+    /// Each GPU's memory used over the job's time.
+    GpuMemory,
 }
 
 impl Metric {
-    /// Both, in the order they are written.
+    /// The ranks' metrics, in the order they are written (a note for each without
+    /// readings).
     pub const ALL: [Metric; 2] = [Metric::Loss, Metric::Throughput];
 
-    /// `loss` or `throughput`: the middle of the file names.
+    /// The GPUs' plots, written after [`Metric::ALL`]'s when the job has GPU samples (no
+    /// note when it has none).
+    pub const GPU: [Metric; 2] = [Metric::GpuUtil, Metric::GpuMemory];
+
+    /// `loss`, `throughput`, `gpu-util` or `gpu-memory`: the middle of the file names.
     pub fn word(self) -> &'static str {
         match self {
             Metric::Loss => "loss",
             Metric::Throughput => "throughput",
+            Metric::GpuUtil => "gpu-util",
+            Metric::GpuMemory => "gpu-memory",
         }
     }
 }
@@ -179,43 +194,9 @@ pub struct Plot {
     /// and what the legend calls it, in the legend's order (a sweep's overlay: each run's
     /// place and its values). Empty: `rank R` for each rank with a line.
     pub legend: Vec<(u32, String)>,
-}
-
-/// At most `max` of `points`, in order: when there are more, they are cut into `max / 2`
-/// buckets of consecutive points and each bucket keeps its smallest and largest y (once
-/// when they are the same point), so a spike stays in the plot.
-pub fn downsample(points: &[(f64, f64)], max: usize) -> Vec<(f64, f64)> {
-    keep(points.len(), max, |i| points[i].1)
-        .into_iter()
-        .map(|i| points[i])
-        .collect()
-}
-
-/// The indices [`downsample`] keeps of `n` points whose y is `y(i)`, in order.
-fn keep(n: usize, max: usize, y: impl Fn(usize) -> f64) -> Vec<usize> {
-    let max = max.max(2);
-    if n <= max {
-        return (0..n).collect();
-    }
-    let buckets = max / 2;
-    let mut out = Vec::with_capacity(buckets * 2);
-    for b in 0..buckets {
-        let (start, end) = (b * n / buckets, (b + 1) * n / buckets);
-        let (mut lo, mut hi) = (start, start);
-        for i in start..end {
-            if y(i) < y(lo) {
-                lo = i;
-            }
-            if y(i) > y(hi) {
-                hi = i;
-            }
-        }
-        out.push(lo.min(hi));
-        if lo != hi {
-            out.push(lo.max(hi));
-        }
-    }
-    out
+    /// A fixed y axis (the GPUs' utilisation 0–100 %, their memory from 0 to the largest
+    /// total); `None`: the lines' range.
+    pub y_range: Option<(f64, f64)>,
 }
 
 /// One reading on its way to a [`Line`].
@@ -289,6 +270,7 @@ pub fn build(exp: &ExpData, metric: Metric) -> Option<Plot> {
         Metric::Loss => ("loss", "loss"),
         Metric::Throughput if has("samples_per_s") => ("samples_per_s", "samples/s"),
         Metric::Throughput => ("tokens_per_s", "tokens/s"),
+        Metric::GpuUtil | Metric::GpuMemory => return build_gpus(exp, metric),
     };
     if !has(column) {
         return None;
@@ -396,11 +378,92 @@ pub fn build(exp: &ExpData, metric: Metric) -> Option<Plot> {
         markers,
         rework,
         legend: Vec::new(),
+        y_range: None,
+    })
+}
+
+/// The title of the GPU utilisation plot after `NAME: ` (the page's and a test's handle).
+pub const GPU_UTIL_TITLE: &str = "GPU utilisation";
+/// The title of the GPU memory plot after `NAME: `.
+pub const GPU_MEMORY_TITLE: &str = "GPU memory used";
+
+/// The plot of a GPU metric: one line per GPU per attempt over the seconds since the job's
+/// first sample, each GPU its own colour, the legend naming it `node/GPU (rank R)`, each
+/// attempt after the first marked; `None` without samples.
+fn build_gpus(exp: &ExpData, metric: Metric) -> Option<Plot> {
+    let memory = metric == Metric::GpuMemory;
+    let (legend, lines) = exp.gpus.plot_lines(memory);
+    if lines.is_empty() {
+        return None;
+    }
+    let mut lines: Vec<Line> = lines
+        .into_iter()
+        .map(|(key, attempt, points)| Line {
+            rank: key,
+            attempt,
+            rework: false,
+            points,
+        })
+        .collect();
+    lines.sort_by_key(|l| (l.rank, l.attempt));
+    let mut starts: std::collections::BTreeMap<u32, f64> = Default::default();
+    for l in &lines {
+        let x = l.points[0].0;
+        let s = starts.entry(l.attempt).or_insert(x);
+        *s = s.min(x);
+    }
+    let markers = starts
+        .into_iter()
+        .skip(1)
+        .map(|(attempt, x)| Marker {
+            attempt,
+            x,
+            label: exp
+                .history
+                .attempts
+                .get(&attempt)
+                .map_or("attempt", |i| began_word(&i.began))
+                .to_owned(),
+        })
+        .collect();
+    let (title, column, y_label) = if memory {
+        (GPU_MEMORY_TITLE, "memory.used", "memory used (GiB)")
+    } else {
+        (GPU_UTIL_TITLE, "utilization.gpu", "utilisation (%)")
+    };
+    let top = if memory {
+        let total = exp
+            .gpus
+            .per_gpu
+            .iter()
+            .filter_map(|g| g.summary.mem_total)
+            .map(|t| t / 1024.0);
+        let used = lines.iter().flat_map(|l| l.points.iter().map(|p| p.1));
+        total.chain(used).fold(1.0, f64::max)
+    } else {
+        lines
+            .iter()
+            .flat_map(|l| l.points.iter().map(|p| p.1))
+            .fold(100.0, f64::max)
+    };
+    Some(Plot {
+        name: exp.name.clone(),
+        metric,
+        column: column.to_owned(),
+        title: format!("{}: {title}", exp.name),
+        x_label: "seconds since the first GPU sample".to_owned(),
+        y_label: y_label.to_owned(),
+        lines,
+        markers,
+        rework: Vec::new(),
+        legend,
+        y_range: Some((0.0, top)),
     })
 }
 
 impl Plot {
-    /// `NAME.loss` or `NAME.throughput`: the file names without `.png`/`.svg`.
+    /// `NAME.loss`, `NAME.throughput`, `NAME.gpu-util`, `NAME.gpu-memory`: the file names
+    /// without `.png`/`.svg`.
     pub fn file_stem(&self) -> String {
         format!("{}.{}", self.name, self.metric.word())
     }
@@ -483,6 +546,15 @@ impl Plot {
         }
         if !b.0.is_finite() {
             return (0.0, 1.0, 0.0, 1.0);
+        }
+        if let Some((y0, y1)) = self.y_range {
+            // A little room at both ends, so a line at 0 % or at 100 % stays in sight.
+            let pad = (y1 - y0) * 0.03;
+            (b.2, b.3) = (y0 - pad, y1 + pad);
+            if b.1 <= b.0 {
+                b.1 = b.0 + 1.0;
+            }
+            return b;
         }
         if b.1 <= b.0 {
             b.1 = b.0 + 1.0;
@@ -773,7 +845,8 @@ pub struct Written {
 }
 
 /// Both plots of `exp` that have readings, and a note for each that has none
-/// (`NAME: no loss readings: no loss plot`).
+/// (`NAME: no loss readings: no loss plot`); then, when it has GPU samples, its GPUs'
+/// utilisation and memory ([`Metric::GPU`]; no note without).
 pub fn build_all(exp: &ExpData) -> (Vec<Plot>, Vec<String>) {
     let mut plots = Vec::new();
     let mut notes = Vec::new();
@@ -786,11 +859,13 @@ pub fn build_all(exp: &ExpData) -> (Vec<Plot>, Vec<String>) {
                 match metric {
                     Metric::Loss => "loss",
                     Metric::Throughput => "samples_per_s or tokens_per_s",
+                    Metric::GpuUtil | Metric::GpuMemory => "GPU samples",
                 },
                 metric.word()
             )),
         }
     }
+    plots.extend(Metric::GPU.into_iter().filter_map(|m| build(exp, m)));
     (plots, notes)
 }
 
@@ -812,7 +887,8 @@ pub fn write_files(plots: &[Plot], dir: &Path) -> Result<Vec<PathBuf>, CliError>
     Ok(files)
 }
 
-/// Writes `DIR/NAME.loss.{png,svg}` and `DIR/NAME.throughput.{png,svg}` for `exp`
+/// Writes `DIR/NAME.loss.{png,svg}` and `DIR/NAME.throughput.{png,svg}` for `exp`, and
+/// `NAME.gpu-util.{png,svg}`, `NAME.gpu-memory.{png,svg}` when it has GPU samples
 /// ([`build_all`], [`write_files`]): a metric without readings is no file but a note.
 pub fn write(exp: &ExpData, dir: &Path) -> Result<Written, CliError> {
     let (plots, notes) = build_all(exp);

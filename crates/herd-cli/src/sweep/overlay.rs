@@ -164,6 +164,7 @@ pub fn overlay(name: &str, entries: &[Entry], legend: &[u32]) -> Overlay {
         markers,
         rework,
         legend: order.into_iter().map(|k| (k, label(k))).collect(),
+        y_range: None,
     };
     let rework_note = (!redone.is_empty()).then(|| {
         format!(

@@ -1,10 +1,12 @@
 //! `herd top NAME`: a live view of a running job, one row per rank (docs/top.md).
 //!
 //! - [`model`]: the folder read refresh after refresh into a [`model::Frame`] (no terminal).
+//! - [`gpus`]: the GPU samples of the attempt, read as they grow, and their flags.
 //! - [`view`]: the frame drawn with ratatui, or as plain text for `--once`.
 //! - here: the arguments, the scheduler's state in a background thread, the terminal loop
 //!   and its keys.
 
+pub mod gpus;
 pub mod model;
 pub mod view;
 

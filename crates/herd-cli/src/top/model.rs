@@ -3,7 +3,8 @@
 //!
 //! A refresh costs what changed: each rank's metrics file is read from where the last read
 //! stopped ([`store::Tail`]), its `.times` file only at its end and only when its size
-//! changed, the timeline and the manifest only when the timeline's size changed.
+//! changed, the timeline and the manifest only when the timeline's size changed, each
+//! node's GPU samples from where the last read stopped ([`super::gpus::Files`]).
 
 use herd_metrics::median;
 use std::collections::{BTreeMap, VecDeque};
@@ -18,6 +19,8 @@ use herd_exp::progress::Progress;
 use herd_exp::timeline::{During, Entry, Event};
 use herd_exp::Experiment;
 use herd_metrics::store::{Series, Tail};
+
+use super::gpus::{Files as GpuFiles, Gpu};
 
 /// The least silence that makes a running rank `SILENT` when `--silent-after` is not given.
 pub const SILENT_FLOOR: Duration = Duration::from_secs(60);
@@ -125,6 +128,8 @@ pub struct Row {
     pub loss: Option<f64>,
     /// How long since its last output line (or reading).
     pub since: Option<Duration>,
+    /// Its GPU (the one whose samples name the rank), when the attempt has GPU samples.
+    pub gpu: Option<Gpu>,
 }
 
 /// The table's sort orders, in the order `s` cycles through them.
@@ -226,6 +231,8 @@ pub struct Frame {
     pub note: Option<String>,
     /// The ranks, by rank.
     pub rows: Vec<Row>,
+    /// Every GPU of the attempt with a sample, by node and index (none: no GPU samples).
+    pub gpus: Vec<Gpu>,
 }
 
 impl Frame {
@@ -383,6 +390,8 @@ pub struct Reader {
     thresholds: Thresholds,
     timeline: Timeline,
     ranks: BTreeMap<u32, RankFiles>,
+    /// The attempt's GPU samples.
+    gpus: GpuFiles,
     /// The goodput shown and when it was counted (ms since the epoch): it reads every
     /// attempt's steps, so it is counted again at most every [`GOODPUT_EVERY_MS`].
     goodput: Option<(u64, Option<String>)>,
@@ -402,6 +411,7 @@ impl Reader {
             thresholds,
             timeline: Timeline::default(),
             ranks: BTreeMap::new(),
+            gpus: GpuFiles::default(),
             goodput: None,
         }
     }
@@ -496,6 +506,7 @@ impl Reader {
         if attempt != self.attempt {
             self.attempt = attempt;
             self.ranks.clear();
+            self.gpus = GpuFiles::default();
         }
         let t = &self.timeline;
         let p = &t.progress;
@@ -539,9 +550,11 @@ impl Reader {
         let dir = logs_dir.attempt(k);
         let info = t.history.attempt(k);
         let mut hosts: BTreeMap<u32, String> = BTreeMap::new();
+        let mut node_hosts: BTreeMap<u32, String> = BTreeMap::new();
         if let Some(nodes) = &info.nodes {
             frame.nodes = Some(nodes.len());
             for n in nodes {
+                node_hosts.insert(n.node, n.host.clone());
                 for &r in &n.ranks {
                     hosts.insert(r, n.host.clone());
                 }
@@ -566,6 +579,18 @@ impl Reader {
             && self.ranks.values().any(|f| !f.metrics.tokens.is_empty());
         if tokens {
             frame.rate_name = "tokens_per_s";
+        }
+        self.gpus.refresh(&dir);
+        if let Some(e) = self.gpus.error() {
+            frame.note.get_or_insert_with(|| e.to_owned());
+        }
+        frame.gpus = self.gpus.gpus(&node_hosts);
+        // Each rank's GPU: the first whose samples name it.
+        let mut gpu_of: BTreeMap<u32, &Gpu> = BTreeMap::new();
+        for g in &frame.gpus {
+            for &r in &g.sample.ranks {
+                gpu_of.entry(r).or_insert(g);
+            }
         }
         let exits = exits(&t.events, k);
         let over = attempt_over(&t.history, &attempts, k, frame.ended.is_some());
@@ -610,6 +635,7 @@ impl Reader {
                 rate,
                 loss: m.loss,
                 since,
+                gpu: gpu_of.get(&r).map(|g| (*g).clone()),
             });
         }
         // Stragglers: against the median of the running ranks' rates.

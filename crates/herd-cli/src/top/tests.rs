@@ -1,6 +1,8 @@
+use super::gpus::Gpu;
 use super::model::{sort_rows, Reader, Sort, State, Thresholds};
 use super::*;
 use crate::test_support::Exp;
+use herd_exp::gpus::{Flag, Sample};
 use herd_exp::logs::{self as exp_logs, Stream};
 use herd_metrics::store;
 use herd_metrics::Record;
@@ -609,5 +611,234 @@ fn the_header_says_the_goodput_so_far() {
         view::header(&frame)[1].ends_with("  goodput 30.0 % so far"),
         "{:?}",
         view::header(&frame)
+    );
+}
+
+/// A sample of GPU `gpu` serving `ranks` at `t`: `util` %, `mem` MiB of 80 GiB, `power` W,
+/// clock event reasons `reasons` (NVML's mask).
+fn gpu_sample(gpu: u32, ranks: &[u32], util: f64, mem: f64, power: f64, reasons: u64) -> Sample {
+    Sample {
+        t: NOW - 2000,
+        gpu,
+        uuid: format!("GPU-{gpu:08}"),
+        name: Some("NVIDIA H100 80GB HBM3".into()),
+        ranks: ranks.to_vec(),
+        util: Some(util),
+        mem_used: Some(mem),
+        mem_total: Some(81_559.0),
+        power: Some(power),
+        power_limit: Some(700.0),
+        temp: Some(60.0),
+        sm_clock: Some(1755.0),
+        reasons: herd_exp::gpus::reasons(reasons),
+        ..Sample::default()
+    }
+}
+
+/// 5 ranks on 2 nodes (0–2 on gpu-a01, 3–4 on gpu-a02): rank 2 has no GPU sample, rank 3's
+/// GPU is at its power cap, gpu-a02's GPU 2 serves no rank and idles.
+fn gpu_job(e: &Exp) {
+    e.start(1, 5);
+    for r in 0..5 {
+        e.readings(1, r, &[100.0, 100.0], NOW - 1000);
+    }
+    let dir = e.attempt_dir(1);
+    herd_exp::gpus::append(
+        &dir.gpus(0),
+        &[
+            gpu_sample(0, &[0], 97.0, 61_234.0, 698.12, 0),
+            gpu_sample(1, &[1], 95.0, 60_000.0, 690.0, 0),
+        ],
+    )
+    .expect("node 0");
+    herd_exp::gpus::append(
+        &dir.gpus(1),
+        &[
+            gpu_sample(0, &[3], 96.0, 61_000.0, 700.0, 0x4),
+            gpu_sample(1, &[4], 94.0, 61_000.0, 650.0, 0),
+            gpu_sample(2, &[], 0.0, 4.0, 70.0, 0x1),
+        ],
+    )
+    .expect("node 1");
+}
+
+fn row_of(frame: &Frame, rank: u32) -> &model::Row {
+    frame
+        .rows
+        .iter()
+        .find(|r| r.rank == rank)
+        .unwrap_or_else(|| panic!("no row for rank {rank}"))
+}
+
+#[test]
+fn each_ranks_row_has_its_gpu_and_the_throttled_one_is_flagged() {
+    let e = Exp::new();
+    gpu_job(&e);
+    let frame = e.reader(None).frame(NOW);
+    assert_eq!(frame.gpus.len(), 5, "{:?}", frame.gpus);
+    let g0 = row_of(&frame, 0).gpu.as_ref().expect("rank 0's GPU");
+    assert_eq!((g0.node, g0.sample.gpu), (0, 0));
+    assert_eq!(g0.host.as_deref(), Some("gpu-a01"));
+    assert_eq!(g0.cell(), "97% 59.8G 698W");
+    assert!(row_of(&frame, 2).gpu.is_none(), "rank 2 has no GPU sample");
+    let g3 = row_of(&frame, 3).gpu.as_ref().expect("rank 3's GPU");
+    assert_eq!(
+        g3.flags,
+        vec![Flag::Throttled {
+            by: vec!["sw_power_cap".into()]
+        }]
+    );
+    assert_eq!(g3.cell(), "THROTTLED");
+    // The GPU no rank claims is judged with the others, and named in the header.
+    let idle = frame.gpus.iter().find(|g| g.sample.ranks.is_empty());
+    assert_eq!(
+        idle.map(|g| g.flags.iter().map(Flag::word).collect::<Vec<_>>()),
+        Some(vec!["IDLE"])
+    );
+
+    let text = view::text(&frame);
+    let lines: Vec<&str> = text.lines().collect();
+    let heading = lines
+        .iter()
+        .find(|l| l.starts_with("RANK"))
+        .expect("heading");
+    assert!(heading.ends_with(" GPU"), "{heading}");
+    let row = |r: u32| {
+        *lines
+            .iter()
+            .find(|l| l.starts_with(&format!("{r} ")))
+            .unwrap_or_else(|| panic!("no line for rank {r}:\n{text}"))
+    };
+    assert!(row(0).ends_with(" 97% 59.8G 698W"), "{}", row(0));
+    assert!(row(1).ends_with(" 95% 58.6G 690W"), "{}", row(1));
+    assert!(row(2).ends_with(" -"), "{}", row(2));
+    assert!(row(3).ends_with(" THROTTLED"), "{}", row(3));
+    // The GPU's figures line up under the heading's right edge.
+    assert_eq!(row(0).chars().count(), heading.chars().count(), "{text}");
+    assert!(lines.iter().all(|l| l.chars().count() <= 100), "{text}");
+    assert!(
+        text.contains("GPUs: 5  mean util 76%  flagged: rank 3 THROTTLED, gpu-a02 GPU 2 IDLE"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_job_without_gpu_samples_has_no_gpu_column() {
+    let e = Exp::new();
+    e.start(1, 2);
+    e.readings(1, 0, &[100.0], NOW - 1000);
+    e.readings(1, 1, &[100.0], NOW - 1000);
+    let frame = e.reader(None).frame(NOW);
+    assert!(frame.gpus.is_empty() && frame.rows.iter().all(|r| r.gpu.is_none()));
+    let text = view::text(&frame);
+    assert!(!text.contains("GPU"), "{text}");
+    assert!(text.lines().all(|l| l.chars().count() <= 80), "{text}");
+}
+
+#[test]
+fn gpu_refreshes_read_only_the_appended_lines_and_the_newest_sample_wins() {
+    let e = Exp::new();
+    gpu_job(&e);
+    let path = e.attempt_dir(1).gpus(0);
+    let mut reader = e.reader(None);
+    let frame = reader.frame(NOW);
+    assert_eq!(
+        row_of(&frame, 0).gpu.as_ref().map(|g| g.sample.util),
+        Some(Some(97.0))
+    );
+    // The line already read is changed in place: a refresh that read the file again would
+    // see 13 %; one that reads what was appended never does.
+    let old = std::fs::read_to_string(&path).expect("samples");
+    let changed = old.replacen("\"util\":97.0", "\"util\":13.0", 1);
+    assert_ne!(old, changed);
+    assert_eq!(old.len(), changed.len());
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .expect("open")
+        .write_all(changed.as_bytes())
+        .expect("rewrite");
+    assert_eq!(
+        herd_exp::gpus::read(&path).expect("read")[0].util,
+        Some(13.0)
+    );
+    // A newer sample of GPU 1, and one of GPU 0 older than the one shown.
+    let mut newer = gpu_sample(1, &[1], 50.0, 1024.0, 300.0, 0);
+    newer.t = NOW - 1000;
+    let mut older = gpu_sample(0, &[0], 11.0, 1024.0, 100.0, 0);
+    older.t = NOW - 5000;
+    herd_exp::gpus::append(&path, &[newer, older]).expect("append");
+    let frame = reader.frame(NOW);
+    let util = |f: &Frame, r: u32| row_of(f, r).gpu.as_ref().and_then(|g| g.sample.util);
+    assert_eq!(
+        util(&frame, 0),
+        Some(97.0),
+        "neither re-read nor replaced by older"
+    );
+    assert_eq!(util(&frame, 1), Some(50.0), "the newest sample wins");
+    assert_eq!(
+        row_of(&frame, 1).gpu.as_ref().map(Gpu::cell).as_deref(),
+        Some("50% 1.0G 300W")
+    );
+    // Nothing new: the same frame.
+    assert_eq!(reader.frame(NOW).gpus, frame.gpus);
+}
+
+#[test]
+fn a_wide_screen_shows_the_gpu_column_and_a_narrow_one_the_flags_in_the_header() {
+    let e = Exp::new();
+    gpu_job(&e);
+    let frame = e.reader(None).frame(NOW);
+    let mut ui = Ui::default();
+    let lines = screen(&frame, &mut ui, 100, 24);
+    let text = lines.join("\n");
+    let heading = lines.iter().find(|l| l.contains("RANK")).expect("heading");
+    assert!(heading.trim_end().ends_with("GPU"), "{text}");
+    let y = lines
+        .iter()
+        .position(|l| l.trim_end().ends_with("THROTTLED"))
+        .unwrap_or_else(|| panic!("no THROTTLED row:\n{text}"));
+    assert!(
+        lines[y]
+            .trim_start_matches("> ")
+            .trim_start()
+            .starts_with("3 "),
+        "{}",
+        lines[y]
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.trim_end().ends_with("97% 59.8G 698W")),
+        "{text}"
+    );
+    // The flag is highlighted as a warning.
+    let mut term = ratatui::Terminal::new(TestBackend::new(100, 24)).expect("terminal");
+    term.draw(|f| view::draw(f, &frame, &mut ui)).expect("draw");
+    let x = lines[y].find("THROTTLED").expect("col") as u16;
+    assert_eq!(
+        term.backend().buffer()[(x, y as u16)].fg,
+        ratatui::style::Color::Yellow
+    );
+
+    let narrow = screen(&frame, &mut ui, 80, 24).join("\n");
+    assert!(!narrow.contains("97% 59.8G"), "{narrow}");
+    assert!(narrow.contains("flagged: rank 3 THROTTLED"), "{narrow}");
+}
+
+#[test]
+fn once_shows_the_gpu_column_and_the_flag() {
+    let e = Exp::new();
+    gpu_job(&e);
+    let text = once(&e, &[]).expect("once");
+    let heading = text
+        .lines()
+        .find(|l| l.starts_with("RANK"))
+        .expect("heading");
+    assert!(heading.ends_with("GPU"), "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("3 ") && l.ends_with("THROTTLED")),
+        "{text}"
     );
 }

@@ -1,6 +1,7 @@
 //! Drawing a [`Frame`]: the header, the per-rank table and the footer with ratatui, and the
 //! same frame as plain text for `--once`. Every marker is text (`SILENT 75s`, `SLOW 42%`,
-//! `failed 1`), colour only highlights it, so a capture without colours shows it too.
+//! `failed 1`, `THROTTLED`), colour only highlights it, so a capture without colours shows
+//! it too.
 
 use std::time::Duration;
 
@@ -13,7 +14,7 @@ use super::model::{Frame, Level, Row, Sort, SILENT_FLOOR, SILENT_GAPS, SLOW_RATI
 use crate::status::clock;
 
 /// The table's columns and their widths: 69 characters with the gaps, in 80 with the
-/// selection mark.
+/// selection mark; [`GPU_COLUMN`] after them when the attempt has GPU samples.
 const COLUMNS: [(&str, u16); 7] = [
     ("RANK", 5),
     ("NODE", 12),
@@ -23,6 +24,27 @@ const COLUMNS: [(&str, u16); 7] = [
     ("LOSS", 8),
     ("LAST", 6),
 ];
+
+/// The GPU column (`97% 59.8G 698W`, or its flags: `THROTTLED`), after [`COLUMNS`] when the
+/// attempt has GPU samples: 87 characters with the gaps, 89 with the selection mark.
+pub const GPU_COLUMN: (&str, u16) = ("GPU", 17);
+
+/// The least terminal width that shows the GPU column (narrower ones leave it out; the
+/// header's `GPUs:` line still names the flagged GPUs).
+pub const GPU_TABLE_WIDTH: u16 = 89;
+
+/// Whether the table has the GPU column: the attempt has GPU samples.
+pub fn has_gpus(frame: &Frame) -> bool {
+    !frame.gpus.is_empty()
+}
+
+fn columns(gpu: bool) -> Vec<(&'static str, u16)> {
+    let mut c = COLUMNS.to_vec();
+    if gpu {
+        c.push(GPU_COLUMN);
+    }
+    c
+}
 
 /// What the screen shows besides the frame: sort, selection, the log pane, help.
 #[derive(Debug, Default)]
@@ -91,17 +113,22 @@ pub fn rate_words(name: &str) -> &'static str {
     }
 }
 
-/// The table's heading cells (the rate column named by the frame's rate).
-pub fn heading(frame: &Frame) -> [String; 7] {
-    let mut h = COLUMNS.map(|(name, _)| name.to_owned());
+/// The table's heading cells (the rate column named by the frame's rate; `GPU` last when
+/// the attempt has GPU samples).
+pub fn heading(frame: &Frame) -> Vec<String> {
+    let mut h: Vec<String> = columns(has_gpus(frame))
+        .iter()
+        .map(|(name, _)| (*name).to_owned())
+        .collect();
     h[4] = rate_words(frame.rate_name).to_uppercase();
     h
 }
 
-/// One row's cells, as the table and `--once` show them.
-pub fn cells(row: &Row) -> [String; 7] {
+/// One row's cells, as the table and `--once` show them; `gpu`: with the GPU column (its
+/// GPU's figures or flags, `-` for a rank without a GPU sample).
+pub fn cells(row: &Row, gpu: bool) -> Vec<String> {
     let dash = || "-".to_owned();
-    [
+    let mut c = vec![
         row.rank.to_string(),
         row.host.as_deref().map_or_else(dash, |h| cut(h, 12)),
         row.state.text(),
@@ -109,7 +136,40 @@ pub fn cells(row: &Row) -> [String; 7] {
         row.rate.map_or_else(dash, number),
         row.loss.map_or_else(dash, loss),
         row.since.map_or_else(dash, ago),
-    ]
+    ];
+    if gpu {
+        c.push(
+            row.gpu
+                .as_ref()
+                .map_or_else(dash, |g| cut(&g.cell(), GPU_COLUMN.1 as usize)),
+        );
+    }
+    c
+}
+
+/// The header's line about the GPUs, when the attempt has GPU samples: how many, their
+/// mean utilisation on their newest samples, and each flagged one (by its ranks, or by its
+/// node and index when no rank claims it): `GPUs: 8  mean util 91%  flagged: rank 3
+/// THROTTLED, gpu-a02 GPU 7 IDLE`.
+pub fn gpu_line(frame: &Frame) -> Option<String> {
+    if frame.gpus.is_empty() {
+        return None;
+    }
+    let utils: Vec<f64> = frame.gpus.iter().filter_map(|g| g.sample.util).collect();
+    let mut line = format!("GPUs: {}", frame.gpus.len());
+    if !utils.is_empty() {
+        let mean = utils.iter().sum::<f64>() / utils.len() as f64;
+        line.push_str(&format!("  mean util {mean:.0}%"));
+    }
+    let flagged: Vec<String> = frame
+        .gpus
+        .iter()
+        .filter_map(|g| Some(format!("{} {}", g.who(), g.flag_words()?)))
+        .collect();
+    if !flagged.is_empty() {
+        line.push_str(&format!("  flagged: {}", flagged.join(", ")));
+    }
+    Some(line)
 }
 
 /// The header's lines, each at most 80 characters.
@@ -157,6 +217,7 @@ pub fn header(frame: &Frame) -> Vec<String> {
         None => third,
     };
     let mut lines = vec![first, second, third];
+    lines.extend(gpu_line(frame));
     if !frame.replaced.is_empty() {
         let swaps: Vec<String> = frame
             .replaced
@@ -175,17 +236,19 @@ pub fn header(frame: &Frame) -> Vec<String> {
 pub fn text(frame: &Frame) -> String {
     let mut out = header(frame).join("\n");
     out.push_str("\n\n");
-    let line = |cells: &[String; 7]| {
+    let gpu = has_gpus(frame);
+    let cols = columns(gpu);
+    let line = |cells: &[String]| {
         let mut l = String::new();
-        for (i, (c, (_, w))) in cells.iter().zip(COLUMNS).enumerate() {
+        for (i, (c, (_, w))) in cells.iter().zip(&cols).enumerate() {
             if i > 0 {
                 l.push(' ');
             }
-            // Numbers to the right, words to the left.
-            if matches!(i, 3..=6) {
-                l.push_str(&format!("{c:>width$}", width = w as usize));
+            // Numbers (and the GPU's figures) to the right, words to the left.
+            if i >= 3 {
+                l.push_str(&format!("{c:>width$}", width = *w as usize));
             } else {
-                l.push_str(&format!("{c:<width$}", width = w as usize));
+                l.push_str(&format!("{c:<width$}", width = *w as usize));
             }
         }
         l.trim_end().to_owned()
@@ -193,7 +256,7 @@ pub fn text(frame: &Frame) -> String {
     out.push_str(&line(&heading(frame)));
     out.push('\n');
     for row in &frame.rows {
-        out.push_str(&line(&cells(row)));
+        out.push_str(&line(&cells(row, gpu)));
         out.push('\n');
     }
     out
@@ -252,7 +315,7 @@ pub fn draw(f: &mut ratatui::Frame<'_>, frame: &Frame, ui: &mut Ui) {
                     l,
                     Style::default().add_modifier(Modifier::BOLD),
                 ))
-            } else if l.starts_with("note:") {
+            } else if l.starts_with("note:") || (l.starts_with("GPUs:") && l.contains("flagged:")) {
                 Line::from(Span::styled(l, Style::default().fg(Color::Yellow)))
             } else {
                 Line::from(l)
@@ -275,7 +338,12 @@ pub fn draw(f: &mut ratatui::Frame<'_>, frame: &Frame, ui: &mut Ui) {
 }
 
 fn draw_table(f: &mut ratatui::Frame<'_>, area: Rect, frame: &Frame, state: &mut TableState) {
-    let widths = COLUMNS.map(|(_, w)| Constraint::Length(w));
+    // The GPU column only where it fits.
+    let gpu = has_gpus(frame) && area.width >= GPU_TABLE_WIDTH;
+    let widths: Vec<Constraint> = columns(gpu)
+        .iter()
+        .map(|&(_, w)| Constraint::Length(w))
+        .collect();
     // Numbers to the right, as in `--once`.
     let cell = |(i, text): (usize, String)| {
         if i >= 3 {
@@ -284,12 +352,17 @@ fn draw_table(f: &mut ratatui::Frame<'_>, area: Rect, frame: &Frame, state: &mut
             Cell::from(text)
         }
     };
-    let heading = TableRow::new(heading(frame).into_iter().enumerate().map(cell))
+    let mut head = heading(frame);
+    head.truncate(widths.len());
+    let heading = TableRow::new(head.into_iter().enumerate().map(cell))
         .style(Style::default().add_modifier(Modifier::BOLD));
     let rows = frame.rows.iter().map(|r| {
         let st = style(r.state.level());
-        let mut c: Vec<Cell<'_>> = cells(r).into_iter().enumerate().map(cell).collect();
+        let mut c: Vec<Cell<'_>> = cells(r, gpu).into_iter().enumerate().map(cell).collect();
         c[2] = std::mem::take(&mut c[2]).style(st);
+        if gpu && r.gpu.as_ref().is_some_and(|g| g.flagged()) {
+            c[7] = std::mem::take(&mut c[7]).style(style(Level::Warn));
+        }
         if matches!(r.state.level(), Level::Bad | Level::Warn) {
             c[0] = std::mem::take(&mut c[0]).style(st);
         }

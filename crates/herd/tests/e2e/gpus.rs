@@ -89,9 +89,34 @@ fn submit(bed: &Bed, project: &Path, bin: &Path, args: &[&str]) -> Output {
     herd_with_path("submit", project, args, &path)
 }
 
+/// `herd ARGS` from `dir`: its stdout, or a panic with its stderr.
+fn herd(dir: &Path, args: &[&str]) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_herd"))
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("herd runs");
+    assert!(
+        out.status.success(),
+        "herd {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The line of `top --once`'s table whose first word is `rank`.
+fn row(top: &str, rank: u32) -> &str {
+    top.lines()
+        .find(|l| l.split_whitespace().next() == Some(&rank.to_string()))
+        .unwrap_or_else(|| panic!("rank {rank}'s row in:\n{top}"))
+}
+
 /// A 2-node job with 2 GPUs a node: each agent samples its node's two GPUs into the
 /// attempt's `node-N.gpus.jsonl`, each sample with the rank whose device it is
 /// (`cuda:LOCAL_RANK`), and the recorded figures come through as the driver gave them.
+/// `herd top --once` shows each rank's GPU and flags the throttled and the idle ones;
+/// `herd report --json` has each GPU's series and names the idle GPUs with their ranks;
+/// the HTML page draws the GPUs' utilisation.
 #[test]
 fn every_node_samples_its_gpus_for_the_ranks_that_use_them() {
     let bed = Bed::require();
@@ -151,6 +176,65 @@ fn every_node_samples_its_gpus_for_the_ranks_that_use_them() {
         );
         assert_eq!(idle[0].ecc_uncorrected, Some(0));
     }
+
+    let top = herd(&project, &["top", "--once", "--exp-root", &root, "gpus"]);
+    let header = top
+        .lines()
+        .find(|l| l.trim_start().starts_with("RANK"))
+        .unwrap_or_else(|| panic!("the table's header in:\n{top}"));
+    assert!(header.trim_end().ends_with("GPU"), "{top}");
+    for rank in [0, 2] {
+        assert!(row(&top, rank).contains("THROTTLED"), "{top}");
+    }
+    for rank in [1, 3] {
+        assert!(row(&top, rank).contains("IDLE"), "{top}");
+    }
+
+    let report: Value = serde_json::from_str(&herd(
+        &project,
+        &["report", "--json", "--exp-root", &root, "gpus"],
+    ))
+    .expect("report --json");
+    let run = &report["runs"][0];
+    let per_gpu = run["gpu_usage"]["per_gpu"]
+        .as_array()
+        .unwrap_or_else(|| panic!("gpu_usage.per_gpu: {run:#}"));
+    assert_eq!(per_gpu.len(), 4, "{per_gpu:#?}");
+    for g in per_gpu {
+        let series = g["series"].as_array().expect("series");
+        assert!(series.len() >= 2, "{g:#}");
+        let idle = g["flags"]
+            .as_array()
+            .expect("flags")
+            .iter()
+            .any(|f| f["flag"] == "idle");
+        assert_eq!(
+            idle,
+            g["gpu"] == 1,
+            "the idle GPU is each node's GPU 1: {g:#}"
+        );
+        if idle {
+            let node = g["node"].as_u64().expect("node");
+            assert_eq!(g["ranks"], json!([2 * node + 1]), "{g:#}");
+        }
+    }
+    let mean = run["gpu_usage"]["mean_util"].as_f64().expect("mean_util");
+    assert!(
+        (40.0..60.0).contains(&mean),
+        "two GPUs near 97 %, two at 2 %: {mean}"
+    );
+
+    let page = project.parent().expect("scratch").join("report.html");
+    let page_arg = page.display().to_string();
+    herd(
+        &project,
+        &["report", "--html", &page_arg, "--exp-root", &root, "gpus"],
+    );
+    let html = read_lossy(&page);
+    assert!(
+        html.contains("data-plot=\"gpu-util\""),
+        "the page draws the GPUs' utilisation"
+    );
 }
 
 /// A 3-node job whose second node's GPU 1 had a double-bit error (its stand-in reports an

@@ -51,6 +51,11 @@ impl Root {
         }
     }
 
+    /// Experiment `name` opened again.
+    fn exp_open(&self, name: &str) -> herd_exp::Experiment {
+        herd_exp::Experiment::open(&self.root, name).expect("open")
+    }
+
     fn args(&self, extra: &[&str]) -> ReportArgs {
         let root = self.root.to_str().expect("utf-8");
         let mut argv = vec!["report", "--exp-root", root];
@@ -348,6 +353,7 @@ fn big(ranks: u32, steps: u64) -> ExpData {
         runs: Vec::new(),
         failure: None,
         goodput: Default::default(),
+        gpus: Default::default(),
     }
 }
 
@@ -567,6 +573,7 @@ fn a_restarted_rank_counts_once_in_the_rate() {
 }
 
 mod attempts;
+mod gpus;
 
 #[test]
 fn a_plan_that_asked_for_gpus_runs_on_gpus() {
