@@ -138,6 +138,41 @@ pub(crate) fn match_gpus(node_gpus: &[String], listed: &[(u32, String)]) -> Vec<
     listed.iter().map(|(index, _)| Some(*index)).collect()
 }
 
+/// Which listed GPU each of the node's GPUs is (by position), and whose device each one is.
+type Mapping = (Vec<Option<u32>>, Vec<Vec<u32>>);
+
+/// The GPUs this node's sampler samples, and whose devices they are.
+pub(crate) struct Mine {
+    /// The node's GPUs as `CUDA_VISIBLE_DEVICES` names them; `None`: every GPU the driver
+    /// lists (`herd run` on a machine where it is unset: the workers see them all).
+    pub(crate) ids: Option<Vec<String>>,
+    /// How the workers see them.
+    pub(crate) bind: GpuBind,
+    /// The node's first global rank, and how many ranks it runs.
+    pub(crate) ranks: (u32, u32),
+}
+
+impl Mine {
+    /// Which listed GPU each of the node's GPUs is, and whose device each one is, once the
+    /// driver has listed its GPUs (`listed`: index and UUID of each).
+    fn resolve(&self, listed: &[(u32, String)]) -> Mapping {
+        let (first, local) = self.ranks;
+        match &self.ids {
+            Some(ids) => (
+                match_gpus(ids, listed),
+                ranks_of(ids, self.bind, first, local),
+            ),
+            None => {
+                let ids: Vec<String> = listed.iter().map(|(i, _)| i.to_string()).collect();
+                (
+                    listed.iter().map(|(i, _)| Some(*i)).collect(),
+                    ranks_of(&ids, GpuBind::All, first, local),
+                )
+            }
+        }
+    }
+}
+
 /// `field` out of `nvidia-smi`'s refusal of it (`Field "x" is not a valid field to
 /// query.`).
 fn refused_field(said: &str) -> Option<String> {
@@ -153,7 +188,10 @@ fn find(path: Option<&OsStr>) -> Option<PathBuf> {
 
 /// Start sampling the node's GPUs for attempt folder `dir`, where this node is node `slot`
 /// of the attempt and runs `local` ranks from global rank `first`; GPU errors go to
-/// `report`. `None` when the node was given no GPU, or has no `nvidia-smi` (said).
+/// `report`. The GPUs SLURM gave the node (`CUDA_VISIBLE_DEVICES`); outside a SLURM job
+/// with it unset (`herd run` on a workstation), every GPU the driver lists. `None` when
+/// the node was given no GPU in a SLURM job, or has no `nvidia-smi` (said, when it was
+/// given GPUs).
 pub(crate) fn start(
     cfg: &Config,
     dir: &AttemptDir,
@@ -162,17 +200,26 @@ pub(crate) fn start(
     report: Report,
 ) -> Option<Sampler> {
     let node_gpus = cfg.launch.node_gpus.clone();
-    if node_gpus.is_empty() {
+    let every = node_gpus.is_empty()
+        && cfg.launch.job_id.is_none()
+        && std::env::var_os("CUDA_VISIBLE_DEVICES").is_none();
+    if node_gpus.is_empty() && !every {
         return None;
     }
     let host = cfg.host().to_owned();
     let Some(smi) = find(std::env::var_os("PATH").as_deref()) else {
-        say(format!(
-            "{host}: its GPUs are not sampled (nvidia-smi is not on PATH): `herd top` and `herd report` show none"
-        ));
+        if !every {
+            say(format!(
+                "{host}: its GPUs are not sampled (nvidia-smi is not on PATH): `herd top` and `herd report` show none"
+            ));
+        }
         return None;
     };
-    let ranks = ranks_of(&node_gpus, cfg.launch.gpu_bind, first, local);
+    let mine = Mine {
+        ids: (!every).then_some(node_gpus),
+        bind: cfg.launch.gpu_bind,
+        ranks: (first, local),
+    };
     let path = dir.gpus(slot);
     let kernel_log = match KernelLog::open(Path::new(KERNEL_LOG)) {
         Ok(log) => Some(log),
@@ -193,7 +240,7 @@ pub(crate) fn start(
             kernel_log,
             stopped,
         };
-        match sample(&smi, &path, (&node_gpus, &ranks), watch).await {
+        match sample(&smi, &path, &mine, watch).await {
             Ok(last) => last,
             Err(why) => {
                 say(format!(
@@ -233,13 +280,13 @@ impl Watch {
 }
 
 /// Run `smi` and append what it prints to `path` until it ends or `watch` is stopped,
-/// each sample of the node's GPUs (`node_gpus`, whose ranks are `ranks`); asked again
+/// each sample of the node's GPUs (`mine`) with the ranks whose device it is; asked again
 /// without a field it refuses. Errors it sees go to the agent as they come; those of the
 /// kernel log's last read, when stopped, are returned. Why it ended, when not stopped.
 async fn sample(
     smi: &Path,
     path: &Path,
-    (node_gpus, ranks): (&[String], &[Vec<u32>]),
+    mine: &Mine,
     mut watch: Watch,
 ) -> Result<Vec<GpuError>, String> {
     let mut fields: Vec<&str> = gpus::QUERY.to_vec();
@@ -270,7 +317,7 @@ async fn sample(
         let mut lines = BufReader::new(child.stdout.take().expect("piped")).lines();
         let mut said = String::new();
         let mut sampled = false;
-        let mut matched: Option<Vec<Option<u32>>> = None;
+        let mut mapping: Option<Mapping> = None;
         let mut batch: Vec<Sample> = Vec::new();
         loop {
             let line = tokio::select! {
@@ -301,7 +348,7 @@ async fn sample(
             // One period's lines come together: a GPU seen again starts the next batch.
             if batch.iter().any(|b| b.gpu == s.gpu) {
                 let done = std::mem::take(&mut batch);
-                let matched = matched.get_or_insert_with(|| match_gpus(node_gpus, &listed(&done)));
+                let (matched, ranks) = mapping.get_or_insert_with(|| mine.resolve(&listed(&done)));
                 let written = write_batch(&mut file, done, matched, ranks)?;
                 compare(&mut watch, &mut first, &written);
                 known = written;
@@ -310,7 +357,7 @@ async fn sample(
         }
         if !batch.is_empty() {
             let done = std::mem::take(&mut batch);
-            let matched = matched.get_or_insert_with(|| match_gpus(node_gpus, &listed(&done)));
+            let (matched, ranks) = mapping.get_or_insert_with(|| mine.resolve(&listed(&done)));
             let written = write_batch(&mut file, done, matched, ranks)?;
             compare(&mut watch, &mut first, &written);
             known = written;

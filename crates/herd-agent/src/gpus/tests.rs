@@ -67,6 +67,28 @@ fn a_refused_field_is_read_from_nvidia_smis_words() {
     );
 }
 
+/// The node's GPUs `ids` (all listed: `None`) for `local` ranks from `first`, each rank
+/// seeing all of them.
+fn mine(ids: Option<&[&str]>, (first, local): (u32, u32)) -> Mine {
+    Mine {
+        ids: ids.map(self::ids),
+        bind: GpuBind::All,
+        ranks: (first, local),
+    }
+}
+
+/// With no GPU named (`herd run` where `CUDA_VISIBLE_DEVICES` is unset), every GPU the
+/// driver lists is sampled, local rank `l` on the `l`-th of them.
+#[test]
+fn with_no_gpu_named_every_listed_gpu_is_the_nodes() {
+    let listed = vec![(0, "GPU-a".to_owned()), (1, "GPU-b".to_owned())];
+    let (matched, ranks) = mine(None, (4, 2)).resolve(&listed);
+    assert_eq!(matched, vec![Some(0), Some(1)]);
+    assert_eq!(ranks, vec![vec![4], vec![5]]);
+    let (matched, ranks) = mine(Some(&["1"]), (0, 1)).resolve(&listed);
+    assert_eq!((matched, ranks), (vec![Some(1)], vec![vec![0]]));
+}
+
 /// A watch for tests: its errors on the returned receiver, the kernel log `log` (a plain
 /// file) when given; the sender stops it.
 fn watch(
@@ -113,7 +135,7 @@ done
     );
     let out = dir.path().join("node-0.gpus.jsonl");
     let (w, mut rx, _stop) = watch(None);
-    let ended = sample(&smi, &out, (&ids(&["1"]), &[vec![5]]), w).await;
+    let ended = sample(&smi, &out, &mine(Some(&["1"]), (5, 1)), w).await;
     assert!(ended.expect_err("it ends").contains("nvidia-smi ended"));
     let samples = gpus::read(&out).expect("read");
     assert_eq!(samples.len(), 2, "{samples:?}");
@@ -161,7 +183,7 @@ done
     let (w, mut rx, stop) = watch(Some(&log));
     let task = tokio::spawn({
         let (smi, out) = (smi.clone(), out.clone());
-        async move { sample(&smi, &out, (&ids(&["0"]), &[vec![0]]), w).await }
+        async move { sample(&smi, &out, &mine(Some(&["0"]), (0, 1)), w).await }
     });
     let append = |line: &str| {
         use std::io::Write;

@@ -6,6 +6,7 @@
 
 mod containers;
 mod cpus;
+mod gpus;
 mod hangs;
 mod nodes;
 mod slurm;
