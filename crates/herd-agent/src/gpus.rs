@@ -128,7 +128,7 @@ pub(crate) fn match_gpus(node_gpus: &[String], listed: &[(u32, String)]) -> Vec<
         .map(|id| {
             listed
                 .iter()
-                .find(|(index, uuid)| index.to_string() == *id || uuid == id)
+                .find(|(index, uuid)| gpus::names_gpu(id, Some(*index), Some(uuid)) == Some(true))
                 .map(|(index, _)| *index)
         })
         .collect();

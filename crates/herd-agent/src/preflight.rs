@@ -662,17 +662,14 @@ fn listed(out: &str) -> Vec<Listed> {
 /// number, a UUID (`GPU-…`, `MIG-…`) by it or a prefix of it, as CUDA takes them. An
 /// entry of another form is not judged.
 fn is_listed(id: &str, devices: &[Listed]) -> bool {
-    if !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()) {
-        let n = id.trim_start_matches('0');
-        let n = if n.is_empty() { "0" } else { n };
-        return devices.iter().any(|d| d.index.as_deref() == Some(n));
+    use herd_exp::gpus::names_gpu;
+    if names_gpu(id, None, None).is_none() {
+        return true;
     }
-    if id.starts_with("GPU-") || id.starts_with("MIG-") {
-        return devices
-            .iter()
-            .any(|d| d.uuid.as_deref().is_some_and(|u| u.starts_with(id)));
-    }
-    true
+    devices.iter().any(|d| {
+        let index = d.index.as_deref().and_then(|i| i.parse().ok());
+        names_gpu(id, index, d.uuid.as_deref()) == Some(true)
+    })
 }
 
 /// The `gpus` check: `gpus` (`CUDA_VISIBLE_DEVICES`) as many as `gres`

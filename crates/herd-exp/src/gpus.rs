@@ -189,6 +189,20 @@ pub fn parse_fields(fields: &[&str], line: &str, t: u64) -> Option<Sample> {
     })
 }
 
+/// Whether `id`, an entry of `CUDA_VISIBLE_DEVICES`, names the GPU `nvidia-smi` lists
+/// with index `index` and UUID `uuid`: an index by its number, a UUID (`GPU-…`, `MIG-…`)
+/// by it or a prefix of it, as CUDA takes them. `None` for an entry of another form, which
+/// is not judged.
+pub fn names_gpu(id: &str, index: Option<u32>, uuid: Option<&str>) -> Option<bool> {
+    if !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()) {
+        return Some(index.is_some() && id.parse::<u32>().ok() == index);
+    }
+    if id.starts_with("GPU-") || id.starts_with("MIG-") {
+        return Some(uuid.is_some_and(|u| u.starts_with(id)));
+    }
+    None
+}
+
 impl Sample {
     /// The reasons that slow it down now (power cap, thermal, hardware slowdown), not idle.
     pub fn throttled_by(&self) -> Vec<&str> {

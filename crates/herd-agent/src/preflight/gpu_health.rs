@@ -8,7 +8,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use herd_exp::gpus::{parse_fields, Sample};
+use herd_exp::gpus::{names_gpu, parse_fields, Sample};
 
 /// A process holding at least this share of a GPU's memory before the workers start
 /// fails the check.
@@ -60,12 +60,8 @@ pub(super) fn rows(out: &str) -> Vec<Sample> {
 /// Whether row `s` is one of the job's GPUs `gpus` (`CUDA_VISIBLE_DEVICES`' entries): by
 /// index, or UUID or its prefix, as CUDA takes them.
 fn is_ours(s: &Sample, gpus: &[String]) -> bool {
-    gpus.iter().any(|id| {
-        if !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()) {
-            return id.parse::<u32>().ok() == Some(s.gpu);
-        }
-        (id.starts_with("GPU-") || id.starts_with("MIG-")) && s.uuid.starts_with(id.as_str())
-    })
+    gpus.iter()
+        .any(|id| names_gpu(id, Some(s.gpu), Some(&s.uuid)) == Some(true))
 }
 
 /// What is wrong with the job's GPUs `gpus`, judged on the driver's `rows` and `apps`:

@@ -44,6 +44,22 @@ fn an_idle_gpu_is_not_throttled_and_missing_ecc_is_none() {
 }
 
 #[test]
+fn a_visible_devices_entry_names_a_gpu_by_index_or_uuid_as_cuda_reads_it() {
+    let (index, uuid) = (Some(3), Some("GPU-5d5b2b4a-0000-1111-2222-333344445555"));
+    assert_eq!(names_gpu("3", index, uuid), Some(true));
+    assert_eq!(names_gpu("03", index, uuid), Some(true));
+    assert_eq!(names_gpu("2", index, uuid), Some(false));
+    assert_eq!(names_gpu("GPU-5d5b2b4a", index, uuid), Some(true));
+    assert_eq!(names_gpu("GPU-ffff", index, uuid), Some(false));
+    assert_eq!(
+        names_gpu("MIG-c738", None, Some("MIG-c7384736")),
+        Some(true)
+    );
+    assert_eq!(names_gpu("0", None, Some("MIG-c7384736")), Some(false));
+    assert_eq!(names_gpu("nvidia0", index, uuid), None);
+}
+
+#[test]
 fn every_reason_bit_has_its_name() {
     let all: u64 = REASONS.iter().map(|r| r.0).sum();
     assert_eq!(reasons(all).len(), REASONS.len());

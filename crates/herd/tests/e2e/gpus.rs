@@ -77,28 +77,29 @@ fn standin(bed: &Bed, dir: &Path) -> PathBuf {
     bin
 }
 
-/// `herd submit ARGS` with the stand-in first on PATH, then the venv's bin.
-fn submit(bed: &Bed, project: &Path, bin: &Path, args: &[&str]) -> Output {
+/// The job's PATH: the stand-in's folder `bin` first, then the venv's bin, then ours.
+fn job_path(bed: &Bed, bin: &Path) -> String {
     let venv_bin = bed.python().parent().expect("venv bin").to_path_buf();
-    let path = format!(
+    format!(
         "{}:{}:{}",
         bin.display(),
         venv_bin.display(),
         std::env::var("PATH").unwrap_or_default()
-    );
-    herd_with_path("submit", project, args, &path)
+    )
 }
 
-/// `herd ARGS` from `dir`: its stdout, or a panic with its stderr.
-fn herd(dir: &Path, args: &[&str]) -> String {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_herd"))
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("herd runs");
+/// `herd submit ARGS` with [`job_path`] as PATH (sbatch passes it on to the job).
+fn submit(bed: &Bed, project: &Path, bin: &Path, args: &[&str]) -> Output {
+    herd_with_path("submit", project, args, &job_path(bed, bin))
+}
+
+/// `herd COMMAND ARGS` from `dir`: its stdout, or a panic with its stderr.
+fn herd(dir: &Path, command: &str, args: &[&str]) -> String {
+    let path = std::env::var("PATH").unwrap_or_default();
+    let out = herd_with_path(command, dir, args, &path);
     assert!(
         out.status.success(),
-        "herd {args:?}: {}",
+        "herd {command} {args:?}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
@@ -177,7 +178,7 @@ fn every_node_samples_its_gpus_for_the_ranks_that_use_them() {
         assert_eq!(idle[0].ecc_uncorrected, Some(0));
     }
 
-    let top = herd(&project, &["top", "--once", "--exp-root", &root, "gpus"]);
+    let top = herd(&project, "top", &["--once", "--exp-root", &root, "gpus"]);
     let header = top
         .lines()
         .find(|l| l.trim_start().starts_with("RANK"))
@@ -192,7 +193,8 @@ fn every_node_samples_its_gpus_for_the_ranks_that_use_them() {
 
     let report: Value = serde_json::from_str(&herd(
         &project,
-        &["report", "--json", "--exp-root", &root, "gpus"],
+        "report",
+        &["--json", "--exp-root", &root, "gpus"],
     ))
     .expect("report --json");
     let run = &report["runs"][0];
@@ -228,7 +230,8 @@ fn every_node_samples_its_gpus_for_the_ranks_that_use_them() {
     let page_arg = page.display().to_string();
     herd(
         &project,
-        &["report", "--html", &page_arg, "--exp-root", &root, "gpus"],
+        "report",
+        &["--html", &page_arg, "--exp-root", &root, "gpus"],
     );
     let html = read_lossy(&page);
     assert!(
@@ -252,13 +255,7 @@ fn a_node_whose_gpu_has_an_uncorrectable_ecc_error_is_blamed_before_any_worker_s
     write_file(&data_path, &data.to_string(), 0o644).expect("samples");
     let out_dir = dir.join("out");
     std::fs::create_dir_all(&out_dir).expect("out");
-    let venv_bin = bed.python().parent().expect("venv bin").to_path_buf();
-    let path = format!(
-        "{}:{}:{}",
-        bin.display(),
-        venv_bin.display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
+    let path = job_path(&bed, &bin);
     let cmd = [
         bed.python().display().to_string(),
         crate::support::worker("env_dump.py"),
